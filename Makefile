@@ -1,0 +1,47 @@
+# mgpukit — two commands for a newcomer: `make demo` and `make test`.
+# Each creates (or reuses) a local virtual environment in .venv and installs what it needs.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# torch is installed first, pinned, so the rest of the install takes it as it is.
+# 2.13.0 has a CPU build on this project's machines; elsewhere pip takes the PyPI build (CUDA on Linux).
+TORCH  ?= torch==2.13.0
+STAMP  := $(VENV)/.mgpukit-installed
+WORKERS ?=
+NB_TIMEOUT ?= 600
+
+.PHONY: install demo test test-unit test-notebooks lab bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The tour of every strategy on the devices present; writes report/index.html
+demo: $(STAMP)
+	$(BIN)/mgpukit tour $(if $(WORKERS),--workers $(WORKERS),) --out report
+
+## Every unit test, then every notebook top to bottom (nbmake)
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --nbmake --nbmake-timeout=$(NB_TIMEOUT) notebooks/
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+test-notebooks: $(STAMP)
+	$(BIN)/python -m pytest -q --nbmake --nbmake-timeout=$(NB_TIMEOUT) notebooks/
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+bench: $(STAMP)
+	$(BIN)/mgpukit bench all
+
+clean:
+	rm -rf report runs .pytest_cache
