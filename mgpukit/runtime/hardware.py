@@ -1,0 +1,86 @@
+"""What this machine has: cores, GPUs, versions — read without initialising CUDA.
+
+The parent process must not initialise CUDA before it forks workers, so GPU queries here go
+through NVML (`PYTORCH_NVML_BASED_CUDA_CHECK=1`), the same way Accelerate's launcher does.
+"""
+from __future__ import annotations
+
+import os
+import platform
+from contextlib import contextmanager
+
+import psutil
+import torch
+
+
+@contextmanager
+def _nvml_check():
+    old = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+        else:
+            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = old
+
+
+def cuda_device_count() -> int:
+    """GPUs visible to this process, counted without creating a CUDA context."""
+    if not torch.backends.cuda.is_built():
+        return 0
+    with _nvml_check():
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def usable_cores() -> int:
+    """Physical cores this process may run on (affinity respected)."""
+    logical = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    physical = psutil.cpu_count(logical=False) or logical
+    return max(1, min(logical, physical))
+
+
+def gpu_info() -> list[dict]:
+    """Name and memory of each visible GPU, via NVML when available (no CUDA context)."""
+    n = cuda_device_count()
+    if n == 0:
+        return []
+    try:
+        import pynvml  # ships with torch's CUDA builds as nvidia-ml-py
+
+        pynvml.nvmlInit()
+        out = []
+        for i in range(n):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            out.append({"index": i, "name": name if isinstance(name, str) else name.decode(),
+                        "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total)})
+        return out
+    except Exception:  # no NVML bindings: report what we can without touching CUDA
+        return [{"index": i, "name": "cuda", "memory_bytes": None} for i in range(n)]
+
+
+def default_mode() -> str:
+    return "gpu" if cuda_device_count() >= 2 else "cpu"
+
+
+def default_workers() -> int:
+    """Workers the tour uses: every GPU, or 2 CPU workers (enough to show communication)."""
+    n = cuda_device_count()
+    return n if n >= 2 else 2
+
+
+def env_info() -> dict:
+    """The `env` block of every result record."""
+    import accelerate
+
+    return {
+        "torch": torch.__version__,
+        "accelerate": accelerate.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cores": usable_cores(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "gpus": gpu_info(),
+    }

@@ -1,0 +1,366 @@
+"""Launch N workers from a notebook, a script or a test, and get each rank's return value.
+
+`launch(fn, world_size, *args)` forks `world_size` processes, forms one process group among
+them (NCCL on GPUs, gloo on CPU workers), runs `fn(*args)` on every rank and returns the list
+of return values, rank by rank. It is the elastic multiprocessing machinery that Accelerate's
+`notebook_launcher` sits on (`torch.distributed.elastic.multiprocessing.start_processes`, fork
+start method), with the four traps of that launcher closed:
+
+1. **Silent replicas on CPU.** Without `cpu=True`, `Accelerator()` on CPU workers reports
+   `DistributedType.NO` and rank 0 everywhere: N unsynchronised copies. Each worker here builds
+   Accelerate's `PartialState(cpu=True)` first and checks that it reports the right rank and
+   world size, so an `Accelerator()` made later inside `fn` shares that correct state.
+2. **A fixed port.** The parent opens the rendezvous store itself on 127.0.0.1, port 0 (the
+   kernel picks a free one) and workers join it as clients, so two launches at once never
+   collide and there is no window between "find a free port" and "bind it".
+3. **Errors and hangs.** A rank that raises ends the launch at once; the error names the rank
+   and carries its traceback (the earliest failure is the root cause — a peer that died of a
+   closed connection afterwards is listed, not blamed). A launch that runs past `timeout_s`
+   (a collective some rank never joined) is ended with the ranks that never finished named.
+   Either way every worker process, and anything it started, is gone when `launch` returns.
+4. **CUDA before fork.** A forked child cannot use CUDA once the parent initialised it; that is
+   refused up front with a sentence saying what to do.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psutil
+import torch
+import torch.distributed as dist
+
+from mgpukit.runtime import context as _context
+from mgpukit.runtime.hardware import cuda_device_count, usable_cores
+
+MODES = ("auto", "cpu", "gpu", "emulated")
+_DONE_KEY = "mgpukit/done/{rank}"
+_ERROR_KEY = "mgpukit/error/{rank}"  # value: "<time_ns>\n<traceback>"
+_PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+
+
+class LaunchError(RuntimeError):
+    """A launch could not start, or a worker failed. The message says what to change."""
+
+
+class WorkerError(LaunchError):
+    """A rank raised (or died). `rank` is the root cause, `traceback` its formatted traceback."""
+
+    def __init__(self, message: str, *, rank: int, traceback: str, exitcode: int | None):
+        super().__init__(message)
+        self.rank = rank
+        self.traceback = traceback
+        self.exitcode = exitcode
+
+
+class LaunchTimeout(LaunchError):
+    """The launch ran past its time limit; `ranks` never finished."""
+
+    def __init__(self, message: str, *, ranks: Sequence[int]):
+        super().__init__(message)
+        self.ranks = list(ranks)
+
+
+class OversubscribedWarning(UserWarning):
+    """More CPU workers than cores: results stay correct, wall-clock speedups do not."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WorkerSpec:
+    """What every worker needs to set itself up (sent by fork, never pickled)."""
+
+    world_size: int
+    mode: str  # "cpu" | "gpu" | "emulated"
+    profile: str | None
+    threads: int
+    timeout_s: float
+    t0: float  # time.perf_counter() in the parent at launch: timelines start here
+    log_dir: str  # each rank writes what it prints to <log_dir>/<rank>.log
+    options: dict
+
+
+def resolve_mode(mode: str, world_size: int) -> str:
+    """"auto" -> "gpu" when at least `world_size` GPUs are visible, else "cpu"."""
+    if mode not in MODES:
+        raise LaunchError(f"mode={mode!r} is not one of {MODES}.")
+    if mode == "auto":
+        return "gpu" if cuda_device_count() >= world_size else "cpu"
+    if mode == "gpu" and cuda_device_count() < world_size:
+        raise LaunchError(
+            f"mode='gpu' needs {world_size} GPUs but {cuda_device_count()} are visible; "
+            f"use mode='cpu' (or 'auto'), or fewer workers."
+        )
+    return mode
+
+
+def launch(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    mode: str = "auto",
+    profile: str | None = None,
+    timeout_s: float = 300.0,
+    threads_per_worker: int | None = None,
+    echo: bool = True,
+    options: dict | None = None,
+    **kwargs: Any,
+) -> list[Any]:
+    """Run `fn(*args, **kwargs)` on `world_size` workers; return each rank's value, by rank.
+
+    mode: "auto" (GPUs with NCCL when enough are visible, else CPU workers with gloo), "cpu",
+    "gpu", or "emulated" (CPU workers whose timings come from a virtual clock of `profile`).
+    timeout_s: the whole launch's limit; a hung rank ends in `LaunchTimeout`, not a hang.
+    echo: print what workers printed (prefixed by rank) once they finish.
+    options: free-form settings handed to every worker's context (`mgpukit.current().options`).
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise LaunchError(f"world_size must be a positive integer, got {world_size!r}.")
+    mode = resolve_mode(mode, world_size)
+    if mode == "emulated" and not profile:
+        raise LaunchError("mode='emulated' needs a hardware profile, e.g. profile='h100-nvlink'.")
+    if mode == "gpu" and torch.cuda.is_initialized():
+        raise LaunchError(
+            "CUDA was already initialised in this process, and forked workers cannot use it. "
+            "Restart the kernel and keep every CUDA call (model.cuda(), torch.randn(device='cuda'), "
+            "torch.cuda.* queries) inside the function you launch."
+        )
+    cores = usable_cores()
+    if mode != "gpu" and world_size > cores:
+        warnings.warn(
+            f"{world_size} CPU workers on {cores} cores: results stay correct, but measured "
+            f"wall-clock speedups will be distorted (workers take turns on the cores). "
+            f"Use mode='emulated' for hardware-faithful timings.",
+            OversubscribedWarning,
+            stacklevel=2,
+        )
+    threads = threads_per_worker or max(1, cores // world_size)
+    spec = WorkerSpec(
+        world_size=world_size, mode=mode, profile=profile, threads=threads,
+        timeout_s=timeout_s, t0=time.perf_counter(), options=dict(options or {}),
+        log_dir=tempfile.mkdtemp(prefix="mgpukit-launch-"),
+    )
+    try:
+        return _run(fn, args, kwargs, spec, echo=echo)
+    finally:
+        shutil.rmtree(spec.log_dir, ignore_errors=True)
+
+
+def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
+
+    n = spec.world_size
+    # The parent owns the rendezvous store: port 0 lets the kernel pick a free port, held open
+    # for the whole launch, so concurrent launches cannot race for the same one.
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=spec.timeout_s))
+    base_env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(store.port),
+        "WORLD_SIZE": str(n),
+        "LOCAL_WORLD_SIZE": str(n),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "OMP_NUM_THREADS": str(spec.threads),
+        "MGPUKIT_MODE": spec.mode,
+    }
+    envs = {r: {**base_env, "RANK": str(r), "LOCAL_RANK": str(r), "GROUP_RANK": "0"} for r in range(n)}
+    # torch's elastic layer logs every worker failure at ERROR level; we raise our own error.
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    pc = start_processes(
+        name="mgpukit",
+        entrypoint=_worker_main,
+        args={r: (fn, args, kwargs, spec) for r in range(n)},
+        envs=envs,
+        logs_specs=DefaultLogsSpecs(log_dir=spec.log_dir, redirects=Std.NONE),
+        start_method="fork",
+    )
+    worker_pids = list(pc.pids().values())
+    try:
+        result = pc.wait(timeout=spec.timeout_s, period=0.02)
+        if result is None:
+            unfinished = [r for r in range(n) if not store.check([_DONE_KEY.format(rank=r)])]
+            raise LaunchTimeout(
+                f"the launch ran past timeout_s={spec.timeout_s:g}s; rank(s) {unfinished} never "
+                f"finished. Usually a collective or recv that the other ranks never joined "
+                f"(ranks must call collectives in the same order). Raise timeout_s if the work "
+                f"is just slow.{_tail_logs(spec.log_dir, unfinished)}",
+                ranks=unfinished,
+            )
+        if result.is_failed():
+            raise _worker_error(spec.log_dir, result, store, n)
+        if echo:
+            _echo(spec.log_dir, n)
+        return [result.return_values[r] for r in range(n)]
+    finally:
+        tree = _process_tree(worker_pids)  # before close: orphans get re-parented away
+        pc.close(death_sig=signal.SIGTERM, timeout=5)
+        _kill(tree)
+        del store
+
+
+def _worker_main(fn, args, kwargs, spec: WorkerSpec):
+    """Runs in each forked worker: set up Accelerate + torch.distributed, run `fn`, tear down."""
+    import traceback
+
+    rank = int(os.environ["RANK"])
+    _capture_output(spec.log_dir, rank)
+    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=datetime.timedelta(seconds=spec.timeout_s))
+
+    def report_failure():
+        # Timestamped in the store, so the parent can tell the first failure from the peers
+        # that failed because of it (the elastic error files only keep whole seconds). Written
+        # before the process group is torn down, since tearing it down wakes the peers.
+        store.set(_ERROR_KEY.format(rank=rank), f"{time.time_ns()}\n{traceback.format_exc()}")
+
+    value = _run_in_worker(fn, args, kwargs, spec, rank, report_failure)
+    store.set(_DONE_KEY.format(rank=rank), "1")
+    return value
+
+
+def _run_in_worker(fn, args, kwargs, spec: WorkerSpec, rank: int, report_failure):
+    try:
+        return _setup_and_call(fn, args, kwargs, spec, rank)
+    except BaseException:
+        report_failure()
+        raise
+    finally:
+        _context.set_current(None)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _setup_and_call(fn, args, kwargs, spec: WorkerSpec, rank: int):
+    from accelerate import PartialState
+
+    torch.set_num_threads(spec.threads)
+    timeout = datetime.timedelta(seconds=spec.timeout_s)
+    state = PartialState(cpu=spec.mode != "gpu", timeout=timeout)
+    if state.num_processes != spec.world_size or state.process_index != rank:
+        raise LaunchError(
+            f"Accelerate reports process {state.process_index} of {state.num_processes} "
+            f"({state.distributed_type}) on rank {rank} of {spec.world_size}: the workers are not "
+            f"one group. (On CPU this is the cpu=True trap; mgpukit sets it — is another "
+            f"PartialState already alive in this process?)"
+        )
+    torch.set_num_threads(spec.threads)  # Accelerate may have set its own count
+    ctx = _context.WorkerContext(
+        rank=rank, world_size=spec.world_size, mode=spec.mode, profile=spec.profile,
+        device=state.device, t0=spec.t0, threads=spec.threads, options=spec.options,
+    )
+    _context.set_current(ctx)
+    return fn(*args, **kwargs)
+
+
+def _worker_error(log_dir: str, result, store, n: int) -> WorkerError:
+    """Find the root cause among the failed ranks; the others are listed, not blamed.
+
+    Ranks that torch terminated after the first failure (SignalException) are not failures. Root cause, in
+    order: the earliest rank that raised an error of its own; else a rank that died without
+    raising (segfault, os._exit, OOM kill); else the earliest "peer closed the connection".
+    """
+    raised = {}
+    for r in range(n):
+        key = _ERROR_KEY.format(rank=r)
+        if store.check([key]):
+            stamp, trace = store.get(key).decode(errors="replace").split("\n", 1)
+            if "SignalException" not in trace:  # terminated by us after the first failure
+                raised[r] = (int(stamp), trace.rstrip())
+    terminated = {r for r in range(n) if store.check([_ERROR_KEY.format(rank=r)])} - set(raised)
+    died = sorted(r for r in result.failures if r not in raised and r not in terminated)
+    own = {r: v for r, v in raised.items() if not any(p in v[1] for p in _PEER_GONE)}
+    if own:
+        rank = min(own, key=lambda r: own[r][0])
+    elif died:
+        rank = died[0]
+    else:
+        rank = min(raised, key=lambda r: raised[r][0])
+    if rank in raised:
+        how, trace = "raised", raised[rank][1]
+        if rank not in own:
+            trace += ("\n(A peer left while this rank waited on it: a rank died, or ranks called "
+                      "different collectives. Ranks must call the same collectives in the same order.)")
+    else:
+        code = result.failures[rank].exitcode
+        how = f"died with exit code {code}{_signal_name(code)}"
+        trace = "(no Python traceback: the process ended without raising an exception)"
+        trace += _tail_logs(log_dir, [rank])
+    others = sorted(r for r in {*raised, *died} if r != rank)
+    also = f" (rank(s) {others} failed after it)" if others else ""
+    exitcode = result.failures[rank].exitcode if rank in result.failures else None
+    return WorkerError(f"rank {rank} {how}{also}:\n{trace}", rank=rank, traceback=trace,
+                       exitcode=exitcode)
+
+
+def _signal_name(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f" (signal {signal.Signals(-exitcode).name})"
+        except ValueError:
+            pass
+    return ""
+
+
+def _tail_logs(log_dir: str, ranks, lines: int = 20) -> str:
+    out = []
+    for r in ranks:
+        path = os.path.join(log_dir, f"{r}.log")
+        if os.path.isfile(path):
+            text = open(path, errors="replace").read().rstrip().splitlines()[-lines:]
+            if text:
+                out.append(f"\n--- rank {r} output (last {len(text)} lines) ---\n" + "\n".join(text))
+    return "".join(out)
+
+
+def _echo(log_dir: str, n: int) -> None:
+    for r in range(n):
+        path = os.path.join(log_dir, f"{r}.log")
+        if os.path.isfile(path):
+            for line in open(path, errors="replace").read().splitlines():
+                print(f"[rank {r}] {line}")
+
+
+def _capture_output(log_dir: str, rank: int) -> None:
+    """Send this worker's prints to a file the parent echoes (prefixed by rank) afterwards.
+
+    Python-level streams are swapped, and file descriptors 1 and 2 follow where they exist, so
+    C-level output lands there too. A forked child cannot write into a notebook's output area
+    or pytest's capture objects, which is why the parent replays it.
+    """
+    log = open(os.path.join(log_dir, f"{rank}.log"), "w", buffering=1)
+    for fd in (1, 2):
+        try:
+            os.dup2(log.fileno(), fd)
+        except OSError:
+            pass
+    sys.stdout = sys.stderr = log
+
+
+def _process_tree(pids: list[int]) -> list[psutil.Process]:
+    procs = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            procs += [p, *p.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    return procs
+
+
+def _kill(procs: list[psutil.Process]) -> None:
+    """Make sure no worker, nor anything a worker started, outlives the launch."""
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=5)

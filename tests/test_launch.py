@@ -1,0 +1,161 @@
+"""`mgpukit.launch` with real worker processes: values back, Accelerate state, failures, hangs,
+no process left behind. Each test checks its property on real forked workers over gloo."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+import torch
+import torch.distributed as dist
+
+import mgpukit
+from mgpukit.runtime import launcher as launch_mod
+
+
+def _no_children_left():
+    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _rank_and_sum():
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    return dist.get_rank(), t.item(), os.getpid()
+
+
+def test_returns_each_ranks_value_and_all_reduce_sums():
+    out = mgpukit.launch(_rank_and_sum, 2)
+    assert [o[0] for o in out] == [0, 1]
+    assert [o[1] for o in out] == [3.0, 3.0]
+    assert not any(psutil.pid_exists(o[2]) and psutil.Process(o[2]).status() != psutil.STATUS_ZOMBIE
+                   for o in out)
+    assert _no_children_left() == []
+
+
+def _accelerate_state():
+    from accelerate import Accelerator
+
+    acc = Accelerator()  # note: no cpu=True — the trap mgpukit closes
+    ctx = mgpukit.current()
+    return acc.process_index, acc.num_processes, str(acc.distributed_type), ctx.rank, ctx.mode
+
+
+def test_accelerator_inside_a_worker_sees_the_group_not_a_replica():
+    out = mgpukit.launch(_accelerate_state, 2, mode="cpu")
+    assert out == [(0, 2, "DistributedType.MULTI_CPU", 0, "cpu"),
+                   (1, 2, "DistributedType.MULTI_CPU", 1, "cpu")]
+
+
+def _raise_on_rank_1():
+    if dist.get_rank() == 1:
+        raise ValueError("boom from rank one")
+    t = torch.ones(1)
+    dist.all_reduce(t)  # rank 0 waits here for a peer that is gone
+
+
+def test_an_exception_names_the_rank_and_carries_its_traceback():
+    start = time.perf_counter()
+    with pytest.raises(mgpukit.WorkerError) as info:
+        mgpukit.launch(_raise_on_rank_1, 2, timeout_s=60)
+    assert time.perf_counter() - start < 10
+    assert info.value.rank == 1
+    assert "boom from rank one" in info.value.traceback
+    assert "_raise_on_rank_1" in str(info.value)
+    assert _no_children_left() == []
+
+
+def _hang_on_rank_0():
+    if dist.get_rank() == 0:
+        t = torch.ones(1)
+        dist.all_reduce(t)  # rank 1 never joins
+    else:
+        time.sleep(600)
+
+
+def test_a_hung_rank_ends_in_a_timeout_naming_the_ranks():
+    start = time.perf_counter()
+    with pytest.raises(mgpukit.LaunchTimeout) as info:
+        mgpukit.launch(_hang_on_rank_0, 2, timeout_s=3)
+    assert time.perf_counter() - start < 15
+    assert info.value.ranks == [0, 1]
+    assert "timeout_s=3" in str(info.value)
+    assert _no_children_left() == []
+
+
+def _die_hard():
+    if dist.get_rank() == 1:
+        os._exit(7)
+    time.sleep(600)
+
+
+def test_a_worker_that_dies_without_an_exception_is_reported():
+    with pytest.raises(mgpukit.WorkerError) as info:
+        mgpukit.launch(_die_hard, 2, timeout_s=60)
+    assert info.value.rank == 1
+    assert "exit code 7" in str(info.value)
+    assert _no_children_left() == []
+
+
+def _spawn_grandchild():
+    if dist.get_rank() == 0:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        return child.pid
+    time.sleep(600)
+
+
+def test_nothing_a_worker_started_survives_the_launch():
+    with pytest.raises(mgpukit.LaunchTimeout):
+        mgpukit.launch(_spawn_grandchild, 2, timeout_s=3)
+    assert _no_children_left() == []
+
+
+def test_two_launches_at_once_on_one_machine_both_succeed(tmp_path):
+    script = tmp_path / "one.py"
+    script.write_text(textwrap.dedent("""
+        import torch, torch.distributed as dist, mgpukit
+        def f():
+            t = torch.ones(1); dist.all_reduce(t); return t.item()
+        if __name__ == "__main__":
+            assert mgpukit.launch(f, 2) == [2.0, 2.0]
+            print("ok")
+    """))
+    procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert all("ok" in o[0] for o in outs)
+
+
+def test_launch_after_cuda_was_initialised_is_refused_with_a_clear_message(monkeypatch):
+    monkeypatch.setattr(launch_mod, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(mgpukit.LaunchError, match="CUDA was already initialised"):
+        mgpukit.launch(_rank_and_sum, 2, mode="auto")
+
+
+def test_more_workers_than_cores_warns(monkeypatch):
+    monkeypatch.setattr(launch_mod, "usable_cores", lambda: 1)
+    with pytest.warns(mgpukit.OversubscribedWarning, match="speedups will be distorted"):
+        out = mgpukit.launch(_rank_and_sum, 2)
+    assert [o[1] for o in out] == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2"])
+def test_bad_world_size_is_refused(bad):
+    with pytest.raises(mgpukit.LaunchError, match="world_size"):
+        mgpukit.launch(_rank_and_sum, bad)
+
+
+def test_gpu_mode_without_gpus_says_what_to_do():
+    if torch.cuda.is_available():
+        pytest.skip("GPUs present")
+    with pytest.raises(mgpukit.LaunchError, match="mode='cpu'"):
+        mgpukit.launch(_rank_and_sum, 2, mode="gpu")
+
+
+def test_worker_output_is_echoed_with_its_rank(capsys):
+    mgpukit.launch(lambda: print("hi from", dist.get_rank()), 2)
+    out = capsys.readouterr().out
+    assert "[rank 0] hi from 0" in out and "[rank 1] hi from 1" in out
