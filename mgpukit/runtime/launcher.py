@@ -315,7 +315,8 @@ def _tail_logs(log_dir: str, ranks, lines: int = 20) -> str:
     for r in ranks:
         path = os.path.join(log_dir, f"{r}.log")
         if os.path.isfile(path):
-            text = open(path, errors="replace").read().rstrip().splitlines()[-lines:]
+            with open(path, errors="replace") as f:
+                text = f.read().rstrip().splitlines()[-lines:]
             if text:
                 out.append(f"\n--- rank {r} output (last {len(text)} lines) ---\n" + "\n".join(text))
     return "".join(out)
@@ -325,8 +326,9 @@ def _echo(log_dir: str, n: int) -> None:
     for r in range(n):
         path = os.path.join(log_dir, f"{r}.log")
         if os.path.isfile(path):
-            for line in open(path, errors="replace").read().splitlines():
-                print(f"[rank {r}] {line}")
+            with open(path, errors="replace") as f:
+                for line in f.read().splitlines():
+                    print(f"[rank {r}] {line}")
 
 
 def _capture_output(log_dir: str, rank: int) -> None:

@@ -1,0 +1,58 @@
+"""`RunConfig`: what one experiment trains — model, data, optimizer, steps — and its knobs."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+
+MODELS = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    model: str = "gpt-tiny"
+    steps: int = 20
+    global_batch: int = 8  # sequences (GPT) or rows (MLP) per optimizer step, over all ranks
+    micro_batches: int = 1  # per step, per data-parallel rank (gradient accumulation / pipeline)
+    # SGD with momentum by default: parity with the single-process reference then holds at
+    # torch's fp32 tolerances for the whole run. Adam divides by sqrt(v), which amplifies the
+    # last-bit differences of a different summation order (2 half-batch gradients averaged vs
+    # one full-batch gradient) until weights drift past 1e-5 — exact algorithm, inexact floats.
+    lr: float = 0.1
+    optimizer: str = "sgd"  # "sgd" | "adamw"
+    seed: int = 0
+    options: dict = dataclasses.field(default_factory=dict)  # strategy knobs (bucket_mb, …)
+
+    def __post_init__(self):
+        if self.model not in MODELS:
+            raise ValueError(f"model={self.model!r} is not one of {MODELS}.")
+        if self.optimizer not in ("adamw", "sgd"):
+            raise ValueError(f"optimizer={self.optimizer!r}: use 'adamw' or 'sgd'.")
+        for name in ("steps", "global_batch", "micro_batches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
+
+    def replace(self, **changes) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def key(self) -> str:
+        return json.dumps(self.as_dict(), sort_keys=True, default=str)
+
+    @property
+    def is_gpt(self) -> bool:
+        return self.model.startswith("gpt")
+
+    def model_config(self):
+        from mgpukit.models import gpt_small, gpt_tiny, mlp_tiny, mlp_wide
+
+        return {"gpt-tiny": gpt_tiny, "gpt-small": gpt_small,
+                "mlp-tiny": mlp_tiny, "mlp-wide": mlp_wide}[self.model]()
+
+    def tokens_per_step(self) -> int:
+        """Tokens (GPT) or rows (MLP) one optimizer step consumes, over all ranks."""
+        return self.global_batch * (self.model_config().seq_len if self.is_gpt else 1)
+
+

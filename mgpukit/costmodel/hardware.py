@@ -1,0 +1,214 @@
+"""Hardware profiles: the few public figures a cost model needs about a cluster.
+
+A profile is one TOML file in ``data/hardware/`` (or in the user's cache, where
+``mgpukit calibrate`` writes a measured ``this-machine``). Every figure in the shipped files
+carries a comment naming its public source: NVIDIA datasheets for peak FLOP/s, memory and
+link rates; nccl-tests reports for the alpha (latency per ring step) and the bus bandwidth
+collectives really reach.
+
+Links follow the alpha-beta (Hockney) model: sending ``n`` bytes over one hop costs
+``alpha + n / beta``. ``beta`` is the *unidirectional, per-GPU* bandwidth a collective can
+use ("bus bandwidth" in nccl-tests terms), not the marketing bidirectional figure.
+
+    >>> p = load_profile("h100-nvlink")
+    >>> p.flops("bf16"), p.intra_node.beta
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16")
+THIS_MACHINE = "this-machine"
+THIS_MACHINE_DEFAULT = "this-machine-default"
+
+
+def data_dir() -> Path:
+    """Where the shipped profiles live: ``<repo>/data/hardware``."""
+    return Path(__file__).resolve().parents[2] / "data" / "hardware"
+
+
+def user_profile_dir() -> Path:
+    """Where measured profiles live (``mgpukit calibrate`` writes ``this-machine.toml`` here)."""
+    return Path.home() / ".cache" / "mgpukit" / "hardware"
+
+
+class ProfileNotFoundError(ValueError):
+    """No profile of that name; the message lists the ones that exist."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """One kind of hop: ``alpha`` seconds of latency, ``beta`` bytes/s of bandwidth."""
+
+    alpha: float
+    beta: float
+
+    def __post_init__(self) -> None:
+        if self.alpha < 0 or self.beta <= 0:
+            raise ValueError(f"a link needs alpha >= 0 and beta > 0, got alpha={self.alpha}, beta={self.beta}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeakFlops:
+    """Dense peak FLOP/s per dtype (no 2:4 sparsity)."""
+
+    fp32: float
+    tf32: float
+    bf16: float
+    fp16: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class HardwareProfile:
+    """One accelerator and its links. Sizes are bytes, rates bytes/s or FLOP/s, times s.
+
+    ``compute_efficiency`` is the fraction of peak that matmul-heavy training kernels reach
+    (the cost model divides FLOPs by ``peak * compute_efficiency``); ``usable_memory`` the
+    fraction of device memory left for tensors after the runtime's own reservations.
+    """
+
+    name: str
+    description: str = ""
+    peak_flops: PeakFlops
+    memory_bytes: float
+    memory_bandwidth: float
+    gpus_per_node: int
+    intra_node: Link
+    inter_node: Link
+    compute_efficiency: float = 0.5
+    usable_memory: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_node < 1:
+            raise ValueError(f"profile {self.name!r}: gpus_per_node must be >= 1, got {self.gpus_per_node}")
+        if not 0 < self.compute_efficiency <= 1 or not 0 < self.usable_memory <= 1:
+            raise ValueError(f"profile {self.name!r}: efficiencies must be in (0, 1]")
+
+    def flops(self, dtype: str = "bf16") -> float:
+        """Peak dense FLOP/s for ``dtype`` ("fp32", "tf32", "bf16", "fp16")."""
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+        return getattr(self.peak_flops, dtype)
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """Memory the cost model lets tensors use: ``memory_bytes * usable_memory``."""
+        return self.memory_bytes * self.usable_memory
+
+    # -------------------------------------------------------------- dict / TOML round trip
+
+    def to_dict(self) -> dict:
+        """The profile as the nested dict its TOML file holds."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "gpus_per_node": self.gpus_per_node,
+            "memory_bytes": self.memory_bytes,
+            "memory_bandwidth": self.memory_bandwidth,
+            "peak_flops": {d: getattr(self.peak_flops, d) for d in DTYPES},
+            "intra_node": {"alpha": self.intra_node.alpha, "beta": self.intra_node.beta},
+            "inter_node": {"alpha": self.inter_node.alpha, "beta": self.inter_node.beta},
+            "efficiency": {"compute": self.compute_efficiency, "usable_memory": self.usable_memory},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "HardwareProfile":
+        """Build a profile from the nested dict of a TOML file; says which key is missing."""
+        try:
+            eff = d.get("efficiency", {})
+            return cls(
+                name=d["name"],
+                description=d.get("description", ""),
+                gpus_per_node=int(d["gpus_per_node"]),
+                memory_bytes=float(d["memory_bytes"]),
+                memory_bandwidth=float(d["memory_bandwidth"]),
+                peak_flops=PeakFlops(**{k: float(d["peak_flops"][k]) for k in DTYPES}),
+                intra_node=Link(alpha=float(d["intra_node"]["alpha"]), beta=float(d["intra_node"]["beta"])),
+                inter_node=Link(alpha=float(d["inter_node"]["alpha"]), beta=float(d["inter_node"]["beta"])),
+                compute_efficiency=float(eff.get("compute", 0.5)),
+                usable_memory=float(eff.get("usable_memory", 0.9)),
+            )
+        except KeyError as e:
+            raise ValueError(f"hardware profile {d.get('name', '?')!r} lacks the key {e.args[0]!r}") from None
+
+
+# ------------------------------------------------------------------------ files
+
+
+def _search_dirs(search_dirs: list[Path] | None) -> list[Path]:
+    return list(search_dirs) if search_dirs is not None else [user_profile_dir(), data_dir()]
+
+
+def list_profiles(*, search_dirs: list[Path] | None = None) -> list[str]:
+    """Names :func:`load_profile` accepts (``this-machine`` always resolves)."""
+    names = {THIS_MACHINE}
+    for d in _search_dirs(search_dirs):
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.toml"))
+    return sorted(names)
+
+
+def load_profile(name: str, *, search_dirs: list[Path] | None = None) -> HardwareProfile:
+    """Load profile ``name`` (or a path to a ``.toml`` file).
+
+    Looks in ``~/.cache/mgpukit/hardware/`` first, then ``data/hardware/``. ``this-machine``
+    falls back to the shipped ``this-machine-default`` placeholder until ``mgpukit
+    calibrate`` has written a measured one.
+    """
+    if isinstance(name, HardwareProfile):
+        return name
+    if name.endswith(".toml") or "/" in name:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ProfileNotFoundError(f"no hardware profile file at {path}")
+        return _read(path)
+    dirs = _search_dirs(search_dirs)
+    candidates = [name, THIS_MACHINE_DEFAULT] if name == THIS_MACHINE else [name]
+    for candidate in candidates:
+        for d in dirs:
+            path = d / f"{candidate}.toml"
+            if path.is_file():
+                return _read(path)
+    raise ProfileNotFoundError(
+        f"unknown hardware profile {name!r}; available: {', '.join(list_profiles(search_dirs=dirs))} "
+        f"(or pass a path to a .toml file)"
+    )
+
+
+def _read(path: Path) -> HardwareProfile:
+    with open(path, "rb") as f:
+        return HardwareProfile.from_dict(tomllib.load(f))
+
+
+def save_profile(profile: HardwareProfile, path: str | Path, *, comment: str = "") -> Path:
+    """Write ``profile`` as TOML (stdlib has a TOML reader but no writer, hence by hand).
+
+    ``comment`` lines go at the top: say where the figures came from.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"# {line}" for line in comment.splitlines()]
+    tables = []
+    for key, value in profile.to_dict().items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for key, table in tables:
+        lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)  # repr of a finite float is valid TOML ("2e-06", "370000000000.0")
+    escaped = str(v).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'

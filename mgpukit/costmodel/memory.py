@@ -1,0 +1,137 @@
+"""Memory per GPU by category: parameters, gradients, optimizer state, activations.
+
+**Model states** (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
+Trillion Parameter Models", §3 and Figure 1). With mixed precision and Adam each of the Ψ
+parameters on a GPU costs 2 bytes (bf16 weights) + 2 (bf16 gradients) + K = 12 (fp32 master
+copy, momentum, variance): ``(2 + 2 + K)·Ψ = 16Ψ``. Plain fp32 training is 4 + 4 + 8. ZeRO
+shards over the ``N_d`` data-parallel ranks:
+
+=====  ======================================
+stage  bytes per GPU (mixed precision)
+=====  ======================================
+0      ``(2 + 2 + 12)·Ψ``
+1      ``2Ψ + 2Ψ + 12Ψ/N_d``               (optimizer states)
+2      ``2Ψ + (2 + 12)·Ψ/N_d``             (+ gradients)
+3      ``(2 + 2 + 12)·Ψ/N_d``              (+ parameters; plus two gathered layers in flight)
+=====  ======================================
+
+Here Ψ is what one GPU holds *before* ZeRO: its pipeline stage's layers (plus the embedding
+on the first stage and the output layer on the last), split by tensor parallelism except for
+norms and row-parallel biases.
+
+**Activations** (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models", §4). Per layer, micro-batch ``b``, sequence ``s``, hidden ``h``, ``a``
+heads, 16-bit activations with dropout:
+
+    no parallelism          s·b·h·(34 + 5·a·s/h)
+    tensor parallel t       s·b·h·(10 + 24/t + 5·a·s/(h·t))
+    + sequence parallel     s·b·h·(34 + 5·a·s/h)/t
+    + selective recompute   s·b·h·34/t          (the s² attention core is recomputed)
+    full recompute          2·s·b·h (/t with SP)  (only each layer's input is kept)
+
+:func:`activation_bytes_per_layer` builds those numbers tensor by tensor, so GQA, gated MLPs,
+other d_ff and fp32 follow. A pipeline stage holds ``n_layer/p`` layers times the
+micro-batches in flight of its schedule (:mod:`mgpukit.costmodel.pipeline`); the last stage
+also holds fp32 logits for the loss, ``4·s·b·V/t``. Not modelled: CUDA context, allocator
+fragmentation, communication buffers (the profile's ``usable_memory`` leaves room for them).
+"""
+
+from __future__ import annotations
+
+from mgpukit.costmodel.layout import Layout
+from mgpukit.costmodel.pipeline import microbatches_in_flight
+from mgpukit.costmodel.shapes import ModelShape, layer_param_split, param_breakdown
+
+CATEGORIES = ("params", "grads", "optimizer", "activations")
+
+
+def activation_bytes_per_layer(
+    shape: ModelShape, *, micro_batch: int, tp: int = 1, sp: bool = False,
+    checkpointing: str = "none", dtype_bytes: int = 2,
+) -> float:
+    """Bytes one transformer layer keeps for backward, for one micro-batch (module docstring)."""
+    s, b, h, e = shape.seq_len, micro_batch, shape.d_model, dtype_bytes
+    sbh = s * b * h
+    if checkpointing == "full":  # only the layer's input survives the forward
+        return e * sbh / (tp if sp else 1)
+    mask = 1 if shape.dropout else 0  # dropout masks are stored as bytes
+    # Replicated across tp ranks unless SP: both norms' inputs, the q/k/v input, the MLP input,
+    # and the dropout masks after the two row-parallel linears.
+    replicated = e * 4 * sbh + mask * 2 * sbh
+    # Split by tp: q, k, v; the out-projection input; the MLP's inner activations.
+    mlp_inner = shape.d_ff * (3 if shape.gated_mlp else 2)  # fc1 out (gate, up) + act out
+    split = e * s * b * (h + 2 * shape.kv_dim + h + mlp_inner)
+    # The s² attention core: softmax output (+ dropout output and its mask).
+    core = s * s * b * shape.n_head * (e * (2 if shape.dropout else 1) + mask)
+    if checkpointing == "selective":
+        core = 0.0
+    return (replicated / (tp if sp else 1)) + (split + core) / tp
+
+
+def stage_params(shape: ModelShape, layout: Layout, stage: int) -> float:
+    """Parameters held by one GPU of pipeline ``stage`` (tp-split, before ZeRO sharding)."""
+    split, replicated = layer_param_split(shape)
+    n = shape.n_layer // layout.pp * (split / layout.tp + replicated)
+    pieces = param_breakdown(shape)
+    d = shape.d_model
+    if stage == 0:  # token embedding (vocab-parallel) + position table (replicated)
+        pos = shape.seq_len * d if shape.learned_pos else 0
+        n += (pieces["embedding"] - pos) / layout.tp + pos
+    if stage == layout.pp - 1:  # final norm (replicated) + lm_head (vocab-parallel)
+        norm = 2 * d if shape.norm == "layernorm" else d
+        head = pieces["head"] - norm
+        if shape.tied_embeddings and layout.pp > 1:
+            head += shape.vocab * d  # Megatron keeps a copy of the tied embedding on the last stage
+        n += head / layout.tp + norm
+    return n
+
+
+def model_state_bytes(psi: float, layout: Layout, *, gather_bytes: float = 0.0) -> dict[str, float]:
+    """ZeRO table (module docstring) for ``psi`` local parameters; ``gather_bytes``: ZeRO-3's
+    temporarily gathered full layers, counted under params."""
+    n = layout.dp
+    if layout.dtype == "bf16":
+        p, g, k = 2, 2, 12  # bf16 weights, bf16 grads, fp32 master + Adam m + v
+    else:
+        p, g, k = 4, 4, 8  # fp32 weights, fp32 grads, Adam m + v
+    z = layout.zero
+    return {
+        "params": psi * p / (n if z >= 3 else 1) + (gather_bytes if z >= 3 else 0.0),
+        "grads": psi * g / (n if z >= 2 else 1),
+        "optimizer": psi * k / (n if z >= 1 else 1),
+    }
+
+
+def stage_memory(shape: ModelShape, layout: Layout, stage: int, *, micro_batch: int | None = None) -> dict[str, float]:
+    """Bytes per GPU of pipeline ``stage``, by category, plus ``total``."""
+    b = micro_batch or layout.micro_batch
+    e = layout.dtype_bytes
+    psi = stage_params(shape, layout, stage)
+    split, replicated = layer_param_split(shape)
+    gather = 2 * (split / layout.tp + replicated) * e  # ZeRO-3: current + prefetched layer
+    mem = model_state_bytes(psi, layout, gather_bytes=gather)
+
+    kw = dict(micro_batch=b, tp=layout.tp, sp=layout.sp, dtype_bytes=e)
+    per_layer = activation_bytes_per_layer(shape, checkpointing=layout.checkpointing, **kw)
+    layers = shape.n_layer // layout.pp
+    in_flight = microbatches_in_flight(layout.schedule, layout.pp, layout.num_micro_batches, layout.v, stage)
+    act = layers * per_layer * in_flight
+    # During backward one layer's recomputed activations exist at once, for one micro-batch.
+    if layout.checkpointing == "full":
+        act += activation_bytes_per_layer(shape, checkpointing="none", **kw)
+    elif layout.checkpointing == "selective":
+        act += activation_bytes_per_layer(shape, **kw) - activation_bytes_per_layer(shape, checkpointing="selective", **kw)
+    if stage == layout.pp - 1:  # final-norm input, lm_head input, fp32 logits for the loss
+        sbh = shape.seq_len * b * shape.d_model
+        act += 2 * e * sbh / (layout.tp if layout.sp else 1) + 4 * shape.seq_len * b * shape.vocab / layout.tp
+    mem["activations"] = act
+    mem["total"] = sum(mem[c] for c in CATEGORIES)
+    return mem
+
+
+def memory_per_rank(shape: ModelShape, layout: Layout, *, micro_batch: int | None = None) -> dict[str, float]:
+    """Bytes per GPU by category (``params, grads, optimizer, activations, total``) on the
+    fullest GPU: the first pipeline stage (most micro-batches in flight) or the last (logits).
+    ``micro_batch`` overrides ``layout.micro_batch``."""
+    stages = {0, layout.pp - 1}
+    return max((stage_memory(shape, layout, s, micro_batch=micro_batch) for s in stages), key=lambda m: m["total"])

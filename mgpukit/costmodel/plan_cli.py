@@ -1,0 +1,187 @@
+"""``mgpukit plan``: the analytical cost model from the command line.
+
+    mgpukit plan --model 70b --gpus 64 --profile h100-nvlink --dp 8 --tp 8 --pp 1 \\
+                 --zero 1 --micro-batch 1 --global-batch 512 --ckpt selective
+    mgpukit plan --model 70b --gpus 64 --profile h100-ib --global-batch 512 --search
+    mgpukit plan ... --json plan.json
+
+Every figure printed is a prediction of the closed-form model, never a measurement.
+``register(subparsers)`` adds the subcommand to the main CLI; ``main(argv)`` runs it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mgpukit.costmodel.hardware import list_profiles, load_profile
+from mgpukit.costmodel.layout import SCHEDULES, Layout
+from mgpukit.costmodel.memory import CATEGORIES
+from mgpukit.costmodel.planner import Plan, plan, search
+from mgpukit.costmodel.shapes import get_shape, list_shapes
+
+SEARCH_GLOBAL_BATCH = 512
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="7b", help=f"preset: {', '.join(list_shapes())} (default 7b)")
+    p.add_argument("--gpus", type=int, default=8, help="number of GPUs (default 8)")
+    p.add_argument("--profile", default="h100-nvlink",
+                   help=f"hardware profile: {', '.join(list_profiles())}, or a .toml path (default h100-nvlink)")
+    p.add_argument("--dp", type=int, help="data-parallel degree (default: gpus / (tp·pp))")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1)")
+    p.add_argument("--zero", type=int, default=0, choices=range(4), help="ZeRO stage 0-3 (default 0)")
+    p.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
+                   help="sequence parallelism (default: on when tp > 1)")
+    p.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule (default 1f1b)")
+    p.add_argument("--v", type=int, default=None, help="model chunks per stage for 'interleaved' (default 2)")
+    p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help=f"sequences per step (default: dp·micro-batch·micro-batches; {SEARCH_GLOBAL_BATCH} with --search)")
+    p.add_argument("--micro-batches", type=int, default=None,
+                   help="micro-batches per replica when --global-batch is not given (default 4·pp, or 1 without pp)")
+    p.add_argument("--ckpt", default="none", choices=("none", "selective", "full"), help="activation checkpointing")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"), help="bf16 mixed precision or fp32")
+    p.add_argument("--search", action="store_true", help="rank every layout that fits by predicted step time")
+    p.add_argument("--top", type=int, default=10, help="rows of the --search table (default 10)")
+    p.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``plan`` to an ``argparse`` subparsers object; the handler is ``args.func(args)``."""
+    p = subparsers.add_parser("plan", help="predict memory, step time and MFU of a parallel layout",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def layout_from_args(args) -> Layout:
+    tp, pp = args.tp, args.pp
+    if args.dp is None and args.gpus % (tp * pp):
+        raise ValueError(f"tp × pp = {tp * pp} does not divide --gpus {args.gpus}; choose tp and pp whose product does")
+    dp = args.dp if args.dp is not None else args.gpus // (tp * pp)
+    v = args.v if args.v is not None else (2 if args.schedule == "interleaved" else 1)
+    kw = dict(dp=dp, tp=tp, pp=pp, zero=args.zero, sp=(tp > 1) if args.sp is None else args.sp,
+              schedule=args.schedule, v=v, micro_batch=args.micro_batch, checkpointing=args.ckpt, dtype=args.dtype)
+    if args.global_batch is not None:
+        return Layout.from_global_batch(global_batch=args.global_batch, **kw)
+    m = args.micro_batches if args.micro_batches is not None else (4 * pp if pp > 1 else 1)
+    return Layout(num_micro_batches=m, **kw)
+
+
+def run(args) -> int:
+    """Handler of ``mgpukit plan``: prints a table, optionally writes JSON; returns the exit code."""
+    try:
+        shape, profile = get_shape(args.model), load_profile(args.profile)
+        if args.search:
+            gb = args.global_batch or SEARCH_GLOBAL_BATCH
+            plans = search(shape, args.gpus, profile, global_batch=gb, top=args.top, include_unfit=True)
+            print(format_search(plans, gpus=args.gpus, global_batch=gb))
+            result = {"predicted": True, "model": shape.name, "profile": profile.name, "gpus": args.gpus,
+                      "global_batch": gb, "plans": [pl.to_dict() for pl in plans]}
+        else:
+            result_plan = plan(shape, args.gpus, profile, layout_from_args(args))
+            print(format_plan(result_plan))
+            result = result_plan.to_dict()
+    except ValueError as e:  # LayoutError and unknown names included: say what to change
+        print(f"mgpukit plan: error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+# -------------------------------------------------------------------------- formatting
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:8.2f} GiB"
+
+
+def _sec(x: float) -> str:
+    return f"{x * 1e3:8.1f} ms" if x < 1 else f"{x:8.2f} s "
+
+
+def _header(pl: Plan) -> list[str]:
+    s, hw = pl.model, pl.profile
+    return [
+        f"model    {s.name}: {pl.params / 1e9:.2f} B parameters, {s.n_layer} layers, d_model {s.d_model}, "
+        f"{s.n_head} heads, seq {s.seq_len}, vocab {s.vocab}",
+        f"cluster  {pl.gpus} GPUs of profile {hw.name} ({hw.gpus_per_node} per node): {hw.description}",
+    ]
+
+
+def format_plan(pl: Plan) -> str:
+    """The readable report of one plan; every figure is labelled predicted."""
+    t, mem = pl.time, pl.memory
+    lines = _header(pl) + [f"layout   {pl.layout.describe()}", "",
+                           "predicted memory per GPU (fullest pipeline stage)"]
+    lines += [f"  {c:<12}{_gib(mem[c])}" for c in CATEGORIES]
+    verdict = "FITS" if pl.fits else "DOES NOT FIT"
+    lines.append(f"  {'total':<12}{_gib(mem['total'])}   of {pl.memory_limit / 2**30:.2f} GiB usable "
+                 f"({pl.profile.usable_memory:.0%} of {pl.profile.memory_bytes / 2**30:.1f} GiB)  -> {verdict}")
+    if not pl.fits:
+        lines.append(f"  hint: {_advice(pl)}")
+    lines += ["", "predicted step time"]
+    rows = [("compute", t["compute_s"]), ("tp comm", t["comm_tp_s"]), ("pp comm", t["comm_pp_s"]),
+            ("dp comm", t["comm_dp_s"]), ("bubble", t["bubble_s"]), ("optimizer", t["optimizer_s"]),
+            ("total", t["total_s"])]
+    lines += [f"  {name:<12}{_sec(v)}" for name, v in rows]
+    lines += ["", f"predicted MFU             {t['mfu']:6.1%}   (hardware FLOPs utilisation {t['hfu']:.1%})",
+              f"predicted bubble          {t['bubble_fraction']:6.1%}",
+              f"predicted throughput      {t['tokens_per_s']:,.0f} tokens/s",
+              f"predicted comm per GPU    dp {pl.comm_bytes['dp'] / 2**30:.2f} GiB, tp {pl.comm_bytes['tp'] / 2**30:.2f} GiB, "
+              f"pp {pl.comm_bytes['pp'] / 2**30:.2f} GiB per step",
+              "(analytical cost model: predictions, not measurements)"]
+    return "\n".join(lines)
+
+
+def _advice(pl: Plan) -> str:
+    mem, lay = pl.memory, pl.layout
+    if max(CATEGORIES, key=lambda c: mem[c]) == "activations":
+        steps = [f"--ckpt {c}" for c in ("selective", "full") if c != lay.checkpointing][:1]
+        steps += ["a smaller --micro-batch" if lay.micro_batch > 1 else "more --tp or --pp"]
+        if lay.tp > 1 and not lay.sp:
+            steps.append("--sp")
+        return "activations dominate: try " + ", ".join(steps)
+    if lay.zero < 3 and lay.dp > 1:
+        return f"model states dominate: try --zero {lay.zero + 1}, or more --tp or --pp"
+    return "model states dominate: try more --tp or --pp (or more GPUs)"
+
+
+def format_search(plans: list[Plan], *, gpus: int, global_batch: int) -> str:
+    """A ranked table of plans (fitting ones first, fastest first)."""
+    if not plans:
+        return f"no valid layout for {gpus} GPUs and global batch {global_batch}"
+    lines = _header(plans[0]) + [
+        f"search   global batch {global_batch}; ranked by predicted step time", "",
+        f"{'#':>3} {'dp':>4} {'tp':>3} {'pp':>3} {'zero':>4} {'schedule':<14} {'mb×m':>9} {'ckpt':<9} "
+        f"{'pred. mem/GPU':>13} {'pred. step':>11} {'pred. MFU':>9} {'pred. bubble':>12}  fits",
+    ]
+    for i, pl in enumerate(plans, 1):
+        lay = pl.layout
+        sched = (lay.schedule + (f" v={lay.v}" if lay.v > 1 else "")) if lay.pp > 1 else "-"
+        lines.append(
+            f"{i:>3} {lay.dp:>4} {lay.tp:>3} {lay.pp:>3} {lay.zero:>4} {sched:<14} "
+            f"{f'{lay.micro_batch}×{lay.num_micro_batches}':>9} {lay.checkpointing:<9} "
+            f"{pl.memory['total'] / 2**30:>9.1f} GiB {pl.step_time_s:>9.2f} s {pl.mfu:>9.1%} "
+            f"{pl.bubble_fraction:>12.1%}  {'yes' if pl.fits else 'NO'}"
+        )
+    lines.append("(analytical cost model: predictions, not measurements)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mgpukit plan", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

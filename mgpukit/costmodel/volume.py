@@ -1,0 +1,66 @@
+"""Bytes each GPU sends per training step, by parallel dimension.
+
+Ring collectives send ``(n-1)/n`` of the buffer per reduce-scatter or all-gather and twice
+that per all-reduce (see :mod:`mgpukit.costmodel.comm`). Per step, for Ψ local parameters of
+``e`` bytes and ``m`` micro-batches of ``b`` sequences:
+
+* **data parallel** (Rajbhandari et al. 2020, ZeRO §7): plain DP all-reduces the gradients once,
+  ``2(n-1)/n·Ψ·e``; ZeRO-1 reduce-scatters gradients and all-gathers updated parameters, the
+  same volume; ZeRO-2 reduce-scatters every micro-batch (gradients are kept sharded);
+  ZeRO-3 all-gathers parameters in forward and again in backward and reduce-scatters
+  gradients, ``3(n-1)/n·Ψ·e`` per micro-batch (1.5× DP when ``m = 1``, the paper's figure).
+* **tensor parallel** (Shoeybi et al. 2019, Megatron-LM §3): two all-reduces of the ``s·b·h``
+  activations per layer in forward (``g`` after attention and after the MLP) and two in backward
+  (``f``); full recomputation repeats the forward two. Sequence parallelism (Korthikanti et
+  al. 2022) turns each all-reduce into an all-gather + reduce-scatter: same volume.
+* **pipeline parallel** (Narayanan et al. 2021): each micro-batch sends its ``s·b·h`` output
+  activation to the next stage and receives the gradient back; a middle stage sends one of each
+  per micro-batch, ``v`` times more with interleaving. SP sends ``1/t`` of it.
+"""
+
+from __future__ import annotations
+
+from mgpukit.costmodel.layout import Layout
+from mgpukit.costmodel.memory import stage_params
+from mgpukit.costmodel.shapes import ModelShape
+
+
+def tp_allreduces_per_layer(checkpointing: str) -> int:
+    """All-reduces (or AG+RS pairs) per layer per micro-batch: 2 fwd + 2 bwd (+2 recomputed)."""
+    return 6 if checkpointing == "full" else 4
+
+
+def dp_collective_bytes(psi: float, layout: Layout) -> dict[str, float]:
+    """Buffer sizes (bytes, the full unsharded buffer) of the data-parallel collectives per step,
+    as counts × size: ``allreduce``, ``reduce_scatter``, ``allgather`` → (count, nbytes)."""
+    nbytes = psi * layout.dtype_bytes
+    m = layout.num_micro_batches
+    if layout.dp == 1:
+        return {}
+    if layout.zero == 0:
+        return {"allreduce": (1, nbytes)}
+    if layout.zero == 1:
+        return {"reduce_scatter": (1, nbytes), "allgather": (1, nbytes)}
+    if layout.zero == 2:
+        return {"reduce_scatter": (m, nbytes), "allgather": (1, nbytes)}
+    return {"reduce_scatter": (m, nbytes), "allgather": (2 * m, nbytes)}
+
+
+def comm_bytes_per_step(shape: ModelShape, layout: Layout) -> dict[str, float]:
+    """Bytes sent per GPU per step: ``dp``, ``tp``, ``pp`` and ``total`` (fullest stage)."""
+    psi = max(stage_params(shape, layout, s) for s in {0, layout.pp - 1})
+    n = layout.dp
+    dp = 0.0
+    for kind, (count, nbytes) in dp_collective_bytes(psi, layout).items():
+        factor = 2 * (n - 1) / n if kind == "allreduce" else (n - 1) / n
+        dp += count * factor * nbytes
+
+    t, m = layout.tp, layout.num_micro_batches
+    activation = shape.seq_len * layout.micro_batch * shape.d_model * layout.dtype_bytes
+    layers = shape.n_layer // layout.pp
+    tp = m * layers * tp_allreduces_per_layer(layout.checkpointing) * 2 * (t - 1) / t * activation
+
+    pp = 0.0
+    if layout.pp > 1:
+        pp = m * 2 * layout.v * activation / (t if layout.sp else 1)
+    return {"dp": dp, "tp": tp, "pp": pp, "total": dp + tp + pp}

@@ -1,0 +1,90 @@
+"""The result record (DESIGN.md §4): what every run returns, and what plots, tests, benchmarks
+and the report read. Built in the parent from each rank's `Recorder.result()`."""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+
+def build_record(*, strategy: str, mode: str, profile: str | None, dims: dict, config: dict,
+                 ranks: list[dict], tokens_per_step: int, env: dict, theory: dict | None = None,
+                 parity: dict | None = None) -> dict:
+    """Merge per-rank results into one record (losses and step times come from rank 0:
+    losses are already the mean over ranks, and every rank times the same synchronous step)."""
+    lead = ranks[0]
+    step_times = lead["step_time_s"]
+    # skip the first step (warm-up: allocations, DDP's bucket rebuild) when there are others
+    steady = step_times[1:] if len(step_times) > 1 else step_times
+    median = statistics.median(steady) if steady else None
+    return {
+        "strategy": strategy,
+        "mode": mode,
+        "profile": profile,
+        "world_size": len(ranks),
+        "dims": dims,
+        "config": config,
+        "losses": lead["losses"],
+        "grad_norms": lead["grad_norms"],
+        "step_time_s": step_times,
+        "tokens_per_s": (tokens_per_step / median) if median else None,
+        "memory": {str(r["rank"]): r["memory"] for r in ranks},
+        "comm": {str(r["rank"]): r["comm"] for r in ranks},
+        "timeline": sorted((e for r in ranks for e in r["timeline"]),
+                           key=lambda e: (e["rank"], e["start"])),
+        "bubble_fraction": lead.get("extra", {}).get("bubble_fraction"),
+        "parity": parity,
+        "theory": theory or {},
+        "extra": {str(r["rank"]): r.get("extra", {}) for r in ranks if r.get("extra")},
+        "env": env,
+    }
+
+
+def save_record(record: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, default=_jsonable))
+    return path
+
+
+def load_record(path: str | Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def _jsonable(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def to_chrome_trace(record: dict) -> dict:
+    """The record's timeline as a Chrome / Perfetto trace (open in ui.perfetto.dev or
+    chrome://tracing): one process per rank, one thread per stream, times in microseconds."""
+    label = "emulated" if record.get("mode") == "emulated" else "measured"
+    events = []
+    for rank in sorted({e["rank"] for e in record["timeline"]}):
+        events.append({"ph": "M", "name": "process_name", "pid": rank,
+                       "args": {"name": f"rank {rank} ({label})"}})
+        for tid, stream in enumerate(("compute", "comm")):
+            events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid,
+                           "args": {"name": stream}})
+    for e in record["timeline"]:
+        name = e["kind"] if e.get("microbatch") is None else f"{e['kind']} mb{e['microbatch']}"
+        events.append({
+            "ph": "X", "name": name, "cat": e["stream"], "pid": e["rank"],
+            "tid": 0 if e["stream"] == "compute" else 1,
+            "ts": e["start"] * 1e6, "dur": max(0.0, e["end"] - e["start"]) * 1e6,
+            "args": {k: e.get(k) for k in ("microbatch", "stage", "step")},
+        })
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"strategy": record["strategy"], "mode": record["mode"],
+                          "profile": record.get("profile")}}
+
+
+def save_chrome_trace(record: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(to_chrome_trace(record)))
+    return path

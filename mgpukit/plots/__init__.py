@@ -1,0 +1,34 @@
+"""Plotly figures from result records (DESIGN.md §4).
+
+Every function takes data and returns a `plotly.graph_objects.Figure`; none prints, none trains.
+Every title says where its numbers come from — measured, emulated (virtual clock) or predicted.
+
+- `style`     colours per kind, units, `source_label`
+- `training`  loss parity, speedup, memory per rank
+- `timeline`  per-rank Gantt, pipeline bubble
+- `comm`      bytes sent per rank, bus bandwidth vs message size
+- `summary`   `table_summary`, one row per record
+"""
+
+from .comm import plot_bandwidth, plot_comm_bytes
+from .style import KIND_COLORS, MEMORY_COLORS, kind_color, record_name, source_kind, source_label
+from .summary import table_summary
+from .timeline import plot_bubble, plot_timeline
+from .training import plot_loss_parity, plot_memory, plot_speedup
+
+__all__ = [
+    "KIND_COLORS",
+    "MEMORY_COLORS",
+    "kind_color",
+    "plot_bandwidth",
+    "plot_bubble",
+    "plot_comm_bytes",
+    "plot_loss_parity",
+    "plot_memory",
+    "plot_speedup",
+    "plot_timeline",
+    "record_name",
+    "source_kind",
+    "source_label",
+    "table_summary",
+]

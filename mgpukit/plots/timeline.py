@@ -1,0 +1,153 @@
+"""Where the time goes: the per-rank Gantt timeline and the pipeline bubble.
+
+The Gantt is drawn with horizontal `go.Bar`s whose `base` is the start time and whose length
+is the duration — one trace per kind, so a few thousand events stay fast and every kind keeps
+its colour from `KIND_COLORS`. (plotly.express.timeline would need datetimes.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from .style import KIND_COLORS, PREDICTED, Record, kind_color, record_name, source_kind, source_label, time_unit
+
+# Text drawn on a bar that carries a micro-batch: "F3" = forward of micro-batch 3.
+# Zero-bubble schedules split backward into B (input gradient) and W (weight gradient).
+_LETTERS = {"fwd": "F", "bwd": "B", "bwd_input": "B", "bwd_weight": "W", "send": "S", "recv": "R"}
+_STREAM_ORDER = {"compute": 0, "comm": 1}
+
+
+def plot_timeline(record: Record, *, step: int | None = None) -> go.Figure:
+    """Per-rank Gantt chart of `record["timeline"]`: rows "rank r · compute" / "rank r · comm".
+
+    `step` keeps only the events of that step. Idle time shows as a gap, or as a light bar
+    where the run recorded explicit "idle" events.
+    """
+    events = list(record.get("timeline") or [])
+    if step is not None:
+        steps = sorted({e.get("step") for e in events if e.get("step") is not None})
+        events = [e for e in events if e.get("step") == step]
+        if not events:
+            raise ValueError(f"no timeline events for step {step}; steps present: {steps}")
+
+    rows = sorted({(e["rank"], e.get("stream", "compute")) for e in events},
+                  key=lambda rs: (rs[0], _STREAM_ORDER.get(rs[1], 2), rs[1]))
+    row_names = [f"rank {r} · {s}" for r, s in rows]
+    span = max((e["end"] for e in events), default=0.0) - min((e["start"] for e in events), default=0.0)
+    mult, unit = time_unit(span)
+
+    by_kind: dict[str, list[Mapping[str, Any]]] = {}
+    for e in events:
+        by_kind.setdefault(e["kind"], []).append(e)
+    known = [k for k in KIND_COLORS if k in by_kind]
+    kinds = known + sorted(k for k in by_kind if k not in KIND_COLORS)
+
+    fig = go.Figure()
+    for kind in kinds:
+        evs = by_kind[kind]
+        idle = kind == "idle"
+        fig.add_trace(
+            go.Bar(
+                orientation="h",
+                y=[f"rank {e['rank']} · {e.get('stream', 'compute')}" for e in evs],
+                base=[e["start"] * mult for e in evs],
+                x=[(e["end"] - e["start"]) * mult for e in evs],
+                text=None if idle else [_bar_text(e) for e in evs],
+                textposition="inside",
+                insidetextanchor="middle",
+                name=kind,
+                marker=dict(color=kind_color(kind), opacity=0.45 if idle else 1.0,
+                            line=dict(width=0.5, color="white")),
+                customdata=[_hover_text(e, mult, unit) for e in evs],
+                hovertemplate=f"<b>{kind}</b> · %{{y}}<br>%{{customdata}}<extra></extra>",
+            )
+        )
+
+    emulated = source_kind(record) == "emulated"
+    title = f"Step timeline · {record_name(record)} — {source_label(record)}"
+    if step is not None:
+        title += f" · step {step}"
+    fig.update_layout(
+        title=dict(text=title, subtitle=dict(text=_bubble_note(record))),
+        barmode="overlay",
+        bargap=0.25,
+        xaxis_title=f"time ({unit}) since launch start — {'virtual clock' if emulated else 'wall clock'}",
+        yaxis=dict(categoryorder="array", categoryarray=row_names, autorange="reversed"),
+        uniformtext=dict(minsize=8, mode="hide"),
+        height=max(260, 120 + 36 * len(rows)),
+        legend_title_text="kind",
+    )
+    return fig
+
+
+def _bar_text(event: Mapping[str, Any]) -> str:
+    mb = event.get("microbatch")
+    if mb is None:
+        return ""
+    return f"{_LETTERS.get(event['kind'], '')}{mb}"
+
+
+def _hover_text(event: Mapping[str, Any], mult: float, unit: str) -> str:
+    # Preformatted: plotly would print "null" for a missing micro-batch or stage.
+    where = [f"{name} {event[key]}" for key, name in
+             (("microbatch", "micro-batch"), ("stage", "stage"), ("step", "step"))
+             if event.get(key) is not None]
+    start, end = event["start"] * mult, event["end"] * mult
+    when = f"{start:.4g} → {end:.4g} {unit} ({end - start:.4g} {unit})"
+    return "<br>".join([" · ".join(where), when] if where else [when])
+
+
+def _bubble_note(record: Record) -> str:
+    parts = []
+    if record.get("bubble_fraction") is not None:
+        parts.append(f"bubble {record['bubble_fraction']:.1%} ({source_kind(record)})")
+    predicted = (record.get("theory") or {}).get("bubble_fraction")
+    if predicted is not None:
+        parts.append(f"predicted {predicted:.1%}")
+    parts.append("gaps = idle")
+    return " · ".join(parts)
+
+
+def plot_bubble(
+    ms: Sequence[int],
+    measured: Sequence[float | None],
+    predicted: Sequence[float] | Callable[[int], float] | None = None,
+    *,
+    title: str = "Pipeline bubble vs micro-batches",
+    source: str = "measured",
+) -> go.Figure:
+    """Bubble fraction vs number of micro-batches: measured (or emulated) points, predicted curve.
+
+    `source` names where the points come from, e.g. `source_label(record)` of the runs;
+    `predicted` is a list aligned with `ms` or a function m -> fraction, such as
+    `lambda m: (p - 1) / (m + p - 1)` for GPipe/1F1B with p stages.
+    """
+    ms = list(ms)
+    measured = [float("nan") if v is None else float(v) for v in measured]
+    if len(measured) != len(ms):
+        raise ValueError(f"{len(measured)} measured values for {len(ms)} micro-batch counts")
+    fig = go.Figure()
+    if predicted is not None:
+        if callable(predicted):
+            xs = list(range(min(ms), max(ms) + 1))
+            ys = [float(predicted(m)) for m in xs]
+        else:
+            xs, ys = ms, [float(v) for v in predicted]
+        fig.add_trace(
+            go.Scatter(x=xs, y=ys, name=PREDICTED, mode="lines", line=dict(color="#333333", dash="dash"),
+                       hovertemplate="m=%{x}<br>predicted %{y:.1%}<extra></extra>")
+        )
+    fig.add_trace(
+        go.Scatter(x=ms, y=measured, name=source, mode="markers",
+                   marker=dict(size=10, color=KIND_COLORS["fwd"]),
+                   hovertemplate=f"m=%{{x}}<br>{source} %{{y:.1%}}<extra></extra>")
+    )
+    fig.update_layout(
+        title=dict(text=f"{title} — {source}" + (" vs predicted" if predicted is not None else "")),
+        xaxis_title="micro-batches per step (m)",
+        yaxis=dict(title="bubble fraction", tickformat=".0%", rangemode="tozero"),
+    )
+    return fig

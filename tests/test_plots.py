@@ -1,0 +1,261 @@
+"""Figures built from small synthetic result records (DESIGN.md §4): each test checks the
+numbers that reach the traces and that every title says measured / emulated / predicted."""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+import pytest
+
+from mgpukit.plots import (
+    KIND_COLORS,
+    kind_color,
+    plot_bandwidth,
+    plot_bubble,
+    plot_comm_bytes,
+    plot_loss_parity,
+    plot_memory,
+    plot_speedup,
+    plot_timeline,
+    source_kind,
+    source_label,
+    table_summary,
+)
+
+MiB = 2**20
+
+
+def make_record(strategy="ddp", mode="cpu", *, world_size=2, profile=None, tokens_per_s=1000.0,
+                losses=(2.0, 1.5, 1.2), parity=None):
+    """A 2-rank record with memory, comm and a two-step timeline (fwd, bwd, all_reduce, opt)."""
+    timeline = []
+    for step in (0, 1):
+        t = step * 1.0
+        for rank in range(world_size):
+            timeline += [
+                {"rank": rank, "stream": "compute", "kind": "fwd", "microbatch": 0, "stage": 0,
+                 "start": t, "end": t + 0.2, "step": step},
+                {"rank": rank, "stream": "compute", "kind": "bwd", "microbatch": 0, "stage": 0,
+                 "start": t + 0.2, "end": t + 0.6, "step": step},
+                {"rank": rank, "stream": "comm", "kind": "all_reduce", "microbatch": None, "stage": None,
+                 "start": t + 0.4, "end": t + 0.7, "step": step},
+                {"rank": rank, "stream": "compute", "kind": "idle", "microbatch": None, "stage": None,
+                 "start": t + 0.6, "end": t + 0.7, "step": step},
+                {"rank": rank, "stream": "compute", "kind": "opt", "microbatch": None, "stage": None,
+                 "start": t + 0.7, "end": t + 0.8, "step": step},
+            ]
+    return {
+        "strategy": strategy, "mode": mode, "profile": profile, "world_size": world_size,
+        "dims": {"dp": world_size, "tp": 1, "pp": 1}, "config": {},
+        "losses": list(losses), "grad_norms": [1.0] * len(losses),
+        "step_time_s": [0.9, 0.5, 0.4][: len(losses)], "tokens_per_s": tokens_per_s,
+        "memory": {str(r): {"params": 4 * MiB, "grads": 4 * MiB, "optimizer": 8 * MiB,
+                            "activations": (2 + r) * MiB, "peak": (20 + r) * MiB, "source": "measured"}
+                   for r in range(world_size)},
+        "comm": {str(r): {"bytes_sent": 3 * MiB * (r + 1), "bytes_received": 3 * MiB,
+                          "collectives": {"all_reduce": 3}} for r in range(world_size)},
+        "timeline": timeline,
+        "bubble_fraction": 0.125,
+        "parity": parity,
+        "theory": {"bubble_fraction": 0.1},
+        "env": {"torch": "2.13.0", "accelerate": "1.0", "cores": 2, "gpus": []},
+    }
+
+
+EMULATED = dict(mode="emulated", profile="h100-nvlink")
+
+
+def bar_count(fig):
+    return sum(len(t.x) for t in fig.data if isinstance(t, go.Bar))
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def test_source_label_names_where_numbers_come_from():
+    assert source_label(make_record(mode="cpu")) == "measured (cpu)"
+    assert source_label(make_record(mode="gpu")) == "measured (gpu)"
+    assert source_label(make_record(**EMULATED)) == "emulated (virtual clock, profile h100-nvlink)"
+    assert source_kind({"mode": "analytic"}) == "predicted"
+    with pytest.raises(ValueError, match="mode"):
+        source_label({"mode": "guess"})
+
+
+def test_kind_colors_cover_every_kind_and_fallback_is_stable():
+    for kind in ("fwd", "bwd", "bwd_input", "bwd_weight", "opt", "all_reduce", "reduce_scatter",
+                 "all_gather", "send", "recv", "idle", "data"):
+        assert kind_color(kind) == KIND_COLORS[kind]
+    assert kind_color("broadcast") == kind_color("broadcast")
+    assert kind_color("broadcast").startswith("#")
+
+
+# --------------------------------------------------------------------------- loss parity
+
+
+def test_loss_parity_one_curve_per_record_with_parity_subtitle():
+    single = make_record("single", world_size=1)
+    ddp = make_record(parity={"reference": "single", "max_abs_diff": 1.5e-7, "ok": True, "tolerance": {}})
+    fig = plot_loss_parity([single, ddp])
+    assert isinstance(fig, go.Figure)
+    assert len(fig.data) == 2
+    assert list(fig.data[1].y) == ddp["losses"] and list(fig.data[1].x) == [0, 1, 2]
+    assert "measured" in fig.layout.title.text
+    assert "1.50e-07" in fig.layout.title.subtitle.text and "ok" in fig.layout.title.subtitle.text
+    assert "step %{x}" in fig.data[0].hovertemplate
+    assert fig.data[0].name.startswith("single ×1")
+
+
+def test_loss_parity_labels_mixed_sources_in_legend():
+    fig = plot_loss_parity([make_record(), make_record(**EMULATED)])
+    assert "measured (cpu) vs emulated" in fig.layout.title.text
+    assert "emulated" in fig.data[1].name and "measured" in fig.data[0].name
+
+
+# --------------------------------------------------------------------------- speedup
+
+
+def test_speedup_is_throughput_ratio_with_ideal_and_predicted_lines():
+    records = [make_record("single", world_size=1, tokens_per_s=100.0),
+               make_record(world_size=2, tokens_per_s=180.0),
+               make_record(world_size=4, tokens_per_s=320.0)]
+    fig = plot_speedup(records, theory={2: 1.9, 4: 3.5})
+    names = [t.name for t in fig.data]
+    assert names == ["ddp — measured (cpu)", "ideal (linear)", "predicted (cost model)"]
+    line = fig.data[0]
+    assert list(line.x) == [1, 2, 4]
+    assert list(line.y) == pytest.approx([1.0, 1.8, 3.2])
+    assert list(fig.data[1].y) == [1, 4]
+    assert "measured" in fig.layout.title.text and "predicted" in fig.layout.title.text
+
+
+def test_speedup_explicit_baseline_and_no_mixing_of_sources():
+    fig = plot_speedup([make_record(world_size=2, tokens_per_s=150.0)], baseline=100.0)
+    assert list(fig.data[0].y) == pytest.approx([1.0, 1.5])
+    # An emulated run is never compared with a measured 1-worker baseline.
+    with pytest.raises(ValueError, match="1-worker"):
+        plot_speedup([make_record("single", world_size=1), make_record(world_size=2, **EMULATED)])
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def test_memory_stacks_sum_to_category_totals_and_marks_peak():
+    rec = make_record()
+    fig = plot_memory(rec)
+    assert fig.layout.barmode == "stack"
+    bars = [t for t in fig.data if isinstance(t, go.Bar)]
+    assert [t.name for t in bars] == [f"{c} — measured" for c in ("params", "grads", "optimizer", "activations")]
+    for i, rank in enumerate(("0", "1")):
+        m = rec["memory"][rank]
+        total = m["params"] + m["grads"] + m["optimizer"] + m["activations"]
+        assert sum(t.y[i] for t in bars) == pytest.approx(total / MiB)
+        assert sum(t.customdata[i] for t in bars) == total
+    peak = next(t for t in fig.data if isinstance(t, go.Scatter))
+    assert list(peak.y) == [20, 21] and "peak" in peak.name
+    assert "measured" in fig.layout.title.text and fig.layout.yaxis.title.text == "memory (MiB)"
+
+
+def test_memory_predicted_bars_sit_next_to_measured():
+    rec = make_record()
+    theory = {"params": 4 * MiB, "grads": 4 * MiB, "optimizer": 8 * MiB, "activations": 1 * MiB}
+    fig = plot_memory(rec, theory=theory)
+    assert list(fig.layout.xaxis.categoryarray) == [
+        "rank 0", "rank 0 · predicted", "rank 1", "rank 1 · predicted"]
+    predicted = [t for t in fig.data if isinstance(t, go.Bar) and t.name.endswith("predicted")]
+    assert len(predicted) == 4
+    assert sum(t.y[0] for t in predicted) == pytest.approx(17)
+    assert "vs predicted" in fig.layout.title.text
+
+
+def test_memory_of_several_records_prefixes_ranks():
+    fig = plot_memory([make_record(), make_record("zero1", **EMULATED)])
+    assert "ddp ×2 · rank 0" in fig.layout.xaxis.categoryarray
+    assert "zero1 ×2 · rank 1" in fig.layout.xaxis.categoryarray
+
+
+# --------------------------------------------------------------------------- timeline
+
+
+def test_timeline_emulated_title_one_bar_per_event_colored_by_kind():
+    rec = make_record(**EMULATED)
+    fig = plot_timeline(rec)
+    assert "emulated" in fig.layout.title.text and "h100-nvlink" in fig.layout.title.text
+    assert "virtual clock" in fig.layout.xaxis.title.text
+    assert bar_count(fig) == len(rec["timeline"])
+    assert fig.layout.barmode == "overlay"
+    for trace in fig.data:
+        assert trace.orientation == "h"
+        assert trace.marker.color == KIND_COLORS[trace.name]
+    fwd = next(t for t in fig.data if t.name == "fwd")
+    assert set(fwd.text) == {"F0"}
+    assert list(fwd.base[:2]) == [0, 0] and fwd.x[0] == pytest.approx(0.2)
+    assert fig.layout.xaxis.title.text.startswith("time (s)")
+    assert set(fig.layout.yaxis.categoryarray) == {
+        "rank 0 · compute", "rank 0 · comm", "rank 1 · compute", "rank 1 · comm"}
+    idle = next(t for t in fig.data if t.name == "idle")
+    assert idle.marker.opacity < 1 and idle.text is None
+    assert "bubble 12.5%" in fig.layout.title.subtitle.text and "predicted 10.0%" in fig.layout.title.subtitle.text
+
+
+def test_timeline_one_step_and_measured_label():
+    rec = make_record()
+    fig = plot_timeline(rec, step=1)
+    assert bar_count(fig) == len(rec["timeline"]) // 2
+    assert "measured (cpu)" in fig.layout.title.text and "step 1" in fig.layout.title.text
+    # One step spans 0.8 s, so the axis switches to ms.
+    assert fig.layout.xaxis.title.text.startswith("time (ms)")
+    assert min(min(t.base) for t in fig.data) == pytest.approx(1000)
+    with pytest.raises(ValueError, match="steps present"):
+        plot_timeline(rec, step=7)
+
+
+# --------------------------------------------------------------------------- bubble, comm
+
+
+def test_bubble_points_against_predicted_curve():
+    p = 4
+    fig = plot_bubble([1, 2, 4, 8], [0.74, 0.61, None, 0.28], lambda m: (p - 1) / (m + p - 1),
+                      source="emulated (virtual clock, profile h100-nvlink)")
+    predicted, points = fig.data
+    assert predicted.name == "predicted (cost model)" and list(predicted.x) == list(range(1, 9))
+    assert predicted.y[0] == pytest.approx(0.75)
+    assert math.isnan(points.y[2]) and "emulated" in points.name
+    assert "emulated" in fig.layout.title.text and "predicted" in fig.layout.title.text
+
+
+def test_comm_bytes_grouped_per_rank_per_record():
+    a, b = make_record(), make_record("zero2", **EMULATED)
+    fig = plot_comm_bytes([a, b])
+    assert fig.layout.barmode == "group" and len(fig.data) == 2
+    assert list(fig.data[0].x) == ["rank 0", "rank 1"]
+    assert list(fig.data[0].y) == [3, 6]  # MiB
+    assert "all_reduce ×3" in fig.data[0].customdata[0]
+    assert "emulated" in fig.data[1].name
+    per_step = plot_comm_bytes(a, per_step=True)
+    assert list(per_step.data[0].y) == pytest.approx([1, 2])
+
+
+def test_bandwidth_log_log_with_alpha_beta_fit():
+    sizes = [1e3, 1e5, 1e7]
+    fig = plot_bandwidth(sizes, [0.1e9, 2e9, 9e9], fit={"alpha": 10e-6, "beta": 10e9})
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    fit = fig.data[1]
+    assert "predicted" in fit.name and "α=10 µs" in fit.name
+    assert fit.y[-1] == pytest.approx(1e7 / (10e-6 + 1e7 / 10e9) / 1e9)
+    assert "measured" in fig.layout.title.text
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def test_table_summary_row_per_record():
+    rows = table_summary([make_record(parity={"reference": "single", "max_abs_diff": 0.0, "ok": True}),
+                          make_record(**EMULATED)])
+    assert [r["source"] for r in rows] == ["measured", "emulated"]
+    row = rows[0]
+    assert row["strategy"] == "ddp" and row["world_size"] == 2 and row["dims"] == "dp2·tp1·pp1"
+    assert row["final_loss"] == 1.2 and row["median_step_time_s"] == 0.5
+    assert row["peak_memory_bytes"] == 21 * MiB
+    assert row["bytes_sent_per_step"] == pytest.approx(6 * MiB / 3)
+    assert row["parity_ok"] is True and rows[1]["parity_ok"] is None
