@@ -29,6 +29,9 @@ heads, 16-bit activations with dropout:
     + selective recompute   s·b·h·34/t          (the s² attention core is recomputed)
     full recompute          2·s·b·h (/t with SP)  (only each layer's input is kept)
 
+FlashAttention (Dao et al. 2022) never stores the ``a·s²`` matrices either: model a run that
+uses it (PyTorch's ``scaled_dot_product_attention`` usually does) as ``selective``.
+
 :func:`activation_bytes_per_layer` builds those numbers tensor by tensor, so GQA, gated MLPs,
 other d_ff and fp32 follow. A pipeline stage holds ``n_layer/p`` layers times the
 micro-batches in flight of its schedule (:mod:`mgpukit.costmodel.pipeline`); the last stage

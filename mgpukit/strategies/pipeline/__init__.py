@@ -1,0 +1,1 @@
+"""(family package: filled in by its strategies)"""
