@@ -33,12 +33,13 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
         config: RunConfig | None = None, parity: bool = True, tolerance: dict | None = None,
         timeout_s: float = 600.0, json_path: str | Path | None = None,
         trace_path: str | Path | None = None, torch_profile_dir: str | Path | None = None,
-        echo: bool = False, **overrides) -> dict:
+        echo: bool = False, threads_per_worker: int | None = None, **overrides) -> dict:
     """Run `strategy` on `workers` ranks and return its result record.
 
     mode: "auto" | "cpu" | "gpu" | "emulated" (with `profile`, e.g. "h100-nvlink").
     config: a RunConfig; keyword `overrides` (steps=..., global_batch=..., options=...) replace
-    its fields. `json_path` writes the record, `trace_path` a Chrome/Perfetto trace of its
+    its fields. `threads_per_worker` pins intra-op threads (default: cores // workers).
+    `json_path` writes the record, `trace_path` a Chrome/Perfetto trace of its
     timeline, `torch_profile_dir` a torch.profiler trace per rank (the kernel-level view).
     """
     strat = registry.get(strategy)
@@ -49,6 +50,9 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     if workers < strat.min_workers:
         raise ValueError(f"strategy {strategy!r} needs at least {strat.min_workers} workers, got {workers}.")
     dims = strat.dims(workers)  # raises with what to change when the degrees don't fit
+    check_batch(cfg, dims)
+    if strat.validate:
+        strat.validate(cfg, dims)
     if mode == "emulated" and not strat.emulation:
         raise ValueError(f"strategy {strategy!r} has no emulated mode; use mode='cpu'.")
     mode = resolve_mode(mode, workers)
@@ -59,7 +63,7 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
 
         load_profile(profile)  # an unknown profile fails here, naming the known ones
     results = launch(_worker, workers, strat.name, cfg, mode=mode, profile=profile,
-                     timeout_s=timeout_s, echo=echo,
+                     timeout_s=timeout_s, echo=echo, threads_per_worker=threads_per_worker,
                      options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None})
     ranks = [r["result"] for r in results]
     weights = results[0].get("weights")
@@ -71,7 +75,7 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     )
     if parity and strat.reference:
         ref = reference(strat.reference, cfg, timeout_s=timeout_s)
-        record["parity"] = compare(record, weights, ref, tolerance or FP32_TOL)
+        record["parity"] = compare(record, weights, ref, tolerance or strat.tolerance or FP32_TOL)
     if strat.reference is None:
         _REFERENCE_CACHE.setdefault(_ref_key(strat.name, cfg), {"record": record, "weights": weights})
     if json_path:
@@ -79,6 +83,17 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     if trace_path:
         save_chrome_trace(record, trace_path)
     return record
+
+
+def check_batch(cfg: RunConfig, dims) -> None:
+    """Every data-parallel rank gets the same number of whole micro-batches, or we refuse."""
+    per = dims.dp * cfg.micro_batches
+    if cfg.global_batch % per:
+        good = per * max(1, round(cfg.global_batch / per))
+        raise ValueError(
+            f"global_batch={cfg.global_batch} does not split into dp={dims.dp} ranks × "
+            f"micro_batches={cfg.micro_batches}; use a global batch that is a multiple of {per} "
+            f"(e.g. {good}), or change the number of workers or micro-batches.")
 
 
 def _ref_key(name: str, cfg: RunConfig) -> str:

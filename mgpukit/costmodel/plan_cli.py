@@ -43,7 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"sequences per step (default: dp·micro-batch·micro-batches; {SEARCH_GLOBAL_BATCH} with --search)")
     p.add_argument("--micro-batches", type=int, default=None,
                    help="micro-batches per replica when --global-batch is not given (default 4·pp, or 1 without pp)")
-    p.add_argument("--ckpt", default="none", choices=("none", "selective", "full"), help="activation checkpointing")
+    p.add_argument("--ckpt", default="none", choices=("none", "selective", "full"),
+                   help="activation checkpointing (default none; selective also models FlashAttention, "
+                        "which never stores the s×s attention scores)")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"), help="bf16 mixed precision or fp32")
     p.add_argument("--search", action="store_true", help="rank every layout that fits by predicted step time")
     p.add_argument("--top", type=int, default=10, help="rows of the --search table (default 10)")
@@ -99,8 +101,18 @@ def run(args) -> int:
 # -------------------------------------------------------------------------- formatting
 
 
-def _gib(x: float) -> str:
-    return f"{x / 2**30:8.2f} GiB"
+def _bytes(x: float) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= size:
+            return f"{x / size:8.2f} {unit}"
+    return f"{x:8.0f} B  "
+
+
+def _count(n: float) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f}"
 
 
 def _sec(x: float) -> str:
@@ -110,7 +122,7 @@ def _sec(x: float) -> str:
 def _header(pl: Plan) -> list[str]:
     s, hw = pl.model, pl.profile
     return [
-        f"model    {s.name}: {pl.params / 1e9:.2f} B parameters, {s.n_layer} layers, d_model {s.d_model}, "
+        f"model    {s.name}: {_count(pl.params)} parameters, {s.n_layer} layers, d_model {s.d_model}, "
         f"{s.n_head} heads, seq {s.seq_len}, vocab {s.vocab}",
         f"cluster  {pl.gpus} GPUs of profile {hw.name} ({hw.gpus_per_node} per node): {hw.description}",
     ]
@@ -121,10 +133,10 @@ def format_plan(pl: Plan) -> str:
     t, mem = pl.time, pl.memory
     lines = _header(pl) + [f"layout   {pl.layout.describe()}", "",
                            "predicted memory per GPU (fullest pipeline stage)"]
-    lines += [f"  {c:<12}{_gib(mem[c])}" for c in CATEGORIES]
+    lines += [f"  {c:<12}{_bytes(mem[c])}" for c in CATEGORIES]
     verdict = "FITS" if pl.fits else "DOES NOT FIT"
-    lines.append(f"  {'total':<12}{_gib(mem['total'])}   of {pl.memory_limit / 2**30:.2f} GiB usable "
-                 f"({pl.profile.usable_memory:.0%} of {pl.profile.memory_bytes / 2**30:.1f} GiB)  -> {verdict}")
+    lines.append(f"  {'total':<12}{_bytes(mem['total'])}   of {_bytes(pl.memory_limit).strip()} usable "
+                 f"({pl.profile.usable_memory:.0%} of {_bytes(pl.profile.memory_bytes).strip()})  -> {verdict}")
     if not pl.fits:
         lines.append(f"  hint: {_advice(pl)}")
     lines += ["", "predicted step time"]
@@ -135,8 +147,8 @@ def format_plan(pl: Plan) -> str:
     lines += ["", f"predicted MFU             {t['mfu']:6.1%}   (hardware FLOPs utilisation {t['hfu']:.1%})",
               f"predicted bubble          {t['bubble_fraction']:6.1%}",
               f"predicted throughput      {t['tokens_per_s']:,.0f} tokens/s",
-              f"predicted comm per GPU    dp {pl.comm_bytes['dp'] / 2**30:.2f} GiB, tp {pl.comm_bytes['tp'] / 2**30:.2f} GiB, "
-              f"pp {pl.comm_bytes['pp'] / 2**30:.2f} GiB per step",
+              "predicted sent per GPU    " + ", ".join(f"{k} {_bytes(pl.comm_bytes[k]).strip()}" for k in ("dp", "tp", "pp"))
+              + " per step",
               "(analytical cost model: predictions, not measurements)"]
     return "\n".join(lines)
 
@@ -169,9 +181,12 @@ def format_search(plans: list[Plan], *, gpus: int, global_batch: int) -> str:
         lines.append(
             f"{i:>3} {lay.dp:>4} {lay.tp:>3} {lay.pp:>3} {lay.zero:>4} {sched:<14} "
             f"{f'{lay.micro_batch}×{lay.num_micro_batches}':>9} {lay.checkpointing:<9} "
-            f"{pl.memory['total'] / 2**30:>9.1f} GiB {pl.step_time_s:>9.2f} s {pl.mfu:>9.1%} "
+            f"{_bytes(pl.memory['total']):>13} {_sec(pl.step_time_s).strip():>11} {pl.mfu:>9.1%} "
             f"{pl.bubble_fraction:>12.1%}  {'yes' if pl.fits else 'NO'}"
         )
+    if not plans[0].fits:
+        lines.append(f"no layout fits in {_bytes(plans[0].memory_limit).strip()} per GPU; shown: the ones needing "
+                     f"the least memory. Try more GPUs or a smaller model.")
     lines.append("(analytical cost model: predictions, not measurements)")
     return "\n".join(lines)
 

@@ -24,6 +24,8 @@ class Strategy:
     default_workers: int = 2
     reference: str | None = "single"  # what parity compares against (None: no parity)
     theory: Callable | None = None  # (cfg, dims) -> dict of predicted figures
+    validate: Callable | None = None  # (cfg, dims) -> None; raises ValueError saying what to change
+    tolerance: dict | None = None  # parity tolerance when fp32 defaults can't hold (say why)
     emulation: bool = True  # runs under the virtual clock
     models: tuple[str, ...] = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide")
 

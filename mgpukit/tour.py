@@ -1,0 +1,175 @@
+"""`mgpukit tour`: every registered strategy on the devices present, then the same ideas
+emulated on GPU hardware and predicted by the cost model — one HTML report.
+
+Three kinds of figures, always labelled:
+- **measured**: each strategy run for real on this machine's workers (GPUs with NCCL when there
+  are enough, else CPU workers with gloo), with parity against the single-process reference;
+- **emulated**: DDP scaling (and pipeline bubbles, when those strategies are registered) on a
+  GPU profile's virtual clock;
+- **predicted**: the cost model's answer for a real cluster (70B on 64 H100s).
+"""
+from __future__ import annotations
+
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+from mgpukit.config import RunConfig
+from mgpukit.experiment import run
+from mgpukit.runtime.hardware import default_mode, default_workers
+from mgpukit.runtime.launcher import OversubscribedWarning
+from mgpukit.strategies.registry import available
+
+FAMILY_ORDER = ["reference", "data-parallel", "communication", "compression", "pipeline",
+                "tensor-parallel", "sharding", "memory", "hybrid"]
+
+
+def tour_plan(workers: int) -> list[tuple[str, int]]:
+    """(strategy, workers) for every registered strategy that fits on `workers` ranks."""
+    plan = []
+    for s in sorted(available(), key=lambda s: (_family_rank(s.family), s.name)):
+        n = 1 if s.reference is None and s.name == "single" else max(s.min_workers, min(workers, s.default_workers))
+        if n <= max(workers, s.min_workers):
+            plan.append((s.name, n))
+    return plan
+
+
+def _family_rank(family: str) -> int:
+    return FAMILY_ORDER.index(family) if family in FAMILY_ORDER else len(FAMILY_ORDER)
+
+
+def run_tour(*, workers: int | None = None, steps: int = 10, out: str | Path = "report",
+             emulate: str = "h100-nvlink", emulated_workers=(1, 2, 4, 8), only=None,
+             progress: bool = True) -> dict:
+    """Run the tour; return {"records", "failures", "report", "extra"}."""
+    from tqdm.auto import tqdm
+
+    from mgpukit.report import write_records, write_report
+
+    workers = workers or default_workers()
+    mode = default_mode() if workers > 1 else "cpu"
+    cfg = RunConfig(steps=steps)
+    plan = [(n, w) for n, w in tour_plan(workers) if not only or n in only]
+    records, failures = [], []
+    jobs = [("measured", name, n) for name, n in plan]
+    jobs += [("emulated", "ddp", n) for n in emulated_workers]
+    bar = tqdm(jobs, desc="mgpukit tour", disable=not progress, unit="run")
+    for kind, name, n in bar:
+        bar.set_postfix_str(f"{name} ×{n} ({kind})")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", OversubscribedWarning)
+                if kind == "measured":
+                    rec = run(name, workers=n, mode=mode if n > 1 else "cpu", config=cfg,
+                              parity=name != "single")
+                else:
+                    rec = run(name, workers=n, mode="emulated", profile=emulate,
+                              config=cfg.replace(steps=3), parity=False)
+            records.append(rec)
+        except Exception as e:  # one failing strategy must not hide the others: report it
+            failures.append({"strategy": name, "workers": n, "kind": kind, "error": str(e),
+                             "traceback": traceback.format_exc()})
+    extra_figures, notes = _extra_figures(records, emulate)
+    notes += [f"FAILED: {f['strategy']} ×{f['workers']} ({f['kind']}): {f['error'].splitlines()[0]}"
+              for f in failures]
+    out = Path(out)
+    report = write_report(records, out, title="mgpukit tour", extra_figures=extra_figures, notes=notes)
+    write_records(records, out)
+    (out / "results.md").write_text(results_markdown(records))
+    return {"records": records, "failures": failures, "report": report}
+
+
+def _extra_figures(records, profile: str):
+    """Emulated DDP scaling and the predicted 70B plan."""
+    from mgpukit.plots import plot_speedup
+
+    figs, notes = [], []
+    emulated = [r for r in records if r["mode"] == "emulated" and r["strategy"] == "ddp"]
+    if len(emulated) >= 2 and any(r["world_size"] == 1 for r in emulated):
+        figs.append((f"DDP strong scaling on {profile} (emulated: same global batch split over more GPUs)",
+                     plot_speedup(emulated)))
+    figs_plan, note = _predicted_plan(profile)
+    figs += figs_plan
+    notes.append(note)
+    return figs, notes
+
+
+def _predicted_plan(profile: str):
+    """The cost model's answer for 70B on 64 GPUs of `profile` (dp8 × tp8, ZeRO-1, SP)."""
+    from mgpukit.costmodel.hardware import load_profile
+    from mgpukit.costmodel.layout import Layout
+    from mgpukit.costmodel.planner import plan
+    from mgpukit.plots import plot_memory
+
+    layout = Layout.from_global_batch(global_batch=512, dp=8, tp=8, pp=1, zero=1, sp=True,
+                                      checkpointing="selective")
+    p = plan("70b", 64, load_profile(profile), layout)
+    record = {"strategy": "plan 70b dp8·tp8 ZeRO-1", "mode": "analytic", "world_size": 64,
+              "dims": {"dp": 8, "tp": 8, "pp": 1},
+              "memory": {"0": {k: p.memory[k] for k in ("params", "grads", "optimizer", "activations")}
+                         | {"peak": p.memory["total"]}}}
+    note = (f"predicted (cost model): 70B on 64×{profile}, dp8·tp8·pp1, ZeRO-1, SP, selective "
+            f"checkpointing, global batch 512: {p.memory['total'] / 2**30:.1f} GiB per GPU "
+            f"({'fits' if p.fits else 'does NOT fit'}), step {p.step_time_s:.1f} s, MFU {p.mfu:.0%}. "
+            f"Try `mgpukit plan --model 70b --gpus 64 --search`.")
+    return [("Predicted memory per GPU: 70B on 64 GPUs (cost model)", plot_memory(record))], note
+
+
+def results_markdown(records) -> str:
+    """The summary table as Markdown — what the README's results section shows."""
+    from mgpukit.plots import table_summary
+
+    lines = ["| strategy | source | ranks | final loss | step (ms) | tokens/s | peak MiB/rank | MB sent/step/rank | parity |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in table_summary(records):
+        def f(v, spec, scale=1.0):
+            return format(v * scale, spec) if v is not None else "–"
+        parity = {True: "ok", False: "FAIL", None: "–"}[r["parity_ok"]]
+        lines.append(f"| {r['strategy']} | {r['source_label']} | {r['world_size']} | "
+                     f"{f(r['final_loss'], '.3f')} | {f(r['median_step_time_s'], '.3g', 1e3)} | "
+                     f"{f(r['tokens_per_s'], '.0f')} | {f(r['peak_memory_bytes'], '.2f', 2**-20)} | "
+                     f"{f(r['bytes_sent_per_step'], '.3f', 1e-6)} | {parity} |")
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(path: str | Path, table: str, *, command: str) -> None:
+    """Replace the README's results block (between the markers) with `table`."""
+    path = Path(path)
+    text = path.read_text()
+    start, end = "<!-- results:start -->", "<!-- results:end -->"
+    if start not in text or end not in text:
+        raise ValueError(f"{path} has no {start} … {end} block to update.")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    stamp = time.strftime("%Y-%m-%d")
+    block = f"{start}\n_Generated by `{command}` on {stamp}._\n\n{table}{end}"
+    path.write_text(head + block + tail)
+
+
+def _tour_command(args):
+    from mgpukit.cli import print_summary
+
+    out = run_tour(workers=args.workers, steps=args.steps, out=args.out, emulate=args.emulate,
+                   only=args.only)
+    print_summary(out["records"])
+    for f in out["failures"]:
+        print(f"FAILED {f['strategy']} ×{f['workers']} ({f['kind']}):\n{f['error']}")
+    print(f"report written to {out['report']}")
+    if args.update_readme:
+        update_readme(args.update_readme, results_markdown(out["records"]),
+                      command="mgpukit tour --update-readme README.md")
+        print(f"results table written into {args.update_readme}")
+    return 1 if out["failures"] else 0
+
+
+def register(sub):
+    p = sub.add_parser("tour", help="run every strategy on the devices present; write report/index.html")
+    p.add_argument("--workers", type=int, default=None, help="ranks per run (default: every GPU, or 2 CPU workers)")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--out", default="report")
+    p.add_argument("--emulate", default="h100-nvlink", help="profile for the emulated part")
+    p.add_argument("--only", nargs="*", default=None, help="run only these strategies")
+    p.add_argument("--update-readme", metavar="README", default=None,
+                   help="write the summary table into the README's results block")
+    p.set_defaults(func=_tour_command)
