@@ -3,5 +3,14 @@ from mgpukit.runtime import (LaunchError, LaunchTimeout, OversubscribedWarning, 
                              WorkerContext, WorkerError, current, launch)
 
 __version__ = "0.1.0"
-__all__ = ["launch", "current", "WorkerContext", "ParallelDims", "LaunchError", "LaunchTimeout",
+__all__ = ["launch", "run", "current", "WorkerContext", "ParallelDims", "LaunchError", "LaunchTimeout",
            "WorkerError", "OversubscribedWarning", "__version__"]
+
+
+def __getattr__(name):
+    # `mgpukit.run` imports the strategies; loaded on first use so `import mgpukit` stays light.
+    if name == "run":
+        from mgpukit.experiment import run
+
+        return run
+    raise AttributeError(f"module 'mgpukit' has no attribute {name!r}")

@@ -15,6 +15,16 @@ rank reads time from a clock it advances itself, from what it actually executed:
   `sent + α + B/β` and the receiver's compute clock becomes `max(own, arrival)`.
 - **async**: an async collective runs on the communication stream while compute goes on;
   `wait()` joins the streams (`compute = max(compute, comm_end)`), so overlap is modelled.
+  A wait the recorder never sees (DDP's reducer waits on the bucket's future in C++) is
+  caught by data dependency instead: the tensor a collective writes is *pending* until the
+  collective ends, and the first compute op that touches it joins the streams first — what
+  the stream-wait event after an NCCL kernel does on a GPU.
+
+What an op moves: every tensor it reads plus every tensor it writes (an in-place `add_` reads
+and writes its first argument). Two refinements keep that honest: an op that overwrites its
+first argument (`copy_`, `zero_`, `fill_`) does not read it, and a `*_like` factory reads only
+its argument's shape; views, `_unsafe_view` and allocations move nothing. CPU flash attention (`_scaled_dot_product_flash_attention_for_cpu`)
+is charged torch's own attention FLOP formulas (2 batched matmuls forward, 5 backward).
 
 Nothing here reads a wall clock, so an emulated timeline is identical run after run, whatever
 the host's load or core count.
@@ -25,17 +35,37 @@ import contextlib
 
 import torch
 import torch.distributed as dist
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils import flop_counter as _flops
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import flop_registry
 
 from mgpukit.costmodel import comm as cost
 from mgpukit.costmodel.hardware import HardwareProfile, load_profile
 
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
-_FREE = {torch.ops.aten.detach.default, torch.ops.aten.empty_like.default,
-         torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default,
-         torch.ops.aten.zeros_like.default}
+_aten = torch.ops.aten
+# Ops that move no data: aliases and allocations (an `empty` is not written).
+_FREE = {_aten.detach.default, _aten.empty_like.default, _aten.empty.memory_format,
+         _aten.empty_strided.default, _aten._unsafe_view.default, _aten.lift_fresh.default,
+         _aten.alias.default}
+# Ops that overwrite their first argument without reading it.
+_OVERWRITE = {_aten.copy_, _aten.zero_, _aten.fill_}
+# Ops that read only the shape of their tensor arguments.
+_SHAPE_ONLY = {_aten.zeros_like, _aten.ones_like, _aten.full_like, _aten.new_zeros,
+               _aten.new_ones, _aten.new_full, _aten.new_empty}
+
+
+def _sdpa_cpu_flops(query, key, value, *args, out_val=None, **kwargs) -> int:
+    return _flops.sdpa_flop_count(query.shape, key.shape, value.shape)
+
+
+def _sdpa_cpu_backward_flops(grad_out, query, key, value, *args, out_val=None, **kwargs) -> int:
+    return _flops.sdpa_backward_flop_count(grad_out.shape, query.shape, key.shape, value.shape)
+
+
+# torch's flop_registry has the CUDA attention kernels; the CPU ones run the same math.
+_EXTRA_FLOPS = {_aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_cpu_flops,
+                _aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_cpu_backward_flops}
 
 
 def op_cost(func, args, kwargs, out, profile: HardwareProfile) -> tuple[float, float, float]:
@@ -43,31 +73,55 @@ def op_cost(func, args, kwargs, out, profile: HardwareProfile) -> tuple[float, f
     packet = func._overloadpacket
     if func in _FREE or getattr(func, "is_view", False) or func.namespace != "aten":
         return 0.0, 0.0, 0.0
+    kwargs = kwargs or {}
     flops = 0.0
-    if packet in flop_registry:
-        flops = float(flop_registry[packet](*args, **(kwargs or {}), out_val=out))
-    tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
-    nbytes = float(sum(t.numel() * t.element_size() for t in tensors))
-    dtype = next((t.dtype for t in tensors if t.is_floating_point()), torch.float32)
+    counter = _flops.flop_registry.get(packet) or _EXTRA_FLOPS.get(packet)
+    if counter is not None:
+        flops = float(counter(*args, **kwargs, out_val=out))
+    outputs = _tensors(out)
+    if packet in _SHAPE_ONLY:
+        reads = []
+    elif packet in _OVERWRITE:
+        reads = _tensors((args[1:], kwargs))
+    else:
+        reads = _tensors((args, kwargs))
+    nbytes = float(sum(t.numel() * t.element_size() for t in reads + outputs))
+    dtype = next((t.dtype for t in reads + outputs if t.is_floating_point()), torch.float32)
     peak = profile.flops(_DTYPE_NAMES.get(dtype, "fp32")) * profile.compute_efficiency
     seconds = max(flops / peak, nbytes / profile.memory_bandwidth)
     return seconds, flops, nbytes
 
 
+def _tensors(tree) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
 class _CostMode(TorchDispatchMode):
-    """Runs each op for real and charges its roofline time to the clock's compute stream."""
+    """Runs each op for real and charges its roofline time to the clock's compute stream.
+
+    While the clock is paused ops run uncharged; a c10d op run then (the recorder issuing a
+    collective) marks the tensors it writes pending until the collective's end.
+    """
 
     def __init__(self, clock: "VirtualClock"):
         super().__init__()
         self.clock = clock
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        clock = self.clock
+        if clock._paused:
+            out = func(*args, **(kwargs or {}))
+            if func.namespace == "c10d" and clock._armed is not None:
+                clock._mark_pending(args[0], clock._armed)  # c10d ops write their first argument
+                clock._armed = None
+            return out
+        if clock._pending:
+            clock._wait_for(args, kwargs)
         out = func(*args, **(kwargs or {}))
-        if not self.clock._paused:
-            seconds, flops, nbytes = op_cost(func, args, kwargs, out, self.clock.profile)
-            self.clock.compute += seconds
-            self.clock.flops += flops
-            self.clock.bytes_moved += nbytes
+        seconds, flops, nbytes = op_cost(func, args, kwargs, out, clock.profile)
+        clock.compute += seconds
+        clock.flops += flops
+        clock.bytes_moved += nbytes
         return out
 
 
@@ -83,6 +137,8 @@ class VirtualClock:
         self.bytes_moved = 0.0
         self._paused = False
         self._mode: _CostMode | None = None
+        self._armed: float | None = None  # end of the collective being issued
+        self._pending: dict[int, float] = {}  # storage address -> end of the collective writing it
 
     @classmethod
     def for_context(cls, ctx) -> "VirtualClock":
@@ -94,6 +150,19 @@ class VirtualClock:
     def join(self, t: float) -> None:
         """The compute stream waits for something that ends at `t` (a `wait()`, a recv)."""
         self.compute = max(self.compute, t)
+        if self._pending:  # whatever has ended by now is no longer pending
+            self._pending = {k: end for k, end in self._pending.items() if end > self.compute}
+
+    def _mark_pending(self, written, end: float) -> None:
+        for t in _tensors(written):
+            self._pending[t.untyped_storage().data_ptr()] = end
+
+    def _wait_for(self, args, kwargs) -> None:
+        """An op touches a tensor a collective is still writing: compute waits for its end."""
+        for t in _tensors((args, kwargs)):
+            end = self._pending.get(t.untyped_storage().data_ptr())
+            if end is not None:
+                self.join(end)
 
     @contextlib.contextmanager
     def counting(self):
@@ -113,10 +182,10 @@ class VirtualClock:
         """Ops run here (collectives, timestamp exchange) are not compute."""
         was, self._paused = self._paused, True
         try:
-            with _disable_current_modes():
-                yield
+            yield
         finally:
             self._paused = was
+            self._armed = None
 
     # ---- communication ---------------------------------------------------------------
     def collective(self, name: str, nbytes: int, ranks: list[int], group) -> tuple[float, float]:
@@ -127,6 +196,7 @@ class VirtualClock:
         start = max(float(t.item()) for t in every)
         end = start + collective_time(name, nbytes, ranks, self.profile)
         self.comm = end
+        self._armed = end  # the c10d op issued next (same paused block) writes until `end`
         return start, end
 
     def send_times(self, nbytes: int, dst: int) -> tuple[float, float]:

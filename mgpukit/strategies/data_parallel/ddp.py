@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from mgpukit.strategies.common import build_model, build_optimizer, data_parallel_loop
+from mgpukit.strategies.common import build_model, build_optimizer
+from mgpukit.strategies.data_parallel.loop import train_data_parallel
 from mgpukit.strategies.data_parallel.theory import dp_theory
 from mgpukit.strategies.registry import register
 
@@ -41,5 +42,6 @@ def run_ddp(ctx, rec, cfg):
     def sync_grads(step):
         rec.wait_all()  # DDP already waited for its buckets; join the clocks to that moment
 
-    return data_parallel_loop(ctx, rec, cfg, model, optimizer, sync_grads=sync_grads,
-                              params=model.parameters(), device=accelerator.device)
+    return train_data_parallel(ctx, rec, cfg, model, optimizer, sync_grads=sync_grads,
+                               no_sync=lambda: accelerator.no_sync(model),
+                               params=model.parameters(), device=accelerator.device)

@@ -1,0 +1,207 @@
+"""Analytic step time of mgpukit's own GPT on a hardware profile — in closed form, no run.
+
+This is the "analytic" end of the validation chain (DESIGN.md §2): the same roofline the
+emulator charges op by op (`mgpukit.measure.vclock`), written down as formulas in the model's
+sizes, so that *analytic ≈ emulated* tests the emulator's plumbing (clock joins, collective
+start times, overlap) rather than restating it. The general planner
+(`mgpukit.costmodel.steptime`) counts matmul FLOPs only; that is fine for billion-parameter
+models but not for the kit's tiny GPT, where layer norms, GELU, residual adds, gradient
+accumulation and the optimizer move as many bytes as the matmuls compute. Every term:
+
+Notation, per rank: ``N = b·T`` tokens (``b`` sequences of ``T``), width ``d``, MLP width
+``f``, vocabulary ``V``, ``L`` layers, ``H`` heads, ``e`` bytes per element (fp32: 4; token ids
+are int64: 8); ``R = peak · efficiency`` FLOP/s, ``BW`` memory bytes/s. An op takes
+``max(flops / R, bytes / BW)``, bytes = what it reads + what it writes.
+
+**Matmuls** (Megatron-style count, Narayanan et al. 2021 §5.1, for our shapes). Per layer
+forward, q, k, v, o: ``2·N·d²`` FLOPs each; fc1 and fc2: ``2·N·d·f`` each; attention scores
+``Q·Kᵀ`` and ``A·V``: ``2·2·N·T·d`` (causal masking not halved, as in Megatron); once per
+model the ``lm_head``: ``2·N·d·V``. A linear reads its input, weight (and bias) and writes its
+output: ``e(N·in + in·out + out + N·out)``. Backward runs two matmuls per linear (gradient
+w.r.t. input and w.r.t. weight, same FLOPs and bytes as forward each) plus a column sum for
+the bias (``e(N·out + out)``); flash attention backward recomputes the scores: 5 batched
+matmuls, ``2.5×`` the forward FLOPs, and reads q, k, v, the output, its gradient and the
+log-sum-exp (``e·N·H``) while writing dq, dk, dv: ``e(8·N·d + N·H)``; forward reads q, k, v
+and writes the output and log-sum-exp: ``e(4·N·d + N·H)``. No ``T×T`` matrix is stored.
+
+**Memory-bound ops** (no FLOPs charged; bytes / BW):
+
+- embedding lookups: table + ids + output, ``e(V·d + N·d) + 8N`` and ``e(2·T·d) + 8T``, and the
+  broadcast add of the two ``e(2·N·d + T·d)``; backward: a batch sum for the position table
+  ``e(N·d + T·d)`` and two dense scatters ``e(N·d + V·d) + 8N``, ``e(2·T·d) + 8T``;
+- layer norm (``2L + 1`` of them): forward ``e(2·N·d + 2d + 2N)`` (mean and rstd are saved),
+  backward ``e(3·N·d + 2N + 4d)``;
+- GELU ``e·2·N·f``, its backward ``e·3·N·f``; residual adds ``e·3·N·d`` (two per layer); in
+  backward the same two residual adds plus two more to sum the gradients of q, k and v's
+  shared input;
+- loss: log-softmax ``e·2·N·V``, NLL ``e·N·V + 8N``; backward ``e·3·N·V`` and ``e·2·N·V + 8N``;
+- gradient accumulation into ``.grad`` (``zero_grad(set_to_none=False)`` keeps the tensors):
+  one ``add_`` per parameter, ``3·e·P`` for ``P`` parameters;
+- SGD with momentum (torch's per-parameter loop): ``buf.mul_(μ)`` ``2eP``, ``buf.add_(g)``
+  ``3eP``, ``p.add_(buf, -lr)`` ``3eP``, then ``grad.zero_()`` ``eP``: ``9·e·P`` in all.
+
+**Data parallel (torch DDP)**: the reducer copies each gradient into its bucket (``2eP``), our
+comm hook divides the bucket by ``n`` (``2eP``), the bucket is ring all-reduced
+(``2(n-1)/n · eP/β + 2(n-1)·α``, `mgpukit.costmodel.comm`), and the averaged bucket is copied
+back into ``.grad`` (``2eP``). The kit's GPTs fit one 25 MiB bucket, and a bucket is ready
+only when *every* gradient in it is, i.e. at the end of backward: **the all-reduce is fully
+exposed** — nothing is left to overlap it with. (Overlap needs several buckets, a bigger
+model.) Step = forward + backward + DDP copies + all-reduce + optimizer.
+
+**Pipeline (GPipe / 1F1B)**, ``p`` stages of ``L/p`` layers (stage 0 adds the embedding, the last
+the head and loss), ``m`` micro-batches: with per-stage forward/backward times ``F_s``, ``B_s`` and
+one activation (gradient) message of ``e·N_mb·d`` per hop, ``α + e·N_mb·d/β``, the last
+micro-batch leaves the pipeline after the flow-shop makespan ``Σ_s (F_s + B_s) + 2(p-1)·hop +
+(m-1)·max_s (F_s + B_s)`` — for equal stages the familiar ``(m + p - 1)(F + B)``, whose idle
+part is the bubble ``(p-1)/(m+p-1)`` of both schedules (they differ in memory, not time). Then
+the slowest stage's optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mgpukit.costmodel.comm import allreduce_time, link_for_ranks, p2p_time
+from mgpukit.costmodel.hardware import HardwareProfile
+
+FP32 = 4  # bytes per element: the kit trains in fp32
+ID = 8  # bytes per token id (int64)
+DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb=25
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel: its FLOPs and the bytes it reads + writes."""
+
+    kind: str  # "matmul" | "memory"
+    flops: float
+    bytes: float
+
+    def seconds(self, profile: HardwareProfile) -> float:
+        rate = profile.flops("fp32") * profile.compute_efficiency
+        return max(self.flops / rate, self.bytes / profile.memory_bandwidth)
+
+
+def _mem(nbytes: float) -> Op:
+    return Op("memory", 0.0, nbytes)
+
+
+def _linear(n: int, d_in: int, d_out: int, *, bias: bool, e: int = FP32) -> tuple[list[Op], list[Op]]:
+    """(forward ops, backward ops) of one linear on ``n`` tokens."""
+    flops = 2.0 * n * d_in * d_out
+    io = e * (n * d_in + d_in * d_out + n * d_out)
+    fwd = [Op("matmul", flops, io + e * d_out * bias)]
+    bwd = [Op("matmul", flops, io), Op("matmul", flops, io)]  # dX = dY·W, dW = dYᵀ·X
+    if bias:
+        bwd.append(_mem(e * (n * d_out + d_out)))  # db = column sum of dY
+    return fwd, bwd
+
+
+def _layer_norm(n: int, d: int, e: int = FP32) -> tuple[list[Op], list[Op]]:
+    return [_mem(e * (2 * n * d + 2 * d + 2 * n))], [_mem(e * (3 * n * d + 2 * n + 4 * d))]
+
+
+def gpt_params(cfg) -> dict[str, int]:
+    """Parameter count of `mgpukit.models.gpt.GPT` by part (nothing tied)."""
+    d, f, bias = cfg.d_model, cfg.d_ff, int(cfg.bias)
+    layer = 4 * (d * d + d * bias) + (d * f + f * bias) + (f * d + d * bias) + 2 * (2 * d)
+    return {"embed": cfg.vocab_size * d + cfg.seq_len * d, "layer": layer, "head": 2 * d + d * cfg.vocab_size}
+
+
+def stage_ops(cfg, batch: int, *, layers: int, embed: bool, head: bool) -> dict[str, list[Op]]:
+    """Forward and backward kernels of ``layers`` blocks (plus embedding / head + loss) on
+    ``batch`` sequences: ``{"fwd": [...], "bwd": [...]}`` (gradient accumulation included)."""
+    T, d, f, V, H, e = cfg.seq_len, cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_head, FP32
+    n = batch * T
+    fwd: list[Op] = []
+    bwd: list[Op] = []
+    params = 0
+    if embed:
+        fwd += [_mem(e * (V * d + n * d) + ID * n), _mem(ID * T),  # token lookup, arange
+                _mem(e * 2 * T * d + ID * T), _mem(e * (2 * n * d + T * d))]  # position lookup, add
+        bwd += [_mem(e * (n * d + T * d)),  # position grad summed over the batch
+                _mem(e * (n * d + V * d) + ID * n), _mem(e * 2 * T * d + ID * T)]  # dense scatters
+        params += V * d + T * d
+    attn = 4.0 * n * T * d  # QKᵀ and AV over all heads, not halved for causality
+    for _ in range(layers):
+        ln1, ln2 = _layer_norm(n, d), _layer_norm(n, d)
+        qkvo = [_linear(n, d, d, bias=cfg.bias) for _ in range(4)]
+        fc1, fc2 = _linear(n, d, f, bias=cfg.bias), _linear(n, f, d, bias=cfg.bias)
+        residual = _mem(e * 3 * n * d)
+        fwd += ln1[0] + [op for lin in qkvo[:3] for op in lin[0]]
+        fwd += [Op("matmul", attn, e * (4 * n * d + n * H))] + qkvo[3][0] + [residual]
+        fwd += ln2[0] + fc1[0] + [_mem(e * 2 * n * f)] + fc2[0] + [residual]
+        bwd += fc2[1] + [_mem(e * 3 * n * f)] + fc1[1] + ln2[1] + [residual]
+        bwd += qkvo[3][1] + [Op("matmul", 2.5 * attn, e * (8 * n * d + n * H))]
+        bwd += [op for lin in qkvo[:3] for op in lin[1]] + [residual] * 2 + ln1[1] + [residual]
+        params += gpt_params(cfg)["layer"]
+    if head:
+        ln_f = _layer_norm(n, d)
+        lm = _linear(n, d, V, bias=False)
+        fwd += ln_f[0] + lm[0] + [_mem(e * 2 * n * V), _mem(e * (n * V + 2) + ID * n)]
+        bwd = ([_mem(e), _mem(e * (2 * n * V + 2) + ID * n), _mem(e * 3 * n * V)]  # dloss, nll, log-softmax
+               + lm[1] + ln_f[1] + bwd)
+        params += gpt_params(cfg)["head"]
+    bwd.append(_mem(3 * e * params))  # accumulate into .grad, one add_ per parameter
+    return {"fwd": fwd, "bwd": bwd, "params": params}
+
+
+def _seconds(ops: list[Op], profile: HardwareProfile) -> float:
+    return sum(op.seconds(profile) for op in ops)
+
+
+def sgd_seconds(params: int, profile: HardwareProfile) -> float:
+    """SGD with momentum, torch's per-parameter loop, then ``zero_grad(set_to_none=False)``."""
+    return 9 * FP32 * params / profile.memory_bandwidth
+
+
+def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProfile,
+                  bucket_bytes: float = DDP_BUCKET_BYTES) -> dict[str, float]:
+    """Seconds of one steady-state DDP step of the GPT `cfg` (a `GPTConfig`) on `workers`
+    ranks of `profile`, SGD with momentum; see the module docstring for every term.
+
+    Returns ``forward_s``, ``backward_s``, ``ddp_copies_s``, ``allreduce_s`` (all of it exposed),
+    ``optimizer_s``, ``total_s``, and the FLOP/byte totals behind them.
+    """
+    if global_batch % workers:
+        raise ValueError(f"global_batch={global_batch} does not split over {workers} workers.")
+    ops = stage_ops(cfg, global_batch // workers, layers=cfg.n_layer, embed=True, head=True)
+    P = ops["params"]
+    grad_bytes = FP32 * P
+    if grad_bytes > bucket_bytes:
+        raise ValueError(f"{grad_bytes / 2**20:.1f} MiB of gradients need several DDP buckets; "
+                         f"this closed form covers the one-bucket case (raise bucket_bytes).")
+    link = link_for_ranks(range(workers), profile)
+    out = {
+        "forward_s": _seconds(ops["fwd"], profile),
+        "backward_s": _seconds(ops["bwd"], profile),
+        "ddp_copies_s": (3 * 2 * grad_bytes / profile.memory_bandwidth) if workers > 1 else 0.0,
+        "allreduce_s": allreduce_time(grad_bytes, workers, link),
+        "optimizer_s": sgd_seconds(P, profile),
+        "matmul_flops": sum(op.flops for op in ops["fwd"] + ops["bwd"]),
+        "bytes": sum(op.bytes for op in ops["fwd"] + ops["bwd"]),
+        "params": P,
+    }
+    out["total_s"] = sum(out[k] for k in ("forward_s", "backward_s", "ddp_copies_s", "allreduce_s", "optimizer_s"))
+    return out
+
+
+def pipeline_step_time(cfg, *, global_batch: int, micro_batches: int, stages: int,
+                       profile: HardwareProfile) -> dict[str, float]:
+    """Seconds of one GPipe / 1F1B step over `stages` ranks (module docstring, last paragraph)."""
+    if cfg.n_layer % stages:
+        raise ValueError(f"{cfg.n_layer} layers do not split into {stages} stages.")
+    if global_batch % micro_batches:
+        raise ValueError(f"global_batch={global_batch} does not split into {micro_batches} micro-batches.")
+    mb = global_batch // micro_batches
+    per_stage = [stage_ops(cfg, mb, layers=cfg.n_layer // stages, embed=s == 0, head=s == stages - 1)
+                 for s in range(stages)]
+    fwd = [_seconds(o["fwd"], profile) for o in per_stage]
+    bwd = [_seconds(o["bwd"], profile) for o in per_stage]
+    hop = p2p_time(FP32 * mb * cfg.seq_len * cfg.d_model, link_for_ranks([0, 1], profile))
+    busy = [f + b for f, b in zip(fwd, bwd)]
+    makespan = sum(busy) + 2 * (stages - 1) * hop + (micro_batches - 1) * max(busy)
+    opt = max(sgd_seconds(o["params"], profile) for o in per_stage)
+    return {"stage_fwd_s": fwd, "stage_bwd_s": bwd, "hop_s": hop, "pipeline_s": makespan,
+            "optimizer_s": opt, "total_s": makespan + opt,
+            "bubble_fraction": (stages - 1) / (micro_batches + stages - 1)}

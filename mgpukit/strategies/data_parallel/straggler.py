@@ -1,0 +1,110 @@
+"""Stragglers: synchronous data parallelism runs at the pace of its slowest rank.
+
+Every step ends with an all-reduce that no rank can finish before the last one has produced
+its gradients, so one rank `factor`× slower (a throttled GPU, a noisy neighbour, a slow link)
+makes every rank wait: the others sit idle before the all-reduce for `(factor - 1)` times
+their compute. Dean et al. 2012 ("Large Scale Distributed Deep Networks") answer with
+asynchronous updates (Downpour SGD); Chen et al. 2016 ("Revisiting Distributed Synchronous
+SGD") measure the tail of worker times and add backup workers instead.
+
+The knob `options["straggler"] = {"rank": 1, "factor": 3}` makes one rank that much slower:
+
+- **measured**: a dispatch mode times every aten op the rank runs and sleeps `(factor - 1)`×
+  its duration (pooled into ≥ 1 ms sleeps), so forward, backward and the optimizer all stretch
+  evenly — gradient hooks in backward fire at the stretched times, as on a slow GPU;
+- **emulated**: the rank's virtual clock runs on a profile with `factor`× less FLOP/s and
+  memory bandwidth (its links unchanged), so its compute takes `factor`× longer, exactly.
+
+`IdleMarker` makes the wait explicit: after backward, ranks exchange when they finished (an
+untimed bookkeeping exchange) and each records an `idle` event from its own finish to the
+slowest rank's.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Straggler:
+    rank: int
+    factor: float
+
+    @classmethod
+    def from_options(cls, options: dict, world_size: int) -> "Straggler | None":
+        spec = options.get("straggler")
+        if not spec:
+            return None
+        s = cls(rank=int(spec.get("rank", world_size - 1)), factor=float(spec.get("factor", 2.0)))
+        if not 0 <= s.rank < world_size or s.factor < 1:
+            raise ValueError(f"straggler={spec!r}: rank must be in [0, {world_size}) and factor >= 1.")
+        return s
+
+
+class _SlowDown(TorchDispatchMode):
+    """Sleeps `(factor - 1)`× the duration of every aten op (measured mode's straggler)."""
+
+    def __init__(self, factor: float):
+        super().__init__()
+        self.extra = factor - 1.0
+        self.debt = 0.0  # seconds of sleep owed; paid in chunks so sleep overshoot stays small
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace != "aten":  # collectives (c10d) are not this rank's compute
+            return func(*args, **(kwargs or {}))
+        start = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        self.debt += self.extra * (time.perf_counter() - start)
+        if self.debt >= 1e-3:
+            slept = time.perf_counter()
+            time.sleep(self.debt)
+            self.debt -= time.perf_counter() - slept
+        return out
+
+
+def apply_straggler(rec, ctx, options: dict):
+    """Slow this rank down if it is the straggler; returns a context manager factory to wrap
+    the compute regions with (a no-op except on a measured straggler)."""
+    s = Straggler.from_options(options, ctx.world_size)
+    if s is None or s.rank != ctx.rank or s.factor == 1:
+        return contextlib.nullcontext
+    if rec.clock.emulated:
+        p = rec.clock.profile
+        peak = dataclasses.replace(p.peak_flops, **{d: getattr(p.peak_flops, d) / s.factor
+                                                    for d in ("fp32", "tf32", "bf16", "fp16")})
+        rec.clock.profile = dataclasses.replace(p, peak_flops=peak,
+                                                memory_bandwidth=p.memory_bandwidth / s.factor)
+        return contextlib.nullcontext
+    mode = _SlowDown(s.factor)
+
+    @contextlib.contextmanager
+    def slowed():
+        with mode:
+            yield
+
+    return slowed
+
+
+class IdleMarker:
+    """Records `idle` from this rank's end of backward to the slowest rank's (see module doc)."""
+
+    def __init__(self, rec, group=None):
+        self.rec, self.group = rec, group
+        self.n = dist.get_world_size(group) if dist.is_initialized() else 1
+
+    def mark(self):
+        if self.n == 1:
+            return
+        rec = self.rec
+        ready = rec.now()
+        every = [torch.zeros(1, dtype=torch.float64) for _ in range(self.n)]
+        with rec.clock.paused():  # bookkeeping: not timed, not counted
+            dist.all_gather(every, torch.tensor([ready], dtype=torch.float64), group=self.group)
+        latest = max(float(t.item()) for t in every)
+        if latest > ready:
+            rec.event("compute", "idle", ready, latest)

@@ -1,0 +1,122 @@
+"""Cutting a model into pipeline stages: contiguous slices of its layers, one module each.
+
+A pipeline with ``p`` ranks and ``v`` chunks per rank has ``p·v`` *stages* (virtual stages
+when ``v > 1``); stage ``s`` lives on rank ``s % p``. Stage 0 also holds the GPT's embedding
+and the last stage its head (final LayerNorm, vocabulary projection) — so with the GPT the
+first and last stages do a little more work than the others, and the "equal stage cost" of
+the textbook bubble formulas only holds approximately (see ``mgpukit.strategies.pipeline.lab``
+for a model whose stages really are equal).
+
+Each stage keeps the full model's attribute names: a stage holding blocks 2 and 3 stores them
+as ``blocks["2"]`` and ``blocks["3"]`` in a ``ModuleDict``, so its ``state_dict()`` keys are
+exactly the full model's (``blocks.2.attn.q_proj.weight``). Gathering the stages' state dicts
+on rank 0 and merging them gives the unsharded model's weights, names and all — what parity
+with the single-process reference needs.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+def _layer_source(model: nn.Module) -> tuple[str, nn.ModuleList, str]:
+    """(attribute name of the repeated layers, the layers, what to call one in messages)."""
+    if hasattr(model, "blocks"):  # GPT: embed -> blocks -> head
+        return "blocks", model.blocks, "transformer blocks"
+    if hasattr(model, "layers"):  # MLP: layers
+        return "layers", model.layers, "layers"
+    raise TypeError(f"{type(model).__name__} has neither .blocks nor .layers; a pipeline can only "
+                    f"cut a model made of a list of layers (mgpukit's GPT or MLP).")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def check_split(n_layers: int, p: int, v: int = 1, *, model_name: str = "the model",
+                what: str = "layers") -> None:
+    """Refuse, with what to change, a model whose layers don't divide into ``p·v`` stages."""
+    stages = p * v
+    if n_layers % stages == 0:
+        return
+    ok_v = [d // p for d in _divisors(n_layers) if d % p == 0]
+    ok_p = [d for d in _divisors(n_layers) if n_layers % (d * v) == 0]
+    chunks = f" × v={v} chunks per rank" if v > 1 else ""
+    hint = (f"use a number of pipeline ranks that divides it: workers in {ok_p}"
+            + (f" (with v={v})" if v > 1 else ""))
+    if v > 1 and ok_v:
+        hint += f", or v in {ok_v} with {p} workers"
+    raise ValueError(f"{model_name} has {n_layers} {what}, which cannot be cut into {stages} equal "
+                     f"pipeline stages (p={p} ranks{chunks}); every stage must hold the same "
+                     f"number of {what}. {hint[0].upper()}{hint[1:]}.")
+
+
+class Stage(nn.Module):
+    """A contiguous slice of a GPT or MLP: ``[embed] -> layers[first:last] -> [head]``.
+
+    ``forward(x)`` takes token ids (stage 0 of a GPT) or the previous stage's output
+    ``(B, T, C)`` / ``(B, d_hidden)``, and returns this stage's output (logits on the last
+    GPT stage). Parameter names are the full model's (module docstring).
+    """
+
+    def __init__(self, *, index: int, num_stages: int, layers_name: str,
+                 layers: dict[int, nn.Module], embed: nn.Module | None = None,
+                 head: nn.Module | None = None):
+        super().__init__()
+        self.index, self.num_stages = index, num_stages
+        self.layers_name = layers_name
+        if embed is not None:
+            self.embed = embed
+        setattr(self, layers_name, nn.ModuleDict({str(i): m for i, m in layers.items()}))
+        if head is not None:
+            self.head = head
+
+    @property
+    def is_first(self) -> bool:
+        return self.index == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.index == self.num_stages - 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if hasattr(self, "embed"):
+            x = self.embed(x)  # (B, T) ids -> (B, T, C)
+        for layer in getattr(self, self.layers_name).values():
+            x = layer(x)  # (B, T, C) or (B, d_hidden)
+        if hasattr(self, "head"):
+            x = self.head(x)  # (B, T, V)
+        return x
+
+
+def split_model(model: nn.Module, num_stages: int, *, keep=None) -> dict[int, Stage]:
+    """Cut ``model`` into ``num_stages`` contiguous stages with equal numbers of layers.
+
+    ``keep`` (a set of stage indices, default all) selects which stages to build — a rank
+    builds only its own, and the other layers are simply dropped with the full model.
+    """
+    name, layers, what = _layer_source(model)
+    n = len(layers)
+    if n % num_stages:
+        check_split(n, num_stages, 1, model_name=type(model).__name__, what=what)
+    per = n // num_stages
+    keep = set(range(num_stages)) if keep is None else set(keep)
+    out = {}
+    for s in sorted(keep):
+        out[s] = Stage(index=s, num_stages=num_stages, layers_name=name,
+                       layers={i: layers[i] for i in range(s * per, (s + 1) * per)},
+                       embed=getattr(model, "embed", None) if s == 0 else None,
+                       head=getattr(model, "head", None) if s == num_stages - 1 else None)
+    return out
+
+
+def num_layers(model: nn.Module) -> int:
+    return len(_layer_source(model)[1])
+
+
+def boundary_shape(model: nn.Module, micro_batch_size: int) -> tuple[int, ...]:
+    """Shape of the tensor passed between stages (activations forward, their grads backward)."""
+    cfg = model.cfg
+    if hasattr(model, "blocks"):
+        return (micro_batch_size, cfg.seq_len, cfg.d_model)  # (B, T, C)
+    return (micro_batch_size, cfg.d_hidden)  # (B, d_hidden)
