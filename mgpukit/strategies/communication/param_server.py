@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import torch.distributed as dist
 
 from mgpukit.measure.memory import ActivationMeter
 from mgpukit.runtime.dims import ParallelDims
@@ -91,18 +92,30 @@ def _numel(params) -> int:
 
 
 @contextlib.contextmanager
-def blocked(rec):
-    """Time this rank's compute stream sits waiting on a message: an "idle" bar, and `idle_s`."""
+def blocked(rec, step: int):
+    """Time this rank's compute stream sits waiting on a message: an "idle" bar on the
+    timeline, added to `extra["idle_s"][step]` (step 0 includes start-up: skip it)."""
     start = rec.now()
     yield
     end = rec.now()
     rec.event("compute", "idle", start, end)
-    rec.extra["idle_s"] = rec.extra.get("idle_s", 0.0) + (end - start)
+    idle = rec.extra.setdefault("idle_s", [])
+    idle.extend([0.0] * (step + 1 - len(idle)))
+    idle[step] += end - start
+
+
+def start_together(rec) -> None:
+    """Untimed barrier: only the server builds an optimizer (its first construction imports
+    for ~2 s); without the barrier the workers' first idle time would measure that."""
+    with rec.clock.paused():
+        dist.barrier()
 
 
 def _workers(cfg, world_size: int) -> int:
     """Number of workers (ranks 1..n-1); the global batch must split evenly over them."""
     w = world_size - 1
+    if cfg.micro_batches != 1:
+        raise ValueError("the parameter server takes one batch per worker per step; use micro_batches=1.")
     if w < 1:
         raise ValueError("a parameter server needs at least 2 ranks: rank 0 serves, ranks 1.. work.")
     if cfg.global_batch % w:
@@ -122,14 +135,13 @@ def _worker_batches(cfg, rank: int, n_workers: int) -> Batches:
 # ---------------------------------------------------------------- synchronous
 
 
-def _sync_server(ctx, rec, cfg, model, n_workers: int):
+def _sync_server(ctx, rec, cfg, model, optimizer, n_workers: int):
     params = list(model.parameters())
-    optimizer = build_optimizer(cfg, params)
     inbox = [torch.empty(_numel(params) + 2, device=ctx.device) for _ in range(n_workers)]
     grads = [torch.empty_like(p) for p in params]
     for step in range(cfg.steps):
         with rec.step(step):
-            with blocked(rec):  # the server has nothing to do until every gradient is in
+            with blocked(rec, step):  # the server has nothing to do until every gradient is in
                 for h in [rec.irecv(buf, w + 1) for w, buf in enumerate(inbox)]:
                     h.wait()
             with rec.compute("opt"):
@@ -169,7 +181,7 @@ def _sync_worker(ctx, rec, cfg, model, n_workers: int):
                     p.grad = None
                 loss.backward()
                 pack_grads(params, loss.item(), step, grads)  # flattening counted with backward
-            with blocked(rec):  # push, then wait for the server's new weights
+            with blocked(rec, step):  # push, then wait for the server's new weights
                 rec.send(grads, SERVER)
                 rec.recv(weights, SERVER)
             unpack(weights[:-1], params)
@@ -190,8 +202,15 @@ def _ps_theory(cfg, dims) -> dict:
             "memory": memory}
 
 
+def _validate(cfg, dims) -> None:
+    _workers(cfg, dims.world_size)
+
+
+# dims: the record says dp=n, the ranks launched; the batch is really split over the n-1 workers
+# (`_validate`). The runner's own check also wants global_batch divisible by n, so 3 ranks need
+# a global batch that is a multiple of 6. Default 2 ranks: runs with the default batch anywhere.
 _PS = dict(family="communication", dims=lambda n: ParallelDims(dp=n, world_size=n), min_workers=2,
-           default_workers=3, theory=_ps_theory)
+           default_workers=2, theory=_ps_theory, validate=_validate)
 
 
 @register("ps-sync", description="parameter server on rank 0, synchronous: wait for every worker, "
@@ -199,8 +218,10 @@ _PS = dict(family="communication", dims=lambda n: ParallelDims(dp=n, world_size=
 def run_ps_sync(ctx, rec, cfg):
     n_workers = _workers(cfg, ctx.world_size)
     model = build_model(cfg).to(ctx.device)  # seeded: every rank starts from the same weights
+    optimizer = build_optimizer(cfg, model.parameters()) if ctx.rank == SERVER else None
+    start_together(rec)
     if ctx.rank == SERVER:
-        return _sync_server(ctx, rec, cfg, model, n_workers)
+        return _sync_server(ctx, rec, cfg, model, optimizer, n_workers)
     return _sync_worker(ctx, rec, cfg, model, n_workers)
 
 
@@ -219,9 +240,8 @@ def staleness_bound(cfg, n_workers: int) -> int:
     return s
 
 
-def _async_server(ctx, rec, cfg, model, n_workers: int, bound: int):
+def _async_server(ctx, rec, cfg, model, optimizer, n_workers: int, bound: int):
     params = list(model.parameters())
-    optimizer = build_optimizer(cfg, params)
     total = cfg.steps * n_workers  # updates: one per worker per round
     grads = [torch.empty_like(p) for p in params]
     inbox = torch.empty(_numel(params) + 2, device=ctx.device)
@@ -234,7 +254,7 @@ def _async_server(ctx, rec, cfg, model, n_workers: int, bound: int):
         losses, norms = [], []
         with rec.step(r):
             for u in range(r * n_workers, (r + 1) * n_workers):
-                with blocked(rec):
+                with blocked(rec, r):
                     rec.recv(inbox, 1 + u % n_workers)
                 staleness.append(version - int(inbox[-1]))
                 losses.append(float(inbox[-2]))
@@ -268,7 +288,7 @@ def _async_worker(ctx, rec, cfg, model, n_workers: int):
         x, y = batches(r)
         x, y = x.to(ctx.device), y.to(ctx.device)
         with rec.step(r):
-            with blocked(rec):  # pull: the weights this gradient is computed on
+            with blocked(rec, r):  # pull: the weights this gradient is computed on
                 rec.recv(weights, SERVER)
             unpack(weights[:-1], params)
             with rec.compute("fwd"), meter.track():
@@ -278,7 +298,7 @@ def _async_worker(ctx, rec, cfg, model, n_workers: int):
                     p.grad = None
                 loss.backward()
                 pack_grads(params, loss.item(), float(weights[-1]), grads)
-            with blocked(rec):  # push
+            with blocked(rec, r):  # push
                 rec.send(grads, SERVER)
     record_memory(rec, model, None, meter, ctx.device)
     return None
@@ -290,6 +310,8 @@ def run_ps_async(ctx, rec, cfg):
     n_workers = _workers(cfg, ctx.world_size)
     bound = staleness_bound(cfg, n_workers)
     model = build_model(cfg).to(ctx.device)
+    optimizer = build_optimizer(cfg, model.parameters()) if ctx.rank == SERVER else None
+    start_together(rec)
     if ctx.rank == SERVER:
-        return _async_server(ctx, rec, cfg, model, n_workers, bound)
+        return _async_server(ctx, rec, cfg, model, optimizer, n_workers, bound)
     return _async_worker(ctx, rec, cfg, model, n_workers)

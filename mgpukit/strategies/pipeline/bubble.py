@@ -1,0 +1,75 @@
+"""The bubble of a run, measured from its own timeline.
+
+For each step, the pipeline's *span* runs from the first forward on any rank to the last
+backward on any rank; rank ``r`` was busy for the sum of its ``fwd``/``bwd``/``bwd_input``/
+``bwd_weight`` events and idle for the rest of the span:
+
+    bubble = Σ_r idle_r / (p · span) = 1 - Σ_r busy_r / (p · span)
+
+— the same definition as the schedule simulator's (``mgpukit.costmodel.simulate``), so a
+measured (or emulated) bubble and a predicted one can be compared directly. The optimizer
+step is outside the span: it is not part of the schedule.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+PIPELINE_KINDS = ("fwd", "bwd", "bwd_input", "bwd_weight")
+
+
+def rank_spans(events: list[dict], steps: int) -> list[tuple[float, float, float]]:
+    """Per step: (first start, last end, busy seconds) of this rank's pipeline actions."""
+    out = []
+    for step in range(steps):
+        evs = [e for e in events if e["stream"] == "compute" and e["kind"] in PIPELINE_KINDS
+               and e.get("step") == step]
+        if not evs:
+            out.append((float("inf"), float("-inf"), 0.0))
+            continue
+        out.append((min(e["start"] for e in evs), max(e["end"] for e in evs),
+                    sum(e["end"] - e["start"] for e in evs)))
+    return out
+
+
+def bubble_from_spans(spans_by_rank: list[list[tuple[float, float, float]]]) -> dict:
+    """Bubble per step and its summary from every rank's ``rank_spans``.
+
+    ``bubble_fraction`` is the mean over steps, skipping the first step when there are others
+    (warm-up, as for the step time in the result record)."""
+    p = len(spans_by_rank)
+    steps = len(spans_by_rank[0]) if p else 0
+    per_step, idle, busy, span_s = [], [], [], []
+    for k in range(steps):
+        start = min(r[k][0] for r in spans_by_rank)
+        end = max(r[k][1] for r in spans_by_rank)
+        span = end - start
+        b = [r[k][2] for r in spans_by_rank]
+        per_step.append(1 - sum(b) / (p * span) if span > 0 else 0.0)
+        idle.append([span - x for x in b])
+        busy.append(b)
+        span_s.append(span)
+    keep = list(range(1, steps)) if steps > 1 else list(range(steps))
+
+    def mean(xs):
+        return sum(xs) / len(xs) if xs else None
+
+    return {
+        "bubble_fraction": mean([per_step[k] for k in keep]),
+        "bubble_per_step": per_step,
+        "span_s": mean([span_s[k] for k in keep]),
+        "idle_s": [mean([idle[k][r] for k in keep]) for r in range(p)],
+        "busy_s": [mean([busy[k][r] for k in keep]) for r in range(p)],
+    }
+
+
+def measure_bubble(rec, steps: int, *, device=None) -> dict | None:
+    """Gather every rank's spans (not timed, not counted) and return the bubble on every rank."""
+    mine = torch.tensor(rank_spans(rec.events, steps), dtype=torch.float64, device=device)
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        every = [mine]
+    else:
+        every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+        with rec.clock.paused():
+            dist.all_gather(every, mine)
+    return bubble_from_spans([[tuple(row) for row in t.cpu().tolist()] for t in every])

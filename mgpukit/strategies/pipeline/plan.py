@@ -1,0 +1,85 @@
+"""From a run's configuration to a pipeline plan: schedule, ranks ``p``, micro-batches ``m``,
+chunks per rank ``v`` — checked before anything trains, with what to change when it can't run.
+
+Knobs (``RunConfig``):
+
+- ``micro_batches``: ``m``, the micro-batches per step. When left at its default of 1, a
+  pipeline picks ``m = 2·p`` (enough to shrink the bubble to about a third; ``p`` if the
+  global batch doesn't divide into ``2·p``). The naive model split ``mp-naive`` always runs
+  the whole batch at once (``m = 1``): that is what makes it naive.
+- ``options["v"]``: model chunks per rank, interleaved only (default 2).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from mgpukit.costmodel.schedules import build_schedule, max_in_flight
+from mgpukit.costmodel.simulate import bubble_formula, simulate
+from mgpukit.strategies.pipeline.stages import check_split
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PipelinePlan:
+    schedule: str  # a name from mgpukit.costmodel.schedules.SCHEDULES
+    p: int  # pipeline ranks
+    m: int  # micro-batches per step
+    v: int = 1  # model chunks per rank (interleaved)
+
+    @property
+    def num_stages(self) -> int:
+        return self.p * self.v
+
+
+def _n_layers(cfg) -> tuple[int, str]:
+    mcfg = cfg.model_config()
+    return (mcfg.n_layer, "transformer blocks") if cfg.is_gpt else (mcfg.n_layers, "layers")
+
+
+def plan_for(schedule: str, cfg, p: int) -> PipelinePlan:
+    """The plan for ``schedule`` on ``p`` ranks; raises ``ValueError`` with what to change."""
+    v = int(cfg.options.get("v", 2)) if schedule == "interleaved" else 1
+    if schedule != "interleaved" and cfg.options.get("v", 1) != 1:
+        raise ValueError(f"options v={cfg.options['v']} (model chunks per rank) only applies to "
+                         f"the interleaved schedule; drop it or run pp-interleaved.")
+    n_layers, what = _n_layers(cfg)
+    check_split(n_layers, p, v, model_name=cfg.model, what=what)
+    gb = cfg.global_batch
+    if schedule == "naive":
+        m = 1
+    elif cfg.micro_batches > 1:
+        m = cfg.micro_batches
+    else:
+        choices = [c for c in (2 * p, p) if gb % c == 0 and (schedule != "interleaved" or c % p == 0)]
+        if not choices:
+            raise ValueError(f"global_batch={gb} does not split into 2·p={2 * p} or p={p} "
+                             f"micro-batches; use a global batch that is a multiple of {p}, or "
+                             f"set micro_batches explicitly.")
+        m = choices[0]
+    if gb % m:
+        raise ValueError(f"global_batch={gb} does not split into micro_batches={m} equal "
+                         f"micro-batches; choose micro_batches among the divisors of {gb}, "
+                         f"or a global batch that is a multiple of {m}.")
+    build_schedule(schedule, p, m, v)  # interleaved: m must be a multiple of p (says so)
+    return PipelinePlan(schedule=schedule, p=p, m=m, v=v)
+
+
+def theory_for(plan: PipelinePlan) -> dict:
+    """Predicted figures with equal stage costs: the closed-form bubble (``F=1, B=2``; for
+    zero-bubble ``F = I = W``), the simulator's, and micro-batches in flight per rank."""
+    table = build_schedule(plan.schedule, plan.p, plan.m, plan.v)
+    return {
+        "schedule": plan.schedule, "p": plan.p, "m": plan.m, "v": plan.v,
+        "bubble_fraction": bubble_formula(plan.schedule, plan.p, plan.m, plan.v),
+        "bubble_fraction_simulated": simulate(table, cost_f=1.0, cost_b=2.0).bubble_fraction,
+        "microbatches_in_flight": [max_in_flight(table, r) for r in range(plan.p)],
+        "assumes": "equal stage costs, free point-to-point, backward = 2 x forward",
+    }
+
+
+def theory(schedule: str):
+    """A ``theory(cfg, dims)`` function for the registry."""
+
+    def predicted(cfg, dims) -> dict:
+        return theory_for(plan_for(schedule, cfg, dims.pp))
+
+    return predicted
