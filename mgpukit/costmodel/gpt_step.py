@@ -42,11 +42,15 @@ and writes the output and log-sum-exp: ``e(4·N·d + N·H)``. No ``T×T`` matrix
 
 **Data parallel (torch DDP)**: the reducer copies each gradient into its bucket (``2eP``), our
 comm hook divides the bucket by ``n`` (``2eP``), the bucket is ring all-reduced
-(``2(n-1)/n · eP/β + 2(n-1)·α``, `mgpukit.costmodel.comm`), and the averaged bucket is copied
-back into ``.grad`` (``2eP``). The kit's GPTs fit one 25 MiB bucket, and a bucket is ready
-only when *every* gradient in it is, i.e. at the end of backward: **the all-reduce is fully
-exposed** — nothing is left to overlap it with. (Overlap needs several buckets, a bigger
-model.) Step = forward + backward + DDP copies + all-reduce + optimizer.
+(``2(n-1)/n · B/β + 2(n-1)·α``, `mgpukit.costmodel.comm`), and the averaged buckets are copied
+back into ``.grad`` (``2eP``) once the last one is done. After its first step DDP re-buckets the
+gradients in the order backward produced them: a first bucket of about 1 MiB (``lm_head``,
+``ln_f``, the last ``fc2``, …), then buckets of up to 25 MiB. A bucket is ready only when
+*every* gradient in it is, so the last bucket (it holds the embeddings, the last gradients of
+backward) is all-reduced after backward: **its all-reduce is fully exposed**. ``gpt-tiny``'s
+0.85 MB of gradients are one bucket, so its whole all-reduce is exposed; ``gpt-small``'s first
+1.1 MB bucket overlaps the rest of backward and hides (only the part that would outlast
+backward is charged). Step = forward + backward + DDP copies + exposed all-reduce + optimizer.
 
 **Pipeline (GPipe / 1F1B)**, ``p`` stages of ``L/p`` layers (stage 0 adds the embedding, the last
 the head and loss), ``m`` micro-batches: with per-stage forward/backward times ``F_s``, ``B_s`` and
@@ -67,6 +71,7 @@ from mgpukit.costmodel.hardware import HardwareProfile
 FP32 = 4  # bytes per element: the kit trains in fp32
 ID = 8  # bytes per token id (int64)
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb=25
+DDP_FIRST_BUCKET_BYTES = 2**20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 
 
 @dataclass(frozen=True)
@@ -155,34 +160,61 @@ def sgd_seconds(params: int, profile: HardwareProfile) -> float:
     return 9 * FP32 * params / profile.memory_bandwidth
 
 
+def ddp_buckets(cfg, *, first_bytes: float = DDP_FIRST_BUCKET_BYTES,
+                bucket_bytes: float = DDP_BUCKET_BYTES) -> list[float]:
+    """Bytes of each DDP bucket, in the order backward fills them (DDP's rebuilt buckets:
+    parameters in gradient-ready order; a bucket closes once it reaches its cap)."""
+    d, f, V, T, b = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.seq_len, int(cfg.bias)
+    order = [V * d, d, d]  # lm_head, ln_f
+    for _ in range(cfg.n_layer):  # last layer first: fc2, fc1, ln_2, o, v, k, q, ln_1
+        order += [d * b, f * d, f * b, d * f, d, d] + [d * b, d * d] * 4 + [d, d]
+    order += [T * d, V * d]  # position and token embeddings
+    buckets, current = [], 0.0
+    for numel in order:
+        current += FP32 * numel
+        if current >= (first_bytes if not buckets else bucket_bytes):
+            buckets.append(current)
+            current = 0.0
+    return buckets + ([current] if current else [])
+
+
 def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProfile,
+                  first_bucket_bytes: float = DDP_FIRST_BUCKET_BYTES,
                   bucket_bytes: float = DDP_BUCKET_BYTES) -> dict[str, float]:
     """Seconds of one steady-state DDP step of the GPT `cfg` (a `GPTConfig`) on `workers`
     ranks of `profile`, SGD with momentum; see the module docstring for every term.
 
-    Returns ``forward_s``, ``backward_s``, ``ddp_copies_s``, ``allreduce_s`` (all of it exposed),
-    ``optimizer_s``, ``total_s``, and the FLOP/byte totals behind them.
+    Returns ``forward_s``, ``backward_s``, ``ddp_copies_s``, ``allreduce_s`` (all buckets),
+    ``exposed_comm_s``, ``optimizer_s``, ``total_s``, and the FLOP/byte totals behind them.
     """
     if global_batch % workers:
         raise ValueError(f"global_batch={global_batch} does not split over {workers} workers.")
-    ops = stage_ops(cfg, global_batch // workers, layers=cfg.n_layer, embed=True, head=True)
+    b = global_batch // workers
+    ops = stage_ops(cfg, b, layers=cfg.n_layer, embed=True, head=True)
     P = ops["params"]
-    grad_bytes = FP32 * P
-    if grad_bytes > bucket_bytes:
-        raise ValueError(f"{grad_bytes / 2**20:.1f} MiB of gradients need several DDP buckets; "
-                         f"this closed form covers the one-bucket case (raise bucket_bytes).")
     link = link_for_ranks(range(workers), profile)
+    buckets = ddp_buckets(cfg, first_bytes=first_bucket_bytes, bucket_bytes=bucket_bytes)
+    times = [allreduce_time(nbytes, workers, link) for nbytes in buckets]
+    backward = _seconds(ops["bwd"], profile)
+    # Earlier buckets run while backward goes on, from when the first is ready (the head's
+    # and the last fc2's gradients exist) to backward's end; what does not fit is exposed.
+    head = stage_ops(cfg, b, layers=0, embed=False, head=True)["bwd"]
+    fc2 = _linear(b * cfg.seq_len, cfg.d_ff, cfg.d_model, bias=cfg.bias)[1]
+    window = backward - _seconds(head + fc2, profile)
+    exposed = max(0.0, sum(times[:-1]) - window) + times[-1]
     out = {
         "forward_s": _seconds(ops["fwd"], profile),
-        "backward_s": _seconds(ops["bwd"], profile),
-        "ddp_copies_s": (3 * 2 * grad_bytes / profile.memory_bandwidth) if workers > 1 else 0.0,
-        "allreduce_s": allreduce_time(grad_bytes, workers, link),
+        "backward_s": backward,
+        "ddp_copies_s": (3 * 2 * FP32 * P / profile.memory_bandwidth) if workers > 1 else 0.0,
+        "allreduce_s": sum(times),
+        "exposed_comm_s": exposed,
         "optimizer_s": sgd_seconds(P, profile),
+        "buckets": len(buckets),
         "matmul_flops": sum(op.flops for op in ops["fwd"] + ops["bwd"]),
         "bytes": sum(op.bytes for op in ops["fwd"] + ops["bwd"]),
         "params": P,
     }
-    out["total_s"] = sum(out[k] for k in ("forward_s", "backward_s", "ddp_copies_s", "allreduce_s", "optimizer_s"))
+    out["total_s"] = sum(out[k] for k in ("forward_s", "backward_s", "ddp_copies_s", "exposed_comm_s", "optimizer_s"))
     return out
 
 

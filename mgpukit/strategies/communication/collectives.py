@@ -78,6 +78,11 @@ def naive_all_reduce(rec, tensor: torch.Tensor, group=None) -> torch.Tensor:
     Cost: the root receives ``(n-1)·B`` and sends ``(n-1)·B``: ``2(n-1)·B`` bytes through one
     rank, ``2(n-1)·(α + B/β)`` seconds — it grows with ``n`` while every other link idles.
     Every other rank sends ``B`` and receives ``B``.
+
+    The emulator charges less, ``n·(α + B/β)``: it serialises the root's outgoing messages on
+    its send stream but lets the ``n-1`` incoming ones arrive side by side (it models no
+    contention on a receiver's link), so emulated naive looks better than it is for small
+    messages. The bytes it counts are exact.
     """
     ranks, me = _me(rec, group)
     flat = _flat(tensor)

@@ -35,9 +35,13 @@ a worker's carries ``2Ψ`` — the bottleneck ring all-reduce removes (``2(n-1)/
 
     Each gradient is applied scaled by ``1/(n-1)``, so one *round* of ``n-1`` updates (one
     ``cfg.steps`` step, the same global batch as one synchronous step) moves the weights about
-    as far as one synchronous step. Staleness per update goes to ``record["extra"]["0"]
-    ["staleness"]``; every rank's blocked time to ``extra[rank]["idle_s"]`` and to "idle" bars
-    on the timeline.
+    as far as one synchronous step.
+
+Measured: the staleness of every update goes to ``record["extra"]["0"]["staleness"]`` (all 0
+for ``ps-sync``); the time each rank's compute stream sat waiting on a message to
+``record["extra"][rank]["idle_s"]`` (a list, one entry per step) and to "idle" bars on the
+timeline. The global batch is split over the ``n-1`` workers, so it must divide by ``n-1``
+(and, for the experiment runner's own check, by ``n``: 3 ranks want a multiple of 6).
 
 Both send a gradient buffer ``[grads…, loss, version]`` and a weights buffer
 ``[weights…, version]``: a few bytes of bookkeeping ride with the data instead of paying an
@@ -304,8 +308,13 @@ def _async_worker(ctx, rec, cfg, model, n_workers: int):
     return None
 
 
+def _validate_async(cfg, dims) -> None:
+    staleness_bound(cfg, _workers(cfg, dims.world_size))
+
+
 @register("ps-async", description="parameter server on rank 0, asynchronous with bounded staleness "
-                                  "(options: staleness)", reference=None, **_PS)
+                                  "(options: staleness)", reference=None,
+          **{**_PS, "validate": _validate_async})
 def run_ps_async(ctx, rec, cfg):
     n_workers = _workers(cfg, ctx.world_size)
     bound = staleness_bound(cfg, n_workers)

@@ -17,6 +17,8 @@ the largest per-step loss difference and `ok` the final-loss verdict (`method` s
 """
 from __future__ import annotations
 
+import dataclasses
+
 from mgpukit.config import RunConfig
 from mgpukit.strategies.compression import half, int8, powersgd, topk
 
@@ -50,22 +52,49 @@ def loss_parity(record: dict, ref_record: dict, *, rtol: float, window: int = 5)
     }
 
 
+def fp32_reference(cfg: RunConfig, *, timeout_s: float = 600.0) -> dict:
+    """The `single` fp32 record for `cfg` (options dropped), run once per process.
+
+    One thread: on a shared 2-core machine a 2-thread reference slows down erratically
+    (OpenMP barriers under oversubscription). The run also lands in `mgpukit.experiment`'s
+    reference cache, so the elementwise parity of `dp-fp16`/`dp-bf16` reuses it.
+    """
+    from mgpukit.experiment import run
+
+    base = cfg.replace(options={})
+    if base.key() not in _REFERENCES:
+        _REFERENCES[base.key()] = run("single", workers=1, mode="cpu", config=base, parity=False,
+                                      threads_per_worker=1, timeout_s=timeout_s)
+    return _REFERENCES[base.key()]
+
+
+_REFERENCES: dict[str, dict] = {}
+
+
 def run_compressed(name: str, *, rtol: float | None = None, **kwargs) -> dict:
     """`mgpukit.run(name, **kwargs)` with the strategy's own check as `record["parity"]`.
 
     Elementwise methods get their loosened tolerance; loss-curve methods are compared with the
-    cached `single` reference of the same config (`rtol` overrides the stated one).
-    Any other strategy (e.g. `ddp`, the fp32 baseline) runs with its usual parity check.
+    `single` reference of the same config (`rtol` overrides the stated one). Any other strategy
+    (e.g. `ddp`, the fp32 baseline) runs with its usual parity check.
     """
-    from mgpukit.experiment import reference, run
+    from mgpukit.experiment import run
 
     check = CHECKS.get(name)
-    if check is None:
-        return run(name, **kwargs)
+    parity = kwargs.pop("parity", True)
+    if parity and (check is not None or name == "ddp"):
+        fp32_reference(_config_of(kwargs), timeout_s=kwargs.get("timeout_s", 600.0))
+    if check is None or not parity:
+        return run(name, parity=parity, **kwargs)
     if check["kind"] == "elementwise":
         return run(name, tolerance=kwargs.pop("tolerance", check["tolerance"]), **kwargs)
     record = run(name, parity=False, **kwargs)
-    cfg = RunConfig(**record["config"])
-    ref = reference("single", cfg, timeout_s=kwargs.get("timeout_s", 600.0))
-    record["parity"] = loss_parity(record, ref["record"], rtol=rtol if rtol is not None else check["rtol"])
+    ref = fp32_reference(RunConfig(**record["config"]), timeout_s=kwargs.get("timeout_s", 600.0))
+    record["parity"] = loss_parity(record, ref, rtol=rtol if rtol is not None else check["rtol"])
     return record
+
+
+def _config_of(kwargs: dict) -> RunConfig:
+    """The RunConfig `mgpukit.run` will build from these arguments (config + field overrides)."""
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    return (kwargs.get("config") or RunConfig()).replace(**{k: v for k, v in kwargs.items() if k in fields})

@@ -42,9 +42,9 @@ def param_shapes(cfg) -> list[tuple[int, ...]]:
     return [tuple(p.shape) for p in build_model(cfg).parameters() if p.requires_grad]
 
 
-def topk_counts(shapes, ratio: float) -> list[int]:
-    """k per tensor: `max(1, ceil(ratio · numel))` — every tensor sends at least one value."""
-    return [max(1, math.ceil(ratio * math.prod(s))) for s in shapes]
+def topk_count(numel: int, ratio: float) -> int:
+    """k, the entries top-k sends per rank: `max(1, ceil(ratio · P))`."""
+    return max(1, math.ceil(ratio * numel))
 
 
 def powersgd_split(shapes, rank: int, min_compression_rate: float = 2.0) -> tuple[int, int, int]:
@@ -77,7 +77,7 @@ def exchange_plan(method: str, shapes, n: int, *, ratio: float = 0.01, chunk: in
             return [("all_gather", n * (padded + 4 * chunks))]  # values + fp32 scales, packed
         return [("all_reduce", 4 * chunks), ("all_reduce", padded)]  # shared scales (MAX), values
     if method == "topk":
-        k = sum(topk_counts(shapes, ratio))
+        k = topk_count(numel, ratio)
         return [("all_gather", n * 8 * k)]  # fp32 value + int32 index per kept entry
     if method == "powersgd":
         p_elems, q_elems, dense = powersgd_split(shapes, rank)

@@ -75,16 +75,15 @@ class Bucket:
 
 
 def build_buckets(params, bucket_bytes: float) -> list[list[torch.nn.Parameter]]:
-    """Group parameters in backward order (reversed) into buckets of at most `bucket_bytes`
-    (a single larger parameter gets a bucket of its own)."""
+    """Group parameters in backward order (reversed) into buckets; a bucket is closed as soon
+    as it holds `bucket_bytes` or more — DDP's rule, so the same cap gives the same buckets."""
     buckets, current, size = [], [], 0
     for p in reversed(list(params)):
-        nbytes = p.numel() * p.element_size()
-        if current and size + nbytes > bucket_bytes:
+        current.append(p)
+        size += p.numel() * p.element_size()
+        if size >= bucket_bytes:
             buckets.append(current)
             current, size = [], 0
-        current.append(p)
-        size += nbytes
     if current:
         buckets.append(current)
     return buckets

@@ -62,14 +62,20 @@ class BatchLoader:
         return self.batches(step)
 
     def _produce(self):
-        for step in range(self.steps):
-            self._queue.put(self._load(step))  # blocks while `depth` batches wait unconsumed
+        try:
+            for step in range(self.steps):
+                self._queue.put(self._load(step))  # blocks while `depth` batches wait unconsumed
+        except BaseException as e:  # hand it to the training loop instead of leaving it waiting
+            self._queue.put(e)
 
     def next(self, rec):
         """The next step's batch. Call inside `rec.compute("data")`: the wait is the event."""
         step, self._step = self._step, self._step + 1
         if self._queue is not None:
-            return self._queue.get()
+            batch = self._queue.get()
+            if isinstance(batch, BaseException):
+                raise RuntimeError("the prefetch thread failed to load a batch") from batch
+            return batch
         with rec.clock.paused():  # building the batch is host work, not accelerator time
             batch = self._load(step)
         if self.emulated and self.delay:

@@ -73,3 +73,30 @@ def measure_bubble(rec, steps: int, *, device=None) -> dict | None:
         with rec.clock.paused():
             dist.all_gather(every, mine)
     return bubble_from_spans([[tuple(row) for row in t.cpu().tolist()] for t in every])
+
+
+def predicted_from_costs(record: dict) -> dict:
+    """The simulator's bubble for the record's schedule with the action costs the run itself
+    measured (median duration of each kind) — what the schedule gives when stages cost what
+    they really cost, rather than the closed form's ``F = 1, B = 2``. Point-to-point is free."""
+    import statistics
+
+    from mgpukit.costmodel.schedules import build_schedule
+    from mgpukit.costmodel.simulate import simulate
+
+    th = record.get("theory") or {}
+    p, m, v = th["p"], th["m"], th.get("v", 1)
+    steps = sorted({e["step"] for e in record["timeline"] if e.get("step") is not None})
+    step = steps[1] if len(steps) > 1 else steps[0]
+    cost = {}
+    for kind in PIPELINE_KINDS:
+        d = [e["end"] - e["start"] for e in record["timeline"]
+             if e["kind"] == kind and e.get("step") == step]
+        cost[kind] = v * statistics.median(d) if d else 0.0  # a chunk is 1/v of a stage
+    split = cost["bwd_input"] > 0
+    tl = simulate(build_schedule(th["schedule"], p, m, v), cost_f=cost["fwd"],
+                  cost_b=cost["bwd_input"] + cost["bwd_weight"] if split else cost["bwd"],
+                  cost_i=cost["bwd_input"] if split else None,
+                  cost_w=cost["bwd_weight"] if split else None)
+    return {"bubble_fraction": tl.bubble_fraction, "idle_s": tl.idle, "makespan_s": tl.makespan,
+            "costs_s": cost}

@@ -131,14 +131,15 @@ class PipelineExecutor:
         grad = self._grad_of_output(s, i)
         with self.rec.compute("bwd", microbatch=i, stage=s):
             torch.autograd.backward(out, grad)
-        self._send_input_grad(s, i, x.grad)
+        if s > 0:
+            self._send_input_grad(s, i, x.grad)
 
     def _backward_input(self, a: Action):
         s, i = a.stage, a.microbatch
         x, out, captured = self.live.pop((s, i))
         grad = self._grad_of_output(s, i)
         with self.rec.compute("bwd_input", microbatch=i, stage=s):
-            grad_x, grads_out = backward_input(out, grad, x if s > 0 else None, captured)
+            grad_x, grads_out = backward_input(out, grad, x, captured)
         self.pending_w[(s, i)] = (captured, grads_out)
         self._send_input_grad(s, i, grad_x)
 

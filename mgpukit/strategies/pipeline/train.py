@@ -59,7 +59,11 @@ def train_pipeline(ctx, rec, *, model: nn.Module, batches, loss_fn, schedule: st
     logs = []
     for step in range(steps):
         x, y = batches(step)
-        xs, ys = x.to(device).chunk(m), y.to(device).chunk(m)
+        # one tensor per micro-batch (as a loader would give them: the meter counts storages)
+        xs = [c.detach().to(device).clone() for c in x.chunk(m)]
+        ys = [c.to(device).clone() for c in y.chunk(m)]
+        if x.requires_grad:  # an input that wants a gradient (the lab's): one leaf each
+            xs = [c.requires_grad_() for c in xs]
         with rec.step(step):
             loss = executor.run_step(actions, xs, ys)
             sq_norm = sum(float(p_.grad.detach().double().pow(2).sum()) for p_ in params

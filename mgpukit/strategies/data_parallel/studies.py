@@ -1,0 +1,95 @@
+"""The experiments of notebook 01, as functions that return result records (no plotting).
+
+Each is a few `mgpukit.experiment.run` calls with settings chosen so a laptop answers in
+seconds; the notebook plots what they return with `mgpukit.plots`.
+
+- `compare_strategies`: dp-naive, dp-bucketed and ddp on the same run (parity, timelines);
+- `scaling_records`: strong or weak scaling, measured on CPU workers or emulated on a profile;
+- `lr_scaling_study`: loss curves when the global batch grows, with and without the linear
+  learning-rate rule and warmup (Goyal et al. 2017).
+"""
+from __future__ import annotations
+
+import warnings
+
+from mgpukit.experiment import run
+from mgpukit.runtime.launcher import OversubscribedWarning
+
+
+def warm_parent() -> None:
+    """Import in this process what every worker would otherwise import for itself.
+
+    Workers are forked: a module the parent already imported is free for them. `torch._dynamo`
+    (imported by the first optimizer built) and Accelerate take ~1.5 s of CPU per worker
+    otherwise — 12 s for an 8-worker launch on 2 cores.
+    """
+    import accelerate  # noqa: F401
+    import torch._dynamo  # noqa: F401
+
+
+def compare_strategies(strategies=("dp-naive", "dp-bucketed", "ddp"), *, workers: int = 2,
+                       steps: int = 4, mode: str = "cpu", profile: str | None = None,
+                       **overrides) -> dict[str, dict]:
+    """One record per strategy, same config (parity is checked against `single`)."""
+    warm_parent()
+    return {name: run(name, workers=workers, steps=steps, mode=mode, profile=profile, **overrides)
+            for name in strategies}
+
+
+def scaling_records(workers=(1, 2), *, scaling: str = "strong", strategy: str = "dp-bucketed",
+                    model: str = "gpt-tiny", batch: int = 64, steps: int = 3, mode: str = "cpu",
+                    profile: str | None = None, threads_per_worker: int | None = 1,
+                    **overrides) -> list[dict]:
+    """Records for a speedup plot: `single` on one worker, `strategy` on each larger count.
+
+    strong: the global batch stays `batch`, split over the workers (same problem, faster?).
+    weak: each worker keeps `batch`, so the global batch is `batch × workers` (bigger problem,
+    same time?). Measured runs pin one intra-op thread per worker (`threads_per_worker=1`) so
+    one worker cannot already use every core — otherwise 1 vs 2 compares 2 cores with 2 cores.
+    """
+    if scaling not in ("strong", "weak"):
+        raise ValueError(f"scaling={scaling!r}: use 'strong' or 'weak'.")
+    warm_parent()
+    records = []
+    for n in workers:
+        gb = batch if scaling == "strong" else batch * n
+        with warnings.catch_warnings():  # emulated runs may use more workers than cores
+            warnings.simplefilter("ignore", OversubscribedWarning)
+            records.append(run("single" if n == 1 else strategy, workers=n, mode=mode, profile=profile,
+                               model=model, global_batch=gb, steps=steps, parity=False,
+                               threads_per_worker=threads_per_worker if mode != "emulated" else None,
+                               **overrides))
+    return records
+
+
+def lr_scaling_study(*, workers: int = 4, per_worker_batch: int = 8, lr: float = 0.05,
+                     steps: int = 40, warmup_steps: int = 10, model: str = "mlp-tiny",
+                     base_workers: int = 1, strategy: str = "dp-bucketed") -> list[dict]:
+    """Loss curves for the linear scaling rule (Goyal et al. 2017).
+
+    Four runs at a fixed batch per worker: `base_workers` worker(s) at `lr` (the baseline the
+    rate was tuned for), then `workers` workers at the same `lr`, at `lr × k` (k = the batch
+    growth), and at `lr × k` reached by `warmup_steps` of linear warmup. Each record's
+    `strategy` is replaced by a legend label such as "lr 0.2 (linear rule)" (plots append
+    "×workers"); the strategy's own name stays in `record["run"]`.
+    `workers` may exceed the cores: only the losses matter here, not the timings.
+    """
+    warm_parent()
+    base = per_worker_batch * base_workers
+    k = workers // base_workers
+    variants = [
+        (base_workers, {}, f"lr {lr:g}"),
+        (workers, {}, f"lr {lr:g} (not scaled)"),
+        (workers, {"lr_scaling": "linear"}, f"lr {lr * k:g} (linear rule)"),
+        (workers, {"lr_scaling": "linear", "warmup_steps": warmup_steps},
+         f"lr {lr * k:g} (linear rule, {warmup_steps} warmup steps)"),
+    ]
+    records = []
+    for n, opts, label in variants:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OversubscribedWarning)
+            rec = run(strategy, workers=n, mode="cpu", model=model, steps=steps, lr=lr,
+                      global_batch=per_worker_batch * n, parity=False,
+                      options={**opts, "base_batch": base})
+        records.append({**rec, "strategy": label, "run": rec["strategy"]})
+    return records
