@@ -159,3 +159,24 @@ def test_worker_output_is_echoed_with_its_rank(capsys):
     mgpukit.launch(lambda: print("hi from", dist.get_rank()), 2)
     out = capsys.readouterr().out
     assert "[rank 0] hi from 0" in out and "[rank 1] hi from 1" in out
+
+
+def _return_at_once():
+    return dist.get_rank()
+
+
+def test_fast_ranks_do_not_tear_the_group_down_under_slow_ones():
+    for _ in range(5):
+        assert mgpukit.launch(_return_at_once, 4) == [0, 1, 2, 3]
+
+
+def _one_rank_returns_early():
+    if dist.get_rank() == 0:
+        time.sleep(600)
+    return dist.get_rank()
+
+
+def test_a_timeout_names_only_the_ranks_that_never_returned():
+    with pytest.raises(mgpukit.LaunchTimeout) as info:
+        mgpukit.launch(_one_rank_returns_early, 2, timeout_s=3)
+    assert info.value.ranks == [0]

@@ -114,6 +114,8 @@ def sources_title(records: Iterable[Record]) -> str:
 
 def record_name(record: Record) -> str:
     """Short name for legends: 'ddp ×2', or 'hybrid ×8 (dp2·tp2·pp2)' when several axes are used."""
+    if record.get("label"):
+        return str(record["label"])
     name = f"{record.get('strategy', '?')} ×{record.get('world_size', '?')}"
     dims = record.get("dims") or {}
     used = {axis: size for axis, size in dims.items() if size and size > 1}

@@ -44,7 +44,7 @@ from mgpukit.runtime import context as _context
 from mgpukit.runtime.hardware import cuda_device_count, usable_cores
 
 MODES = ("auto", "cpu", "gpu", "emulated")
-_DONE_KEY = "mgpukit/done/{rank}"
+_FINISHED_KEY = "mgpukit/finished/{rank}"  # fn returned; waiting for the others to return too
 _ERROR_KEY = "mgpukit/error/{rank}"  # value: "<time_ns>\n<traceback>"
 _PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
 
@@ -159,6 +159,11 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
 
     n = spec.world_size
+    # Imported once here rather than in every worker: each would otherwise pay ~1 s of CPU
+    # (torch._dynamo is pulled in by the first optimizer) on a machine with few cores.
+    import accelerate  # noqa: F401
+    import torch._dynamo  # noqa: F401
+
     # The parent owns the rendezvous store: port 0 lets the kernel pick a free port, held open
     # for the whole launch, so concurrent launches cannot race for the same one.
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
@@ -187,7 +192,7 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
     try:
         result = pc.wait(timeout=spec.timeout_s, period=0.02)
         if result is None:
-            unfinished = [r for r in range(n) if not store.check([_DONE_KEY.format(rank=r)])]
+            unfinished = [r for r in range(n) if not store.check([_FINISHED_KEY.format(rank=r)])]
             raise LaunchTimeout(
                 f"the launch ran past timeout_s={spec.timeout_s:g}s; rank(s) {unfinished} never "
                 f"finished. Usually a collective or recv that the other ranks never joined "
@@ -222,14 +227,18 @@ def _worker_main(fn, args, kwargs, spec: WorkerSpec):
         # before the process group is torn down, since tearing it down wakes the peers.
         store.set(_ERROR_KEY.format(rank=rank), f"{time.time_ns()}\n{traceback.format_exc()}")
 
-    value = _run_in_worker(fn, args, kwargs, spec, rank, report_failure)
-    store.set(_DONE_KEY.format(rank=rank), "1")
-    return value
+    return _run_in_worker(fn, args, kwargs, spec, rank, report_failure, store)
 
 
-def _run_in_worker(fn, args, kwargs, spec: WorkerSpec, rank: int, report_failure):
+def _run_in_worker(fn, args, kwargs, spec: WorkerSpec, rank: int, report_failure, store):
     try:
-        return _setup_and_call(fn, args, kwargs, spec, rank)
+        value = _setup_and_call(fn, args, kwargs, spec, rank)
+        # Leave together: a rank that tore its process group down while a slower peer was
+        # still connecting would fail that peer. A store barrier, not a collective, so it can
+        # never pair up with a collective some rank is still (wrongly) waiting in.
+        store.set(_FINISHED_KEY.format(rank=rank), "1")
+        store.wait([_FINISHED_KEY.format(rank=r) for r in range(spec.world_size)])
+        return value
     except BaseException:
         report_failure()
         raise

@@ -80,32 +80,15 @@ def record_memory(rec, model, optimizer, meter: ActivationMeter, device=None):
     rec.memory = memory_breakdown(model, optimizer, meter, device)
 
 
-def data_parallel_loop(ctx, rec, cfg: RunConfig, model, optimizer, *, sync_grads, params=None,
-                       device=None):
-    """The loop of every data-parallel strategy: fwd, bwd, `sync_grads()`, step; log; memory.
+def data_parallel_loop(ctx, rec, cfg: RunConfig, model, optimizer, *, sync_grads, no_sync=None,
+                       params=None, device=None):
+    """The loop of every data-parallel strategy: fwd, bwd, `sync_grads(step)`, step; log; memory.
 
     `sync_grads(step)` is where strategies differ (nothing for `single`, an all-reduce per
-    gradient for `dp-naive`, …). Loss and grad norm are logged as the mean over ranks, which
-    for equal shards equals the single-process value.
+    gradient for `dp-naive`, …); gradient accumulation, the input pipeline, stragglers and
+    learning-rate scaling live in `mgpukit.strategies.data_parallel.loop`.
     """
-    params = list(params if params is not None else model.parameters())
-    device = device or ctx.device
-    batches = Batches(cfg, ctx.rank, ctx.world_size)
-    loss_of = loss_fn(cfg)
-    meter = ActivationMeter(params)
-    for step in range(cfg.steps):
-        x, y = batches(step)
-        x, y = x.to(device), y.to(device)
-        with rec.step(step):
-            with rec.compute("fwd"), meter.track():
-                loss = loss_of(model(x), y)
-            with rec.compute("bwd"):
-                loss.backward()
-            sync_grads(step)
-            norm = grad_norm(params)
-            with rec.compute("opt"):
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=False)
-        rec.log(global_mean(loss.item(), rec), norm)
-    record_memory(rec, model, optimizer, meter, device)
-    return {"weights": full_state_dict(model)} if ctx.rank == 0 else None
+    from mgpukit.strategies.data_parallel.loop import train_data_parallel
+
+    return train_data_parallel(ctx, rec, cfg, model, optimizer, sync_grads=sync_grads,
+                               no_sync=no_sync, params=params, device=device)

@@ -85,39 +85,64 @@ def plot_step_time(records: list[dict], *, skip: int = 2) -> go.Figure:
     return fig
 
 
-def plot_step_time_vs_bandwidth(fast: list[dict], link: Link, *, betas=None, points=None,
-                                skip: int = 2) -> go.Figure:
-    """Predicted step time vs link bandwidth for each method, from one emulated run per method.
+def plot_step_time_vs_bandwidth(fast: list[dict], link: Link, *, alpha: float | None = None,
+                                betas=None, points=None, skip: int = 2) -> go.Figure:
+    """Predicted step time vs link bandwidth β for each method, from one emulated run per method.
 
     Each method's compute (forward, backward, optimizer, compress, decompress) is its emulated
-    step time on the fast profile minus its predicted communication there (`link`); the curve
-    adds the alpha-beta time of its exchange on a link of bandwidth β (alpha kept). `points`
-    (records emulated on other profiles) are drawn as markers at their own bandwidth.
+    step time on the fast profile minus its predicted exchange time on that profile's `link`;
+    the curve adds the alpha-beta time of its exchange on a link (`alpha`, β). `points`
+    [(record, β)] — runs emulated on other profiles — are drawn as ◆ at their β. The subtitle
+    gives, for each method, the bandwidth below which it beats the fp32 `ddp` record.
     """
-    betas = betas or [10 ** (8 + 4 * i / 60) for i in range(61)]  # 100 MB/s .. 1 TB/s
-    fig = go.Figure()
-    for i, rec in enumerate(fast):
+    betas = betas or [10 ** (8 + 4 * i / 120) for i in range(121)]  # 100 MB/s .. 1 TB/s
+    alpha = link.alpha if alpha is None else alpha
+    curves = {}
+    for rec in fast:
         method, n = METHOD_OF[rec["strategy"]], rec["world_size"]
         plan = theory.exchange_plan(method, theory.param_shapes(RunConfig(**rec["config"])), n,
                                     **theory.knobs_of(method, rec["config"]["options"]))
         compute = median_step_time(rec, skip=skip) - theory.plan_time(plan, n, link)
-        ys = [(compute + theory.plan_time(plan, n, Link(alpha=link.alpha, beta=b))) * 1e6 for b in betas]
-        fig.add_trace(go.Scatter(x=[b / 1e9 for b in betas], y=ys, mode="lines", name=rec["strategy"],
-                                 line=dict(color=series_color(i)), legendgroup=rec["strategy"],
-                                 hovertemplate="β %{x:.3g} GB/s<br>%{y:.3g} µs per step<extra>" + rec["strategy"] + "</extra>"))
+        curves[rec["strategy"]] = [compute + theory.plan_time(plan, n, Link(alpha=alpha, beta=b)) for b in betas]
+    fig = go.Figure()
+    for i, (name, ys) in enumerate(curves.items()):
+        fig.add_trace(go.Scatter(x=[b / 1e9 for b in betas], y=[y * 1e6 for y in ys], mode="lines", name=name,
+                                 line=dict(color=series_color(i)), legendgroup=name,
+                                 hovertemplate="β %{x:.3g} GB/s<br>%{y:.3g} µs per step<extra>" + name + "</extra>"))
+    names = list(curves)
     for rec, beta in points or []:
-        i = [r["strategy"] for r in fast].index(rec["strategy"])
+        i = names.index(rec["strategy"])
         fig.add_trace(go.Scatter(x=[beta / 1e9], y=[median_step_time(rec, skip=skip) * 1e6], mode="markers",
                                  marker=dict(symbol="diamond", size=11, color=series_color(i)),
                                  legendgroup=rec["strategy"], showlegend=False,
                                  hovertemplate=f"{rec['strategy']}: {source_label(rec)}<br>%{{y:.3g}} µs<extra></extra>"))
     fig.update_layout(
-        title=dict(text=f"Step time vs link bandwidth — {PREDICTED} from emulated compute; ◆ emulated runs",
-                   subtitle=dict(text="compression pays where the fp32 line rises above the others: the comm-bound region")),
+        title=dict(text=f"Step time vs link bandwidth — {PREDICTED} from emulated compute"
+                        + ("; ◆ emulated runs" if points else ""),
+                   subtitle=dict(text=f"α = {alpha * 1e6:.3g} µs per hop · ≥ 10 % faster than ddp below: "
+                                      + ", ".join(f"{k} {_breakeven(curves[k], curves.get('ddp'), betas)}"
+                                                  for k in names if k != "ddp"))),
         xaxis=dict(title="link bandwidth β (GB/s, per GPU, one direction)", type="log"),
         yaxis=dict(title="step time (µs)", type="log"),
     )
     return fig
+
+
+def breakeven_bandwidth(times, dense_times, betas, *, margin: float = 0.1) -> float | None:
+    """The largest β of the sweep at which `times` is at least `margin` faster than
+    `dense_times` (None: nowhere). A margin, because a µs of implementation difference in
+    compute is no reason to compress."""
+    wins = [b for b, t, d in zip(betas, times, dense_times) if t < (1 - margin) * d]
+    return max(wins) if wins else None
+
+
+def _breakeven(times, dense_times, betas) -> str:
+    if dense_times is None:
+        return "?"
+    b = breakeven_bandwidth(times, dense_times, betas)
+    if b is None:
+        return "never"
+    return "at every β shown" if b == max(betas) else f"{b / 1e9:.3g} GB/s"
 
 
 def compression_explorer(*, config: RunConfig | None = None, workers: int = 2, steps: int = 30,

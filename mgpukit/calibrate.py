@@ -1,0 +1,181 @@
+"""`mgpukit calibrate`: measure this host, so that `this-machine` emulation predicts measured runs.
+
+The emulator (`mgpukit.measure.vclock`) needs four figures about the "device" it emulates; on
+this host a device is one CPU worker process. They are measured the way a run will use them —
+inside `workers` launched workers, all measuring *at the same time*, so they share cores and
+memory bandwidth exactly as the workers of a real run do, each with the thread count it will
+have (cores // workers: 1 thread per worker for 2 workers on 2 cores):
+
+- **matmul FLOP/s** (fp32, bf16, fp16): median time of square matmuls. This is achieved
+  throughput, not a datasheet peak, so the profile's `compute_efficiency` is 1.0.
+- **memory bandwidth**: an in-place add over arrays larger than the caches, ``3·4·n`` bytes
+  (read both, write one) per call.
+- **gloo alpha and beta**: all-reduce of 1 KB … 16 MB between the workers, fitted by least
+  squares (relative errors weighted equally, so small messages pin alpha and large ones beta)
+  to the ring formula the emulator charges, ``t = 2(n-1)·α + 2(n-1)/n · B/β``.
+
+The profile is written to ``~/.cache/mgpukit/hardware/this-machine.toml`` (where
+`load_profile("this-machine")` looks first) or to ``out``, and returned.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from mgpukit.costmodel.hardware import THIS_MACHINE, HardwareProfile, Link, PeakFlops, save_profile, user_profile_dir
+
+SIZES = (2**10, 2**12, 2**14, 2**16, 2**18, 2**20, 2**22, 2**24)  # all-reduce bytes, 1 KB … 16 MB
+QUICK_SIZES = (2**10, 2**16, 2**20, 2**22)
+
+
+def _median_time(fn, repeats: int) -> float:
+    fn()  # warm-up: allocations, first-touch of pages, kernel selection
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure_matmul(dtype: torch.dtype = torch.float32, *, n: int = 512, repeats: int = 5) -> float:
+    """Achieved FLOP/s of an ``n × n`` by ``n × n`` matmul (``2n³`` FLOPs) on this thread count."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    return 2 * n**3 / _median_time(lambda: a @ b, repeats)
+
+
+def measure_bandwidth(*, numel: int = 2**23, repeats: int = 5) -> float:
+    """Bytes/s of ``x.add_(y)`` over two arrays of ``numel`` fp32 (32 MiB each by default)."""
+    x, y = torch.ones(numel), torch.ones(numel)
+    return 3 * 4 * numel / _median_time(lambda: x.add_(y), repeats)
+
+
+def measure_allreduce(sizes, *, repeats: int) -> dict[int, float]:
+    """Median seconds of one gloo all-reduce of each size (bytes); the ranks start together."""
+    import torch.distributed as dist
+
+    out = {}
+    for nbytes in sizes:
+        t = torch.zeros(max(1, nbytes // 4))
+        dist.all_reduce(t)  # warm-up: gloo sets up its buffers for this size
+        times = []
+        for _ in range(repeats):
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(t)
+            times.append(time.perf_counter() - start)
+        out[nbytes] = statistics.median(times)
+    return out
+
+
+def fit_alpha_beta(times: dict[int, float], n: int) -> tuple[float, float]:
+    """(alpha, beta) of the ring all-reduce ``t = 2(n-1)α + 2(n-1)/n · B/β``, least squares on
+    relative error: ``t = c0 + c1·B`` with rows weighted by ``1/t``."""
+    rows = torch.tensor([[1.0, float(b)] for b in times], dtype=torch.float64)
+    t = torch.tensor(list(times.values()), dtype=torch.float64)
+    w = (1.0 / t).unsqueeze(1)
+    c0, c1 = torch.linalg.lstsq(rows * w, (t * w.squeeze(1)).unsqueeze(1)).solution.squeeze(1).tolist()
+    c1 = max(c1, 1e-15)  # bandwidth can't be infinite
+    alpha = max(c0, 0.0) / (2 * (n - 1))
+    beta = 2 * (n - 1) / n / c1
+    return alpha, beta
+
+
+def _measure(sizes, quick: bool) -> dict:
+    """Runs on every worker: compute and memory figures measured concurrently, then gloo."""
+    import torch.distributed as dist
+
+    reps = 3 if quick else 7
+    dist.barrier()
+    flops = {"fp32": statistics.median(measure_matmul(torch.float32, n=n, repeats=reps) for n in (256, 512))}
+    flops["bf16"] = measure_matmul(torch.bfloat16, n=256, repeats=reps)
+    flops["fp16"] = measure_matmul(torch.float16, n=256, repeats=2 if quick else 3)
+    dist.barrier()
+    bandwidth = measure_bandwidth(numel=2**22 if quick else 2**23, repeats=reps)
+    allreduce = measure_allreduce(sizes, repeats=5 if quick else 15)
+    return {"flops": flops, "bandwidth": bandwidth, "allreduce": allreduce, "threads": torch.get_num_threads()}
+
+
+def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | Path | None = None,
+              verbose: bool = True) -> HardwareProfile:
+    """Measure this host with `workers` CPU workers, save the `this-machine` profile, return it.
+
+    `out`: where to write the TOML (default ``~/.cache/mgpukit/hardware/this-machine.toml``);
+    `sizes`: all-reduce sizes in bytes for the alpha-beta fit (default 1 KB … 16 MB).
+    """
+    import warnings
+
+    import psutil
+
+    from mgpukit.runtime.hardware import usable_cores
+    from mgpukit.runtime.launcher import OversubscribedWarning, launch
+
+    if workers < 2:
+        raise ValueError("calibrate needs at least 2 workers to measure gloo's alpha and beta.")
+    sizes = tuple(sizes or (QUICK_SIZES if quick else SIZES))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OversubscribedWarning)
+        ranks = launch(_measure, workers, sizes, quick, mode="cpu", echo=False, timeout_s=300)
+    med = statistics.median
+    flops = {k: med(r["flops"][k] for r in ranks) for k in ("fp32", "bf16", "fp16")}
+    bandwidth = med(r["bandwidth"] for r in ranks)
+    times = {b: max(r["allreduce"][b] for r in ranks) for b in sizes}  # a collective ends on its last rank
+    alpha, beta = fit_alpha_beta(times, workers)
+    link = Link(alpha=alpha, beta=beta)
+    threads = ranks[0]["threads"]
+    profile = HardwareProfile(
+        name=THIS_MACHINE,
+        description=(f"measured by `mgpukit calibrate`: {workers} CPU workers x {threads} thread(s), "
+                     f"gloo over loopback; one device = one worker"),
+        peak_flops=PeakFlops(fp32=flops["fp32"], tf32=flops["fp32"], bf16=flops["bf16"], fp16=flops["fp16"]),
+        memory_bytes=float(psutil.virtual_memory().total // max(workers, usable_cores())),
+        memory_bandwidth=bandwidth,
+        gpus_per_node=max(workers, usable_cores()),
+        intra_node=link,
+        inter_node=link,  # one host: there is no other link
+        compute_efficiency=1.0,  # the FLOP/s above are achieved rates already
+        usable_memory=0.9,
+    )
+    path = Path(out) if out is not None else user_profile_dir() / f"{THIS_MACHINE}.toml"
+    fit = [(b, t, 2 * (workers - 1) * alpha + 2 * (workers - 1) / workers * b / beta) for b, t in times.items()]
+    worst = max(abs(p - t) / t for _, t, p in fit)
+    save_profile(profile, path, comment=(
+        f"Measured on this host by `mgpukit calibrate{' --quick' if quick else ''}` at "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {workers} workers x {threads} thread(s), measuring at once.\n"
+        f"peak_flops: median of square fp32 matmuls (256, 512), bf16/fp16 at 256 — achieved, not datasheet.\n"
+        f"memory_bandwidth: in-place add over arrays larger than the caches.\n"
+        f"links: gloo all-reduce {_bytes(min(sizes))}..{_bytes(max(sizes))}, least-squares fit of "
+        f"2(n-1)a + 2(n-1)/n B/b (worst relative residual {worst:.0%})."))
+    if verbose:
+        print(f"this-machine (measured: {workers} workers x {threads} thread(s), measuring at once)")
+        print(f"  matmul        fp32 {flops['fp32'] / 1e9:7.1f} GFLOP/s   bf16 {flops['bf16'] / 1e9:7.1f}   "
+              f"fp16 {flops['fp16'] / 1e9:7.1f}")
+        print(f"  memory        {bandwidth / 1e9:7.1f} GB/s (in-place add, larger than the caches)")
+        print(f"  gloo link     alpha {alpha * 1e6:7.1f} us   beta {beta / 1e9:6.3f} GB/s "
+              f"(all-reduce fit, worst residual {worst:.0%})")
+        for b, t, p in fit:
+            print(f"    all-reduce {_bytes(b):>7}: measured {t * 1e3:8.3f} ms   fit {p * 1e3:8.3f} ms")
+        print(f"  saved to {path}")
+    return profile
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("MB", 2**20), ("KB", 2**10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n:g} B"
+
+
+def register(subparsers):
+    """Add ``calibrate`` to the ``mgpukit`` command line."""
+    p = subparsers.add_parser("calibrate", help="measure this host and save the `this-machine` profile",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer sizes and repeats (a few seconds)")
+    p.add_argument("--workers", type=int, default=2, help="CPU workers measuring at once (default 2)")
+    p.add_argument("--out", metavar="PATH", default=None,
+                   help=f"where to write the profile (default {user_profile_dir() / 'this-machine.toml'})")
+    p.set_defaults(func=lambda args: calibrate(workers=args.workers, quick=args.quick, out=args.out) and 0)
+    return p
