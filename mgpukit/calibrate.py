@@ -10,6 +10,9 @@ have (cores // workers: 1 thread per worker for 2 workers on 2 cores):
   throughput, not a datasheet peak, so the profile's `compute_efficiency` is 1.0.
 - **memory bandwidth**: an in-place add over arrays larger than the caches, ``3·4·n`` bytes
   (read both, write one) per call.
+- **per-op overhead**: a training step (forward, backward, SGD) of a GPT too small to compute
+  anything (width 8, 8 tokens), timed and divided by the ops it dispatches — the dispatcher,
+  autograd and Python cost that a small model pays hundreds of times per step.
 - **gloo alpha and beta**: all-reduce of 1 KB … 16 MB between the workers, fitted by least
   squares (relative errors weighted equally, so small messages pin alpha and large ones beta)
   to the ring formula the emulator charges, ``t = 2(n-1)·α + 2(n-1)/n · B/β``.
@@ -53,6 +56,42 @@ def measure_bandwidth(*, numel: int = 2**23, repeats: int = 5) -> float:
     return 3 * 4 * numel / _median_time(lambda: x.add_(y), repeats)
 
 
+def _count_ops(fn) -> int:
+    """How many ops `fn` dispatches that the virtual clock charges (views are free)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from mgpukit.measure.vclock import is_free
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += not is_free(func)
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return Count.n
+
+
+def measure_op_overhead(*, repeats: int = 7) -> float:
+    """Seconds of host work per dispatched op: a whole training step of a width-8 GPT on 8
+    tokens (no arithmetic to speak of), divided by the number of ops it dispatches."""
+    from mgpukit.models import GPT, gpt_tiny, lm_loss
+
+    model = GPT(gpt_tiny(seq_len=8, n_layer=2, n_head=2, d_model=8, d_ff=32))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9)
+    idx = torch.zeros(1, 8, dtype=torch.long)
+
+    def step():
+        lm_loss(model(idx), idx).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+
+    step()  # creates the gradients and momentum buffers, as in a run's later steps
+    return _median_time(step, repeats) / _count_ops(step)
+
+
 def measure_allreduce(sizes, *, repeats: int) -> dict[int, float]:
     """Median seconds of one gloo all-reduce of each size (bytes); the ranks start together."""
     import torch.distributed as dist
@@ -94,9 +133,12 @@ def _measure(sizes, quick: bool) -> dict:
     flops["bf16"] = measure_matmul(torch.bfloat16, n=256, repeats=reps)
     flops["fp16"] = measure_matmul(torch.float16, n=256, repeats=2 if quick else 3)
     dist.barrier()
-    bandwidth = measure_bandwidth(numel=2**22 if quick else 2**23, repeats=reps)
+    bandwidth = measure_bandwidth(repeats=reps)
+    dist.barrier()
+    overhead = measure_op_overhead(repeats=5 if quick else 15)
     allreduce = measure_allreduce(sizes, repeats=5 if quick else 15)
-    return {"flops": flops, "bandwidth": bandwidth, "allreduce": allreduce, "threads": torch.get_num_threads()}
+    return {"flops": flops, "bandwidth": bandwidth, "op_overhead": overhead, "allreduce": allreduce,
+            "threads": torch.get_num_threads()}
 
 
 def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | Path | None = None,
@@ -122,11 +164,12 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
     med = statistics.median
     flops = {k: med(r["flops"][k] for r in ranks) for k in ("fp32", "bf16", "fp16")}
     bandwidth = med(r["bandwidth"] for r in ranks)
+    overhead = med(r["op_overhead"] for r in ranks)
     times = {b: max(r["allreduce"][b] for r in ranks) for b in sizes}  # a collective ends on its last rank
     alpha, beta = fit_alpha_beta(times, workers)
     link = Link(alpha=alpha, beta=beta)
     threads = ranks[0]["threads"]
-    profile = HardwareProfile(
+    fields = dict(
         name=THIS_MACHINE,
         description=(f"measured by `mgpukit calibrate`: {workers} CPU workers x {threads} thread(s), "
                      f"gloo over loopback; one device = one worker"),
@@ -139,14 +182,16 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
         compute_efficiency=1.0,  # the FLOP/s above are achieved rates already
         usable_memory=0.9,
     )
+    profile = _with_overhead(fields, overhead)
     path = Path(out) if out is not None else user_profile_dir() / f"{THIS_MACHINE}.toml"
     fit = [(b, t, 2 * (workers - 1) * alpha + 2 * (workers - 1) / workers * b / beta) for b, t in times.items()]
     worst = max(abs(p - t) / t for _, t, p in fit)
-    save_profile(profile, path, comment=(
+    _save(profile, overhead, path, comment=(
         f"Measured on this host by `mgpukit calibrate{' --quick' if quick else ''}` at "
         f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {workers} workers x {threads} thread(s), measuring at once.\n"
         f"peak_flops: median of square fp32 matmuls (256, 512), bf16/fp16 at 256 — achieved, not datasheet.\n"
         f"memory_bandwidth: in-place add over arrays larger than the caches.\n"
+        f"op_overhead: training step of a width-8 GPT / ops it dispatches.\n"
         f"links: gloo all-reduce {_bytes(min(sizes))}..{_bytes(max(sizes))}, least-squares fit of "
         f"2(n-1)a + 2(n-1)/n B/b (worst relative residual {worst:.0%})."))
     if verbose:
@@ -154,12 +199,30 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
         print(f"  matmul        fp32 {flops['fp32'] / 1e9:7.1f} GFLOP/s   bf16 {flops['bf16'] / 1e9:7.1f}   "
               f"fp16 {flops['fp16'] / 1e9:7.1f}")
         print(f"  memory        {bandwidth / 1e9:7.1f} GB/s (in-place add, larger than the caches)")
+        print(f"  per-op        {overhead * 1e6:7.2f} us of dispatch overhead (tiny-GPT training step / its ops)")
         print(f"  gloo link     alpha {alpha * 1e6:7.1f} us   beta {beta / 1e9:6.3f} GB/s "
               f"(all-reduce fit, worst residual {worst:.0%})")
         for b, t, p in fit:
             print(f"    all-reduce {_bytes(b):>7}: measured {t * 1e3:8.3f} ms   fit {p * 1e3:8.3f} ms")
         print(f"  saved to {path}")
     return profile
+
+
+def _with_overhead(fields: dict, overhead: float) -> HardwareProfile:
+    """The profile, carrying `op_overhead` (as a field once `HardwareProfile` has one)."""
+    if "op_overhead" in HardwareProfile.__dataclass_fields__:
+        return HardwareProfile(**fields, op_overhead=overhead)
+    profile = HardwareProfile(**fields)
+    object.__setattr__(profile, "op_overhead", overhead)  # read by the virtual clock via getattr
+    return profile
+
+
+def _save(profile: HardwareProfile, overhead: float, path: Path, *, comment: str) -> Path:
+    save_profile(profile, path, comment=comment)
+    text = path.read_text()
+    if "\nop_overhead = " not in text:  # [efficiency] is the file's last table
+        path.write_text(text + f"op_overhead = {overhead!r}\n")
+    return path
 
 
 def _bytes(n: float) -> str:

@@ -75,7 +75,8 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     )
     if parity and strat.reference:
         ref = reference(strat.reference, cfg, timeout_s=timeout_s)
-        record["parity"] = compare(record, weights, ref, tolerance or strat.tolerance or FP32_TOL)
+        check = strat.compare or compare
+        record["parity"] = check(record, weights, ref, tolerance or strat.tolerance or FP32_TOL)
     if strat.reference is None:
         _REFERENCE_CACHE.setdefault(_ref_key(strat.name, cfg), {"record": record, "weights": weights})
     if json_path:

@@ -150,3 +150,16 @@ def test_topk_with_error_feedback_reaches_fp32_loss_and_without_it_does_not():
     no_ef = record("dp-topk-noef", "dp-topk", steps=TOPK_STEPS, options={"error_feedback": False})["parity"]
     assert ef["final_rel_gap"] <= 0.10, ef  # within 10 % of the uncompressed final loss
     assert no_ef["final_loss"] > ef["final_loss"] * 1.03, (ef, no_ef)  # the residual matters
+
+
+# ---------------------------------------------------------------- widget and figures (headless)
+
+
+def test_widget_draws_once_headless_and_figures_say_their_source():
+    from mgpukit.widgets.compression import compression_explorer, plot_bytes_vs_ratio, plot_step_time
+
+    box = compression_explorer(steps=3)  # builds and draws; launches nothing until the button
+    assert box.children[0].children[0].value == pytest.approx(0.01)
+    assert "predicted" in plot_bytes_vs_ratio(RunConfig(), 2, 0.01).layout.title.text
+    fig = plot_step_time([record("ddp", "ddp", steps=3, parity=False), record("dp-fp16", "dp-fp16")])
+    assert "measured (cpu)" in [t.name for t in fig.data][0]

@@ -180,3 +180,16 @@ def test_a_timeout_names_only_the_ranks_that_never_returned():
     with pytest.raises(mgpukit.LaunchTimeout) as info:
         mgpukit.launch(_one_rank_returns_early, 2, timeout_s=3)
     assert info.value.ranks == [0]
+
+
+def _parallel_op():
+    y = torch.randn(2_000_000)
+    return float(torch.round(y / 3).clamp_(-127, 127).sum() * 0)
+
+
+def test_workers_use_openmp_after_the_parent_did():
+    """GNU OpenMP hangs a child forked after the parent's parallel region; launch prevents it."""
+    x = torch.randn(2_000_000)
+    for _ in range(3):
+        torch.round(x / 3).clamp_(-127, 127)  # a parallel region in this (parent) process
+    assert mgpukit.launch(_parallel_op, 1, timeout_s=30, threads_per_worker=2) == [0.0]

@@ -53,12 +53,25 @@ backward) is all-reduced after backward: **its all-reduce is fully exposed**. ``
 backward is charged). Step = forward + backward + DDP copies + exposed all-reduce + optimizer.
 
 **Pipeline (GPipe / 1F1B)**, ``p`` stages of ``L/p`` layers (stage 0 adds the embedding, the last
-the head and loss), ``m`` micro-batches: with per-stage forward/backward times ``F_s``, ``B_s`` and
-one activation (gradient) message of ``e·N_mb·d`` per hop, ``α + e·N_mb·d/β``, the last
-micro-batch leaves the pipeline after the flow-shop makespan ``Σ_s (F_s + B_s) + 2(p-1)·hop +
-(m-1)·max_s (F_s + B_s)`` — for equal stages the familiar ``(m + p - 1)(F + B)``, whose idle
-part is the bubble ``(p-1)/(m+p-1)`` of both schedules (they differ in memory, not time). Then
-the slowest stage's optimizer step.
+the head and loss), ``m`` micro-batches of ``N_mb`` tokens: per-stage forward and backward times
+``F_s``, ``B_s`` from the terms above, and one message per boundary and micro-batch (the
+activation forward, its gradient back), ``h = α + e·N_mb·d/β``. A rank sends its messages one
+after another, so a link is a station of the line too.
+
+- GPipe runs a wave of forwards then a wave of backwards. Identical jobs through a line of
+  stations finish after ``Σ stations + (m-1)·max station`` (the bottleneck paces the rest):
+  ``Σ_s F_s + (p-1)h + (m-1)·max(max_s F_s, h)``, then the same with ``B_s``. For equal
+  stages and ``h = 0``: ``(m + p - 1)(F + B)``, whose idle share is the bubble ``(p-1)/(m+p-1)``.
+- 1F1B has the same fill and drain, ``Σ_s (F_s + B_s) + 2(p-1)h + (m-1)·max_s (F_s + B_s)``, but
+  cannot hide all the latency: a stage's backward waits on the next stage's backward right
+  after it, so round trips stall the steady state. Counting them on the schedule table
+  (`mgpukit.costmodel.simulate` with a p2p cost reproduces it exactly for equal stages) gives
+  ``2h · (p - 2 + k - ⌊(k + p - 2)/p⌋)`` more for ``k = m - p ≥ 0``: about ``2(p-1)/p · h`` per
+  micro-batch. Assumes compute-bound stages (``F_s ≥ h``); with a latency-bound link the
+  sends' queueing dominates and this form underestimates.
+
+Rank 0 (whose times the record reports) ends the step with the last backward, then steps its
+optimizer over its own stage's parameters.
 """
 
 from __future__ import annotations
@@ -219,21 +232,34 @@ def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProf
 
 
 def pipeline_step_time(cfg, *, global_batch: int, micro_batches: int, stages: int,
-                       profile: HardwareProfile) -> dict[str, float]:
-    """Seconds of one GPipe / 1F1B step over `stages` ranks (module docstring, last paragraph)."""
+                       profile: HardwareProfile, schedule: str = "gpipe") -> dict[str, float]:
+    """Seconds of one GPipe / 1F1B step over `stages` ranks, as rank 0 sees it (module
+    docstring, last paragraph): the last micro-batch's backward leaves stage 0, then stage 0
+    steps its optimizer."""
+    if schedule not in ("gpipe", "1f1b"):
+        raise ValueError(f"schedule={schedule!r}: this closed form covers 'gpipe' and '1f1b'.")
     if cfg.n_layer % stages:
         raise ValueError(f"{cfg.n_layer} layers do not split into {stages} stages.")
     if global_batch % micro_batches:
         raise ValueError(f"global_batch={global_batch} does not split into {micro_batches} micro-batches.")
-    mb = global_batch // micro_batches
-    per_stage = [stage_ops(cfg, mb, layers=cfg.n_layer // stages, embed=s == 0, head=s == stages - 1)
-                 for s in range(stages)]
+    p, m, mb = stages, micro_batches, global_batch // micro_batches
+    per_stage = [stage_ops(cfg, mb, layers=cfg.n_layer // p, embed=s == 0, head=s == p - 1)
+                 for s in range(p)]
     fwd = [_seconds(o["fwd"], profile) for o in per_stage]
     bwd = [_seconds(o["bwd"], profile) for o in per_stage]
     hop = p2p_time(FP32 * mb * cfg.seq_len * cfg.d_model, link_for_ranks([0, 1], profile))
-    busy = [f + b for f, b in zip(fwd, bwd)]
-    makespan = sum(busy) + 2 * (stages - 1) * hop + (micro_batches - 1) * max(busy)
-    opt = max(sgd_seconds(o["params"], profile) for o in per_stage)
-    return {"stage_fwd_s": fwd, "stage_bwd_s": bwd, "hop_s": hop, "pipeline_s": makespan,
-            "optimizer_s": opt, "total_s": makespan + opt,
-            "bubble_fraction": (stages - 1) / (micro_batches + stages - 1)}
+    if schedule == "gpipe":  # a wave of forwards, then a wave of backwards
+        pipeline = (sum(fwd) + (p - 1) * hop + (m - 1) * max(max(fwd), hop)
+                    + sum(bwd) + (p - 1) * hop + (m - 1) * max(max(bwd), hop))
+    else:
+        if m < p:
+            raise ValueError(f"1F1B with m={m} < p={p} micro-batches never reaches its steady state.")
+        # fill + drain + steady state, plus the round trips 1F1B cannot hide (see docstring)
+        k = m - p
+        stalls = (p - 2) + k - (k + p - 2) // p
+        pipeline = (sum(fwd) + sum(bwd) + 2 * (p - 1) * hop
+                    + (m - 1) * max(f + b for f, b in zip(fwd, bwd)) + 2 * hop * stalls)
+    opt = sgd_seconds(per_stage[0]["params"], profile)
+    return {"stage_fwd_s": fwd, "stage_bwd_s": bwd, "hop_s": hop, "pipeline_s": pipeline,
+            "optimizer_s": opt, "total_s": pipeline + opt,
+            "bubble_fraction": (p - 1) / (m + p - 1)}

@@ -164,6 +164,8 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
     import accelerate  # noqa: F401
     import torch._dynamo  # noqa: F401
 
+    _release_openmp_threads()
+
     # The parent owns the rendezvous store: port 0 lets the kernel pick a free port, held open
     # for the whole launch, so concurrent launches cannot race for the same one.
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
@@ -354,6 +356,30 @@ def _capture_output(log_dir: str, rank: int) -> None:
         except OSError:
             pass
     sys.stdout = sys.stderr = log
+
+
+def _release_openmp_threads() -> None:
+    """Let a forked worker use OpenMP although the parent already did.
+
+    GNU OpenMP is not fork-safe: a child forked after the parent ran a parallel region (any
+    multi-threaded torch op in the notebook) hangs in its own first parallel region, forever.
+    OpenMP 5.0's `omp_pause_resource_all(omp_pause_hard)` releases the parent's thread pool
+    before the fork; the parent's next parallel op simply starts a new one.
+    """
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as f:
+            libs = sorted({line.split()[-1] for line in f if "libgomp" in line or "libiomp" in line})
+    except OSError:
+        return
+    for path in libs:
+        try:
+            pause = ctypes.CDLL(path).omp_pause_resource_all
+        except (OSError, AttributeError):
+            continue
+        pause.argtypes = [ctypes.c_int]
+        pause(2)  # omp_pause_hard
 
 
 def _process_tree(pids: list[int]) -> list[psutil.Process]:

@@ -26,6 +26,8 @@ class Strategy:
     theory: Callable | None = None  # (cfg, dims) -> dict of predicted figures
     validate: Callable | None = None  # (cfg, dims) -> None; raises ValueError saying what to change
     tolerance: dict | None = None  # parity tolerance when fp32 defaults can't hold (say why)
+    compare: Callable | None = None  # (record, weights, ref, tolerance) -> parity dict, for
+    # strategies that change the numbers on purpose (lossy compression compares loss curves)
     emulation: bool = True  # runs under the virtual clock
     models: tuple[str, ...] = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide")
 

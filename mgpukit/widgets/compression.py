@@ -42,7 +42,8 @@ def plot_bytes_vs_ratio(cfg: RunConfig, workers: int, ratio: float) -> go.Figure
                                  line=dict(color=series_color(i), dash="dot" if i > 1 else "solid")))
     fig.add_trace(go.Scatter(x=[ratio], y=[at], mode="markers", name=f"ratio {ratio:.3g}",
                              marker=dict(symbol="diamond", size=12, color="black"),
-                             hovertemplate=f"{at:,.0f} B per step ({dense / at:.1f}× fewer than fp32)<extra></extra>"))
+                             hovertemplate=f"{at:,.0f} B per step ({dense / at:.1f}× fewer than fp32)"
+                                           "<extra></extra>"))
     fig.update_layout(
         title=dict(text=f"Bytes sent per rank per step — {PREDICTED}",
                    subtitle=dict(text=f"{cfg.model}, {n} workers · top-k at {ratio:.3g}: "
@@ -79,7 +80,8 @@ def plot_step_time(records: list[dict], *, skip: int = 2) -> go.Figure:
     kinds = sorted({r["mode"] for r in records})
     fig.update_layout(
         title=dict(text=f"Step time by compression method — {', '.join(kinds)}",
-                   subtitle=dict(text=f"median over steps ≥ {skip}; speed-up relative to fp32 ddp on the same source")),
+                   subtitle=dict(text=f"median over steps ≥ {skip}; "
+                                      "speed-up relative to fp32 ddp on the same source")),
         barmode="group", yaxis_title=f"step time ({unit})",
     )
     return fig
@@ -103,25 +105,28 @@ def plot_step_time_vs_bandwidth(fast: list[dict], link: Link, *, alpha: float | 
         plan = theory.exchange_plan(method, theory.param_shapes(RunConfig(**rec["config"])), n,
                                     **theory.knobs_of(method, rec["config"]["options"]))
         compute = median_step_time(rec, skip=skip) - theory.plan_time(plan, n, link)
-        curves[rec["strategy"]] = [compute + theory.plan_time(plan, n, Link(alpha=alpha, beta=b)) for b in betas]
+        curves[rec["strategy"]] = [compute + theory.plan_time(plan, n, Link(alpha=alpha, beta=b))
+                                   for b in betas]
     fig = go.Figure()
     for i, (name, ys) in enumerate(curves.items()):
-        fig.add_trace(go.Scatter(x=[b / 1e9 for b in betas], y=[y * 1e6 for y in ys], mode="lines", name=name,
-                                 line=dict(color=series_color(i)), legendgroup=name,
-                                 hovertemplate="β %{x:.3g} GB/s<br>%{y:.3g} µs per step<extra>" + name + "</extra>"))
+        fig.add_trace(go.Scatter(
+            x=[b / 1e9 for b in betas], y=[y * 1e6 for y in ys], mode="lines", name=name,
+            line=dict(color=series_color(i)), legendgroup=name,
+            hovertemplate="β %{x:.3g} GB/s<br>%{y:.3g} µs per step<extra>" + name + "</extra>"))
     names = list(curves)
     for rec, beta in points or []:
         i = names.index(rec["strategy"])
-        fig.add_trace(go.Scatter(x=[beta / 1e9], y=[median_step_time(rec, skip=skip) * 1e6], mode="markers",
-                                 marker=dict(symbol="diamond", size=11, color=series_color(i)),
-                                 legendgroup=rec["strategy"], showlegend=False,
-                                 hovertemplate=f"{rec['strategy']}: {source_label(rec)}<br>%{{y:.3g}} µs<extra></extra>"))
+        fig.add_trace(go.Scatter(
+            x=[beta / 1e9], y=[median_step_time(rec, skip=skip) * 1e6], mode="markers",
+            marker=dict(symbol="diamond", size=11, color=series_color(i)),
+            legendgroup=rec["strategy"], showlegend=False,
+            hovertemplate=f"{rec['strategy']}: {source_label(rec)}<br>%{{y:.3g}} µs<extra></extra>"))
+    pays = ", ".join(f"{k} {_breakeven(curves[k], curves.get('ddp'), betas)}" for k in names if k != "ddp")
     fig.update_layout(
         title=dict(text=f"Step time vs link bandwidth — {PREDICTED} from emulated compute"
                         + ("; ◆ emulated runs" if points else ""),
-                   subtitle=dict(text=f"α = {alpha * 1e6:.3g} µs per hop · ≥ 10 % faster than ddp below: "
-                                      + ", ".join(f"{k} {_breakeven(curves[k], curves.get('ddp'), betas)}"
-                                                  for k in names if k != "ddp"))),
+                   subtitle=dict(text=f"α = {alpha * 1e6:.3g} µs per hop · "
+                                      f"≥ 10 % faster than ddp below: {pays}")),
         xaxis=dict(title="link bandwidth β (GB/s, per GPU, one direction)", type="log"),
         yaxis=dict(title="step time (µs)", type="log"),
     )
@@ -176,8 +181,8 @@ def compression_explorer(*, config: RunConfig | None = None, workers: int = 2, s
             run_out.clear_output(wait=True)
             p = rec["parity"]
             predicted = rec["theory"]["comm_bytes"]
-            print(f"bytes sent per step: measured {steady_bytes_per_step(rec):,.0f} · predicted {predicted:,.0f} · "
-                  f"fp32 {rec['theory']['comm_bytes_uncompressed']:,.0f}")
+            print(f"bytes sent per step: measured {steady_bytes_per_step(rec):,.0f} · "
+                  f"predicted {predicted:,.0f} · fp32 {rec['theory']['comm_bytes_uncompressed']:,.0f}")
             print(f"final loss {p['final_loss']:.3f} vs fp32 {p['reference_final_loss']:.3f} "
                   f"({100 * p['final_rel_gap']:.1f} % apart)")
             plot_loss_parity([ref, rec]).show()

@@ -4,7 +4,7 @@ Every hand-written compressor here (`dp-fp16`, `dp-bf16`, `dp-int8`, `dp-topk`) 
 data-parallel step (every rank holds the whole model): forward, backward, then, instead of
 an fp32 all-reduce,
 
-    flat (P,) fp32  --compress-->  payload  --collective (recorder)-->  payloads  --decompress-->  mean (P,) fp32
+    flat (P,) fp32 --compress--> payload --collective (recorder)--> payloads --decompress--> mean (P,)
 
 and writes the mean back into `.grad` before the optimizer step. Only `exchange(flat) -> mean`
 differs between methods. The collective goes through the `Recorder`, so `bytes_sent` and
@@ -58,11 +58,14 @@ def track_step_bytes(rec) -> Callable[[], None]:
     return mark
 
 
-def compressed_dp(ctx, rec, cfg, build_exchange: Callable[[list], Callable[[torch.Tensor], torch.Tensor]]):
+Exchange = Callable[[torch.Tensor], torch.Tensor]  # flat gradient (P,) -> mean over ranks (P,)
+
+
+def compressed_dp(ctx, rec, cfg, build_exchange: Callable[[list], Exchange]):
     """Train data-parallel with `exchange(flat_grad (P,)) -> mean_grad (P,)` as the gradient sync.
 
-    `build_exchange(params)` makes the exchange once the model exists (top-k needs the tensor
-    sizes for its per-tensor k and its residual). The exchange runs its own collectives through
+    `build_exchange(params)` makes the exchange once the model exists (top-k sizes its k and
+    its residual from the parameters). The exchange runs its own collectives through
     `rec`; the model is not DDP-wrapped, so nothing else communicates. Returns what
     `data_parallel_loop` returns (rank 0: the weights).
     """
@@ -92,3 +95,15 @@ def steady_bytes_per_step(record: dict, rank: str = "0", *, skip: int = 0) -> fl
         return float(sum(steady)) / len(steady)
     steps = len(record["losses"])
     return float(record["comm"][rank]["bytes_sent"]) / steps
+
+
+def loss_curve_check(rtol: float) -> Callable:
+    """A registry `compare` for lossy methods: the final loss within `rtol` of the reference's
+    (see `parity.loss_parity`); elementwise fp32 parity cannot hold when numbers change on purpose."""
+
+    def check(record, weights, ref, tolerance):
+        from mgpukit.strategies.compression.parity import loss_parity
+
+        return loss_parity(record, ref["record"], rtol=rtol)
+
+    return check

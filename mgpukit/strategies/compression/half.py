@@ -54,13 +54,13 @@ def half_exchange(flat: torch.Tensor, rec, dtype: torch.dtype, *, group=None) ->
 
 @register("dp-fp16", family="compression", reference="single",
           description="gradients all-reduced in fp16 (2x fewer bytes), cast back to fp32",
-          theory=compression_theory("fp16"))
+          theory=compression_theory("fp16"), tolerance=TOLERANCE["dp-fp16"])
 def run_dp_fp16(ctx, rec, cfg):
     return compressed_dp(ctx, rec, cfg, lambda params: partial(half_exchange, rec=rec, dtype=torch.float16))
 
 
 @register("dp-bf16", family="compression", reference="single",
           description="gradients all-reduced in bf16 (2x fewer bytes), cast back to fp32",
-          theory=compression_theory("bf16"))
+          theory=compression_theory("bf16"), tolerance=TOLERANCE["dp-bf16"])
 def run_dp_bf16(ctx, rec, cfg):
     return compressed_dp(ctx, rec, cfg, lambda params: partial(half_exchange, rec=rec, dtype=torch.bfloat16))

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from mgpukit.strategies.compression.common import compressed_dp
+from mgpukit.strategies.compression.common import compressed_dp, loss_curve_check
 from mgpukit.strategies.compression.theory import compression_theory, knobs_of
 from mgpukit.strategies.registry import register
 
@@ -91,12 +91,14 @@ def int8_reduce_exchange(flat: torch.Tensor, rec, *, chunk: int, group=None) -> 
         return (codes.float() * scale[:, None]).view(-1)[:numel] / n
 
 
-@register("dp-int8", family="compression", reference=None,
+@register("dp-int8", family="compression", reference="single", compare=loss_curve_check(LOSS_RTOL),
           description="gradients quantized to int8 with a scale per chunk (~4x fewer bytes on 2 workers)",
           theory=compression_theory("int8"))
 def run_dp_int8(ctx, rec, cfg):
     knobs = knobs_of("int8", cfg.options)
-    exchange = {"all_gather": int8_gather_exchange, "all_reduce": int8_reduce_exchange}.get(knobs["int8_exchange"])
+    exchanges = {"all_gather": int8_gather_exchange, "all_reduce": int8_reduce_exchange}
+    exchange = exchanges.get(knobs["int8_exchange"])
     if exchange is None:
-        raise ValueError(f"options['int8_exchange']={knobs['int8_exchange']!r}: use 'all_gather' or 'all_reduce'.")
+        raise ValueError(f"options['int8_exchange']={knobs['int8_exchange']!r}: "
+                         "use 'all_gather' or 'all_reduce'.")
     return compressed_dp(ctx, rec, cfg, lambda params: partial(exchange, rec=rec, chunk=knobs["chunk"]))

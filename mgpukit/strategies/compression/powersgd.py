@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from mgpukit.strategies.common import build_model, build_optimizer, data_parallel_loop
-from mgpukit.strategies.compression.common import track_step_bytes
+from mgpukit.strategies.compression.common import loss_curve_check, track_step_bytes
 from mgpukit.strategies.compression.theory import compression_theory, knobs_of
 from mgpukit.strategies.registry import register
 
@@ -68,7 +68,7 @@ class RecordedGroup(dist.ProcessGroup):
     """A process group that runs every all-reduce through the recorder, on the real `group`.
 
     Only `allreduce` is forwarded — all a DDP comm hook like PowerSGD's uses; any other
-    collective on this group fails loudly rather than going uncounted.
+    collective on this group raises (torch does not know the group) rather than going uncounted.
     """
 
     def __init__(self, rec, group=None):
@@ -83,21 +83,22 @@ class RecordedGroup(dist.ProcessGroup):
         return _DoneWork(tensors)
 
 
-@register("dp-powersgd", family="compression", reference=None,
+@register("dp-powersgd", family="compression", reference="single", compare=loss_curve_check(LOSS_RTOL),
           description="PowerSGD low-rank gradients (torch's DDP comm hook, via Accelerate)",
           theory=compression_theory("powersgd"))
 def run_dp_powersgd(ctx, rec, cfg):
     from accelerate import Accelerator
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
-    rank = knobs_of("powersgd", cfg.options)["rank"]
+    matrix_rank = knobs_of("powersgd", cfg.options)["rank"]
     accelerator = Accelerator()
     model = build_model(cfg)
     optimizer = build_optimizer(cfg, model.parameters())
     model, optimizer = accelerator.prepare(model, optimizer)
     if hasattr(model, "register_comm_hook"):  # DDP-wrapped (more than one worker)
-        state = PowerSGDState(process_group=RecordedGroup(rec), matrix_approximation_rank=rank,
-                              start_powerSGD_iter=cfg.options.get("start_iter", 2), random_seed=cfg.seed)
+        state = PowerSGDState(process_group=RecordedGroup(rec), matrix_approximation_rank=matrix_rank,
+                              start_powerSGD_iter=cfg.options.get("start_iter", 2),
+                              random_seed=cfg.seed)
         model.register_comm_hook(state, powerSGD_hook)
     mark = track_step_bytes(rec)
 

@@ -33,6 +33,9 @@ from mgpukit.costmodel import comm as cost
 
 METHODS = ("fp32", "fp16", "bf16", "int8", "topk", "powersgd")
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n}
+# each method's knobs (`cfg.options` keys) and their defaults
+DEFAULTS = {"topk": {"ratio": 0.01}, "int8": {"chunk": 1024, "int8_exchange": "all_gather"},
+            "powersgd": {"rank": 2}}
 
 
 def param_shapes(cfg) -> list[tuple[int, ...]]:
@@ -62,8 +65,10 @@ def powersgd_split(shapes, rank: int, min_compression_rate: float = 2.0) -> tupl
     return p_elems, q_elems, dense
 
 
-def exchange_plan(method: str, shapes, n: int, *, ratio: float = 0.01, chunk: int = 1024,
-                  int8_exchange: str = "all_gather", rank: int = 2) -> list[tuple[str, int]]:
+def exchange_plan(method: str, shapes, n: int, *, ratio: float = DEFAULTS["topk"]["ratio"],
+                  chunk: int = DEFAULTS["int8"]["chunk"],
+                  int8_exchange: str = DEFAULTS["int8"]["int8_exchange"],
+                  rank: int = DEFAULTS["powersgd"]["rank"]) -> list[tuple[str, int]]:
     """[(collective, bytes as the recorder counts them)] for one step of `method` on n ranks."""
     numel = sum(math.prod(s) for s in shapes)
     if method == "fp32":
@@ -118,10 +123,6 @@ def compression_theory(method: str):
         return out
 
     return theory
-
-
-DEFAULTS = {"topk": {"ratio": 0.01}, "int8": {"chunk": 1024, "int8_exchange": "all_gather"},
-            "powersgd": {"rank": 2}}
 
 
 def knobs_of(method: str, options: dict) -> dict:

@@ -42,7 +42,7 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
-from mgpukit.strategies.compression.common import compressed_dp
+from mgpukit.strategies.compression.common import compressed_dp, loss_curve_check
 from mgpukit.strategies.compression.theory import compression_theory, knobs_of
 from mgpukit.strategies.registry import register
 
@@ -57,10 +57,12 @@ class TopK:
             raise ValueError(f"options['ratio']={ratio}: use a fraction in (0, 1].")
         self.k = max(1, math.ceil(ratio * numel))
         self.error_feedback = error_feedback
-        self.residual = torch.zeros(numel) if error_feedback else None
+        self.residual: torch.Tensor | None = None  # (P,), on the gradient's device once it exists
 
     def compress(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """flat (P,) -> (values (k,) fp32, indices (k,) int32 into the flat vector)."""
+        if self.error_feedback and self.residual is None:
+            self.residual = torch.zeros_like(flat)
         acc = flat + self.residual if self.error_feedback else flat
         indices = torch.topk(acc.abs(), self.k, sorted=False).indices
         values = acc[indices]
@@ -71,7 +73,7 @@ class TopK:
     @staticmethod
     def decompress(values: torch.Tensor, indices: torch.Tensor, numel: int, n: int) -> torch.Tensor:
         """values, indices (n, K) from every rank -> the dense mean (P,)."""
-        dense = torch.zeros(numel, dtype=values.dtype)
+        dense = torch.zeros(numel, dtype=values.dtype, device=values.device)
         dense.index_add_(0, indices.reshape(-1).long(), values.reshape(-1))
         return dense / n
 
@@ -81,7 +83,8 @@ def topk_exchange(flat: torch.Tensor, rec, topk: TopK, *, group=None) -> torch.T
     n = dist.get_world_size(group)
     with rec.compute("compress"):
         values, indices = topk.compress(flat)
-        payload = torch.cat([values.view(torch.int32), indices])  # (2K,) int32: raw fp32 bits, then indices
+        # one (2k,) int32 buffer: the values' raw fp32 bits, then the indices
+        payload = torch.cat([values.view(torch.int32), indices])
     gathered = payload.new_empty(n * payload.numel())
     rec.all_gather(gathered, payload, group=group)
     with rec.compute("decompress"):
@@ -90,12 +93,14 @@ def topk_exchange(flat: torch.Tensor, rec, topk: TopK, *, group=None) -> torch.T
                                flat.numel(), n)
 
 
-@register("dp-topk", family="compression", reference=None,
+@register("dp-topk", family="compression", reference="single", compare=loss_curve_check(LOSS_RTOL),
           description="top-k sparsified gradients (1%) with error feedback, exchanged by all-gather",
           theory=compression_theory("topk"))
 def run_dp_topk(ctx, rec, cfg):
     ratio = knobs_of("topk", cfg.options)["ratio"]
-    error_feedback = bool(cfg.options.get("error_feedback", True))
+    error_feedback = cfg.options.get("error_feedback", True)
+    if not isinstance(error_feedback, bool):
+        raise ValueError(f"options['error_feedback']={error_feedback!r}: use true or false.")
 
     def build_exchange(params):
         topk = TopK(sum(p.numel() for p in params), ratio, error_feedback=error_feedback)

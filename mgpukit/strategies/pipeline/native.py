@@ -19,11 +19,11 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from mgpukit.runtime.dims import ParallelDims
 from mgpukit.measure.memory import memory_breakdown
+from mgpukit.runtime.dims import ParallelDims
 from mgpukit.strategies.common import Batches, build_model, build_optimizer, loss_fn
-from mgpukit.strategies.pipeline.pipeline_parallel import PARITY_TOLERANCE  # noqa: F401
-from mgpukit.strategies.pipeline.plan import plan_for, theory
+from mgpukit.strategies.pipeline.pipeline_parallel import PARITY_TOLERANCE
+from mgpukit.strategies.pipeline.plan import plan_for, theory, validate
 from mgpukit.strategies.pipeline.stages import split_model
 from mgpukit.strategies.pipeline.train import _log_steps, gather_weights
 from mgpukit.strategies.registry import register
@@ -90,7 +90,8 @@ def _register(name: str, schedule: str, description: str):
     worker.__name__ = f"run_{name.replace('-', '_')}"
     worker.__doc__ = description
     register(name, family="pipeline", description=description, emulation=False,
-             dims=lambda n: ParallelDims(pp=n), theory=theory(schedule))(worker)
+             dims=lambda n: ParallelDims(pp=n), theory=theory(schedule),
+             validate=validate(schedule), tolerance=PARITY_TOLERANCE)(worker)
     return worker
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.strategies.common import Batches, build_model, build_optimizer, loss_fn
-from mgpukit.strategies.pipeline.plan import plan_for, theory
+from mgpukit.strategies.pipeline.plan import plan_for, theory, validate
 from mgpukit.strategies.pipeline.train import train_pipeline
 from mgpukit.strategies.registry import register
 
@@ -54,7 +54,8 @@ def _register(name: str, schedule: str, description: str):
     worker.__name__ = f"run_{name.replace('-', '_')}"
     worker.__doc__ = description
     register(name, family="pipeline", description=description,
-             dims=lambda n: ParallelDims(pp=n), theory=theory(schedule))(worker)
+             dims=lambda n: ParallelDims(pp=n), theory=theory(schedule),
+             validate=validate(schedule), tolerance=PARITY_TOLERANCE)(worker)
     return worker
 
 

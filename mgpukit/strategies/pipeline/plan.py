@@ -76,6 +76,15 @@ def theory_for(plan: PipelinePlan) -> dict:
     }
 
 
+def validate(schedule: str):
+    """A ``validate(cfg, dims)`` function for the registry: refuses a bad plan before launch."""
+
+    def check(cfg, dims) -> None:
+        plan_for(schedule, cfg, dims.pp)
+
+    return check
+
+
 def theory(schedule: str):
     """A ``theory(cfg, dims)`` function for the registry."""
 
