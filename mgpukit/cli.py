@@ -82,7 +82,7 @@ def _run(args):
     record = run(args.strategy, workers=args.workers, mode=mode, profile=args.emulate,
                  config=config_from_args(args), parity=not args.no_parity,
                  timeout_s=args.timeout, json_path=args.json, trace_path=args.trace,
-                 torch_profile_dir=args.profile_torch, echo=True)
+                 torch_profile_dir=args.profile_torch, weights_path=args.save_weights, echo=True)
     print_summary([record])
     if args.json:
         print(f"record written to {args.json}")
@@ -152,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write the result record")
     p.add_argument("--trace", metavar="FILE", help="write the timeline as a Chrome/Perfetto trace")
     p.add_argument("--profile-torch", metavar="DIR", help="capture a torch.profiler trace per rank")
+    p.add_argument("--save-weights", metavar="FILE", help="save the trained weights (safetensors)")
     p.add_argument("--no-parity", action="store_true", help="skip the single-process reference")
     p.set_defaults(func=_run)
 

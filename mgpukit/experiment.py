@@ -33,13 +33,14 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
         config: RunConfig | None = None, parity: bool = True, tolerance: dict | None = None,
         timeout_s: float = 600.0, json_path: str | Path | None = None,
         trace_path: str | Path | None = None, torch_profile_dir: str | Path | None = None,
-        echo: bool = False, threads_per_worker: int | None = None, **overrides) -> dict:
+        echo: bool = False, threads_per_worker: int | None = None,
+        weights_path: str | Path | None = None, **overrides) -> dict:
     """Run `strategy` on `workers` ranks and return its result record.
 
     mode: "auto" | "cpu" | "gpu" | "emulated" (with `profile`, e.g. "h100-nvlink").
     config: a RunConfig; keyword `overrides` (steps=..., global_batch=..., options=...) replace
     its fields. `threads_per_worker` pins intra-op threads (default: cores // workers).
-    `json_path` writes the record, `trace_path` a Chrome/Perfetto trace of its
+    `weights_path` saves the trained (unsharded) weights as safetensors; `json_path` writes the record, `trace_path` a Chrome/Perfetto trace of its
     timeline, `torch_profile_dir` a torch.profiler trace per rank (the kernel-level view).
     """
     strat = registry.get(strategy)
@@ -81,9 +82,29 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
         _REFERENCE_CACHE.setdefault(_ref_key(strat.name, cfg), {"record": record, "weights": weights})
     if json_path:
         save_record(record, json_path)
+    if weights_path:
+        save_weights(weights, weights_path)
     if trace_path:
         save_chrome_trace(record, trace_path)
     return record
+
+
+def save_weights(weights: dict | None, path: str | Path) -> Path:
+    """The trained, unsharded weights as safetensors (no pickle: safe to load anywhere)."""
+    from safetensors.torch import save_file
+
+    if weights is None:
+        raise ValueError("this strategy returned no weights to save.")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(path))
+    return path
+
+
+def load_weights(path: str | Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
 
 
 def check_batch(cfg: RunConfig, dims) -> None:

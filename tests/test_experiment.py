@@ -108,3 +108,14 @@ def test_torch_profiler_trace_per_rank(tmp_path):
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == ["ddp-rank0.json", "ddp-rank1.json"]
     assert "traceEvents" in json.loads((tmp_path / "ddp-rank0.json").read_text())
+
+
+def test_trained_weights_export_as_safetensors_and_load_into_the_model(tmp_path):
+    from mgpukit.experiment import load_weights
+
+    path = tmp_path / "w.safetensors"
+    run("ddp", workers=2, steps=2, parity=False, weights_path=path)
+    weights = load_weights(path)
+    model = build_model(RunConfig())
+    model.load_state_dict(weights)  # strict: every name and shape matches the unwrapped model
+    assert not torch.equal(weights["head.lm_head.weight"], build_model(RunConfig()).head.lm_head.weight)

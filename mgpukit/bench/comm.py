@@ -33,7 +33,7 @@ def bench_comm(args=None) -> dict:
     for impl, res in results.items():
         if "skipped" in res:
             print(f"{impl}: skipped ({res['skipped']})")
-        else:
+        elif res["fit"]:
             fit = res["fit"]
             print(f"{impl:>8} alpha-beta fit: alpha {fit['alpha'] * 1e6:.0f} us, "
                   f"beta {fit['beta'] / 1e9:.3f} GB/s (algorithm bandwidth)")

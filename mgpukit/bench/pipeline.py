@@ -9,7 +9,7 @@ Setting (say it with every figure):
   p = 4 ranks, m = 8 micro-batches of 8 rows;
 - the executor's overhead: **measured** wall clock, CPU workers (gloo), ``gpt-tiny``,
   ``pp-1f1b`` vs ``pp-native-1f1b`` with the same split, schedule and micro-batches
-  (median step time, first step skipped, best of two alternating rounds).
+  (median step time, first step skipped, best of 3 alternating rounds; 2 with --quick).
 """
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def bench_pipeline(args=None) -> dict:
           f"1f1b x{f_growth:.2f} (flat: x1)")
 
     # 4. the executor against PyTorch's, measured on CPU workers
-    over = _overhead(p, steps=4 if quick else 6, rounds=1 if quick else 2)
+    over = _overhead(p, steps=5 if quick else 10, rounds=2 if quick else 3)
     print(f"executor overhead, measured (cpu, gloo, gpt-tiny, p={p}, m={2 * p}): pp-1f1b "
           f"{over['ours_step_s'] * 1e3:.1f} ms/step vs pp-native-1f1b "
           f"{over['native_step_s'] * 1e3:.1f} ms/step = {over['ratio']:.2f}x "

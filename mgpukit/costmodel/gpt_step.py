@@ -72,6 +72,9 @@ after another, so a link is a station of the line too.
 
 Rank 0 (whose times the record reports) ends the step with the last backward, then steps its
 optimizer over its own stage's parameters.
+
+Not in this form: a profile's per-op dispatch overhead (`op_overhead`; 0 in the GPU profiles,
+measured by `mgpukit calibrate` for CPU workers), which the emulator adds to every op.
 """
 
 from __future__ import annotations
@@ -126,9 +129,10 @@ def gpt_params(cfg) -> dict[str, int]:
     return {"embed": cfg.vocab_size * d + cfg.seq_len * d, "layer": layer, "head": 2 * d + d * cfg.vocab_size}
 
 
-def stage_ops(cfg, batch: int, *, layers: int, embed: bool, head: bool) -> dict[str, list[Op]]:
+def stage_ops(cfg, batch: int, *, layers: int, embed: bool, head: bool) -> dict:
     """Forward and backward kernels of ``layers`` blocks (plus embedding / head + loss) on
-    ``batch`` sequences: ``{"fwd": [...], "bwd": [...]}`` (gradient accumulation included)."""
+    ``batch`` sequences: ``{"fwd": [Op], "bwd": [Op], "params": int}`` (``bwd`` includes the
+    accumulation into ``.grad``)."""
     T, d, f, V, H, e = cfg.seq_len, cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_head, FP32
     n = batch * T
     fwd: list[Op] = []
@@ -231,6 +235,12 @@ def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProf
     return out
 
 
+def one_f_one_b_stalls(p: int, m: int) -> int:
+    """Round trips (``2h`` each) a 1F1B step of ``m ≥ p`` micro-batches on ``p`` stages waits out."""
+    k = m - p
+    return max(0, p - 2) + k - (k + p - 2) // p
+
+
 def pipeline_step_time(cfg, *, global_batch: int, micro_batches: int, stages: int,
                        profile: HardwareProfile, schedule: str = "gpipe") -> dict[str, float]:
     """Seconds of one GPipe / 1F1B step over `stages` ranks, as rank 0 sees it (module
@@ -255,10 +265,8 @@ def pipeline_step_time(cfg, *, global_batch: int, micro_batches: int, stages: in
         if m < p:
             raise ValueError(f"1F1B with m={m} < p={p} micro-batches never reaches its steady state.")
         # fill + drain + steady state, plus the round trips 1F1B cannot hide (see docstring)
-        k = m - p
-        stalls = (p - 2) + k - (k + p - 2) // p
         pipeline = (sum(fwd) + sum(bwd) + 2 * (p - 1) * hop
-                    + (m - 1) * max(f + b for f, b in zip(fwd, bwd)) + 2 * hop * stalls)
+                    + (m - 1) * max(f + b for f, b in zip(fwd, bwd)) + 2 * hop * one_f_one_b_stalls(p, m))
     opt = sgd_seconds(per_stage[0]["params"], profile)
     return {"stage_fwd_s": fwd, "stage_bwd_s": bwd, "hop_s": hop, "pipeline_s": pipeline,
             "optimizer_s": opt, "total_s": pipeline + opt,

@@ -47,7 +47,9 @@ class ActivationMeter:
             self.peak = max(self.peak, self.live)
         else:
             entry[0] += 1
-        return _Saved(tensor, self, key)
+        # detach: an op that saves its own output would otherwise keep its grad_fn alive through
+        # us — a cycle only a full backward breaks (bytes leak under retain_graph / partial bwd)
+        return _Saved(tensor.detach(), self, key)
 
     @staticmethod
     def _unpack(saved):

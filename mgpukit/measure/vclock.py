@@ -110,6 +110,14 @@ def _tensors(tree) -> list[torch.Tensor]:
     return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
 
 
+def _storage_key(t: torch.Tensor) -> int | None:
+    """The address of a tensor's storage (views share it); None for storage-less wrappers."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
 class _CostMode(TorchDispatchMode):
     """Runs each op for real and charges its roofline time to the clock's compute stream.
 
@@ -169,12 +177,14 @@ class VirtualClock:
 
     def _mark_pending(self, written, end: float) -> None:
         for t in _tensors(written):
-            self._pending[t.untyped_storage().data_ptr()] = end
+            key = _storage_key(t)
+            if key:
+                self._pending[key] = end
 
     def _wait_for(self, args, kwargs) -> None:
         """An op touches a tensor a collective is still writing: compute waits for its end."""
         for t in _tensors((args, kwargs)):
-            end = self._pending.get(t.untyped_storage().data_ptr())
+            end = self._pending.get(_storage_key(t))
             if end is not None:
                 self.join(end)
 

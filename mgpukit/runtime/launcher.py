@@ -135,7 +135,7 @@ def launch(
             "torch.cuda.* queries) inside the function you launch."
         )
     cores = usable_cores()
-    if mode != "gpu" and world_size > cores:
+    if mode == "cpu" and world_size > cores:  # emulated timings don't depend on the cores
         warnings.warn(
             f"{world_size} CPU workers on {cores} cores: results stay correct, but measured "
             f"wall-clock speedups will be distorted (workers take turns on the cores). "
@@ -167,12 +167,13 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
     _release_openmp_threads()
 
     # The parent owns the rendezvous store: port 0 lets the kernel pick a free port, held open
-    # for the whole launch, so concurrent launches cannot race for the same one.
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=spec.timeout_s))
+    # for the whole launch, so concurrent launches cannot race for the same one. It is opened
+    # only *after* the fork — forking while the store's server thread runs can leave a child
+    # holding a lock no thread will release — and its port reaches the workers through a pipe.
+    port_read, port_write = os.pipe()
     base_env = {
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(store.port),
+        "MASTER_PORT": "0",  # replaced in each worker by the port read from the pipe
         "WORLD_SIZE": str(n),
         "LOCAL_WORLD_SIZE": str(n),
         "TORCHELASTIC_USE_AGENT_STORE": "True",
@@ -185,13 +186,18 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
     pc = start_processes(
         name="mgpukit",
         entrypoint=_worker_main,
-        args={r: (fn, args, kwargs, spec) for r in range(n)},
+        args={r: (fn, args, kwargs, spec, port_read) for r in range(n)},
         envs=envs,
         logs_specs=DefaultLogsSpecs(log_dir=spec.log_dir, redirects=Std.NONE),
         start_method="fork",
     )
     worker_pids = list(pc.pids().values())
+    os.close(port_read)
+    store = None
     try:
+        store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=spec.timeout_s))
+        os.write(port_write, f"{store.port:08d}".encode() * n)  # 8 bytes per worker: atomic
         result = pc.wait(timeout=spec.timeout_s, period=0.02)
         if result is None:
             unfinished = [r for r in range(n) if not store.check([_FINISHED_KEY.format(rank=r)])]
@@ -211,15 +217,18 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
         tree = _process_tree(worker_pids)  # before close: orphans get re-parented away
         pc.close(death_sig=signal.SIGTERM, timeout=5)
         _kill(tree)
+        os.close(port_write)
         del store
 
 
-def _worker_main(fn, args, kwargs, spec: WorkerSpec):
+def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
     """Runs in each forked worker: set up Accelerate + torch.distributed, run `fn`, tear down."""
     import traceback
 
     rank = int(os.environ["RANK"])
     _capture_output(spec.log_dir, rank)
+    os.environ["MASTER_PORT"] = str(int(os.read(port_read, 8)))
+    os.close(port_read)
     store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), is_master=False,
                           timeout=datetime.timedelta(seconds=spec.timeout_s))
 

@@ -56,7 +56,8 @@ def loss_fn(cfg: RunConfig):
 
 
 def grad_norm(params) -> float:
-    grads = [p.grad.detach().flatten() for p in params if p.grad is not None]
+    # float64: the norm's own rounding must not look like a parity difference
+    grads = [p.grad.detach().flatten().double() for p in params if p.grad is not None]
     return float(torch.linalg.vector_norm(torch.cat(grads))) if grads else 0.0
 
 

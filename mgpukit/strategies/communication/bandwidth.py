@@ -70,14 +70,14 @@ def _measure_worker(sizes: list[int], impls: list[str], repeats: int) -> dict | 
 
 def compare_bandwidth(sizes: Sequence[int], *, workers: int = 2,
                       impls: Sequence[str] = ("backend", "ring", "naive", "tree"),
-                      repeats: int = 5, mode: str = "cpu", profile: str | None = None,
+                      repeats: int = 5, mode: str = "auto", profile: str | None = None,
                       timeout_s: float = 300.0) -> dict[str, dict]:
     """`measure_bandwidth` for several all-reduce implementations in one launch, interleaved.
 
     Returns ``{impl: result}`` (see `measure_bandwidth`). "tree" is left out, with a note in
     the result's place, when `workers` is not a power of two.
     """
-    from mgpukit.runtime.launcher import OversubscribedWarning, launch
+    from mgpukit.runtime.launcher import OversubscribedWarning, launch, resolve_mode
 
     sizes = [int(s) for s in sizes]
     if not sizes or min(sizes) < 4:
@@ -89,6 +89,7 @@ def compare_bandwidth(sizes: Sequence[int], *, workers: int = 2,
         skipped["tree"] = {"impl": "tree", "skipped": f"halving-doubling needs a power-of-two "
                                                       f"number of workers, not {workers}"}
     run = [i for i in impls if i not in skipped]
+    mode = resolve_mode(mode, workers)  # "auto" -> "gpu" or "cpu", so the result says which
     with warnings.catch_warnings():
         if mode == "emulated":  # virtual time does not care how many cores the workers share
             warnings.simplefilter("ignore", OversubscribedWarning)
@@ -101,7 +102,7 @@ def compare_bandwidth(sizes: Sequence[int], *, workers: int = 2,
 
 
 def measure_bandwidth(sizes: Sequence[int], *, workers: int = 2, impl: str = "backend",
-                      repeats: int = 5, mode: str = "cpu", profile: str | None = None,
+                      repeats: int = 5, mode: str = "auto", profile: str | None = None,
                       timeout_s: float = 300.0) -> dict:
     """Time an all-reduce of each size (bytes, float32) on `workers` ranks; bus bandwidth per size.
 

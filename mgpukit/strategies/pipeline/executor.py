@@ -16,9 +16,9 @@ W     the weight half, later; nothing is sent
 Every action runs inside ``rec.compute(kind, microbatch=i, stage=s)`` with kinds ``fwd``,
 ``bwd``, ``bwd_input``, ``bwd_weight``: the timeline is the schedule as it really ran (a test
 checks it equals the table), and in emulated mode the virtual clock charges each action its
-own operations. Forward passes run under an ``ActivationMeter``: tensors saved for backward
-are counted while they live, so the peak is the activation memory in flight (GPipe: ``m``
-micro-batches, 1F1B: at most ``p``).
+own operations. Forward passes run under an activation meter (``PipelineMeter``): tensors
+saved for backward are counted while they live, so the peak is the activation memory in
+flight (GPipe: ``m`` micro-batches, 1F1B: at most ``p``).
 
 Communication and why it cannot deadlock: see ``p2p.py``.
 """
@@ -33,9 +33,6 @@ from mgpukit.measure.memory import ActivationMeter
 from mgpukit.strategies.pipeline.p2p import StageLinks
 from mgpukit.strategies.pipeline.split_backward import (WeightGradCapture, backward_input,
                                                         backward_weight)
-
-KIND = {"F": "fwd", "B": "bwd", "I": "bwd_input", "W": "bwd_weight"}
-
 
 class PipelineMeter(ActivationMeter):
     """``ActivationMeter`` that keeps saved tensors *detached*.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import torch
 
@@ -28,7 +29,7 @@ from mgpukit.measure.record import build_record
 from mgpukit.measure.recorder import Recorder
 from mgpukit.models.mlp import MLP, MLPConfig
 from mgpukit.runtime.hardware import env_info
-from mgpukit.runtime.launcher import launch
+from mgpukit.runtime.launcher import OversubscribedWarning, launch
 from mgpukit.strategies.pipeline.plan import PipelinePlan, theory_for
 from mgpukit.strategies.pipeline.train import train_pipeline
 
@@ -84,8 +85,11 @@ def run_lab(specs: list[dict], *, p: int = 4, mode: str = "emulated",
     prof = None
     if mode == "emulated":
         prof = free_p2p_profile(profile) if free_p2p else load_profile(profile)
-    results = launch(_lab_worker, p, specs, width, n_layers, rows, steps, mode=mode,
-                     profile=prof, timeout_s=timeout_s, echo=False)
+    with warnings.catch_warnings():
+        if mode == "emulated":  # virtual time does not care how many cores there are
+            warnings.simplefilter("ignore", OversubscribedWarning)
+        results = launch(_lab_worker, p, specs, width, n_layers, rows, steps, mode=mode,
+                         profile=prof, timeout_s=timeout_s, echo=False)
     env = env_info()
     records = []
     for k, (spec, plan) in enumerate(zip(specs, plans)):

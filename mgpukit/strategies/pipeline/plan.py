@@ -49,7 +49,7 @@ def plan_for(schedule: str, cfg, p: int) -> PipelinePlan:
     elif cfg.micro_batches > 1:
         m = cfg.micro_batches
     else:
-        choices = [c for c in (2 * p, p) if gb % c == 0 and (schedule != "interleaved" or c % p == 0)]
+        choices = [c for c in (2 * p, p) if gb % c == 0]  # multiples of p: interleaved-ready
         if not choices:
             raise ValueError(f"global_batch={gb} does not split into 2·p={2 * p} or p={p} "
                              f"micro-batches; use a global batch that is a multiple of {p}, or "

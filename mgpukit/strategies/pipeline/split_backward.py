@@ -43,7 +43,8 @@ class WeightGradCapture:
 
     def _hook(self, params):
         def hook(module, args, output):
-            if self._active is not None and isinstance(output, torch.Tensor) and output.requires_grad:
+            if (self._active is not None and isinstance(output, torch.Tensor)
+                    and output.requires_grad):
                 self._active.append((output, params))
         return hook
 

@@ -1,0 +1,135 @@
+"""Pipeline-schedule controls and figures for notebook 04.
+
+- `plot_schedule(name, p, m, v)`: the *predicted* Gantt of a schedule — the simulator
+  (``mgpukit.costmodel.simulate``) runs the table with every stage costing the same
+  (forward 1, backward 2; zero-bubble: input-grad 1, weight-grad 1) and free messages — drawn
+  with ``mgpukit.plots.plot_timeline`` like any measured run, labelled "predicted".
+- `compute_only(record, step=)`: a record's compute events only, for a clean Gantt.
+- `plot_in_flight(records)`: activations held per rank, measured, one bar group per run.
+- `schedule_explorer()`: a schedule dropdown and sliders for p, m, v that redraw the predicted
+  Gantt and bubble at once; its button runs the schedule for real (emulated, the lab's
+  equal-cost stages) and draws the measured timeline under the prediction. Headless (CI), it
+  draws its first figure once and launches nothing.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from mgpukit.costmodel.schedules import SCHEDULES, build_schedule, max_in_flight
+from mgpukit.costmodel.simulate import bubble_formula, simulate
+from mgpukit.plots import plot_timeline
+from mgpukit.plots.style import PREDICTED, format_bytes, series_color, source_label
+
+
+def predicted_record(name: str, p: int, m: int, v: int = 1) -> dict:
+    """A result record (mode "analytic") whose timeline is the simulator's, for the plots."""
+    table = build_schedule(name, p, m, v)
+    tl = simulate(table, cost_f=1.0, cost_b=2.0)
+    return {"strategy": f"{name}" + (f" v={v}" if v > 1 else "") + f" m={m}", "mode": "analytic",
+            "profile": None, "world_size": p, "dims": {"dp": 1, "tp": 1, "pp": p},
+            "timeline": [{**e, "step": 0} for e in tl.events],
+            "bubble_fraction": tl.bubble_fraction,
+            "theory": {"bubble_fraction": bubble_formula(name, p, m, v),
+                       "microbatches_in_flight": [max_in_flight(table, r) for r in range(p)]}}
+
+
+def plot_schedule(name: str, p: int, m: int, v: int = 1) -> go.Figure:
+    """Predicted per-rank Gantt of schedule ``name``; time in units of one stage's forward."""
+    fig = plot_timeline(predicted_record(name, p, m, v))
+    fig.update_layout(xaxis_title="time, in units of one stage's forward (backward = 2) — "
+                                  "schedule simulator, equal stages, free messages")
+    return fig
+
+
+def compute_only(record: dict, *, step: int | None = None) -> dict:
+    """The record with only its compute events (of ``step``, if given): a cleaner Gantt when
+    the messages are free, as in the lab."""
+    keep = [e for e in record["timeline"] if e["stream"] == "compute"
+            and (step is None or e.get("step") == step)]
+    return {**record, "timeline": keep}
+
+
+def plot_in_flight(records: list[dict]) -> go.Figure:
+    """Peak activation memory held per rank (``ActivationMeter``), one bar group per record,
+    each bar labelled with the micro-batches it amounts to."""
+    fig = go.Figure()
+    for i, rec in enumerate(records):
+        ranks = sorted(rec["extra"], key=int)
+        peaks = [rec["extra"][r]["activations_in_flight_peak"] for r in ranks]
+        count = [rec["extra"][r].get("microbatches_in_flight_measured") for r in ranks]
+        fig.add_trace(go.Bar(
+            x=[f"rank {r}" for r in ranks], y=[b / 1024 for b in peaks], name=rec["strategy"],
+            marker_color=series_color(i), text=[f"{c:.1f}" if c else "" for c in count],
+            textposition="outside",
+            hovertemplate=[f"{format_bytes(b)} = {c:.2f} micro-batches<extra>{rec['strategy']}"
+                           "</extra>" if c else "" for b, c in zip(peaks, count)]))
+    fig.update_layout(
+        title=dict(text=f"Activations held per rank — measured ({source_label(records[0])})",
+                   subtitle=dict(text="peak bytes saved for backward (ActivationMeter); "
+                                      "bar label = micro-batches' worth")),
+        barmode="group", yaxis_title="KiB", xaxis_title="pipeline rank")
+    return fig
+
+
+def _summary(name: str, p: int, m: int, v: int) -> str:
+    rec = predicted_record(name, p, m, v)
+    held = rec["theory"]["microbatches_in_flight"]
+    unit = " chunks" if v > 1 else " micro-batches"
+    return (f"<b>{PREDICTED}</b>: bubble {rec['theory']['bubble_fraction']:.1%} "
+            f"(closed form), {rec['bubble_fraction']:.1%} (simulator) · activations held per "
+            f"rank: {held}{unit}")
+
+
+def schedule_explorer(*, name: str = "1f1b", p: int = 4, m: int = 8, v: int = 2):
+    """Dropdown + sliders -> predicted Gantt and bubble; button -> an emulated run of it."""
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    pick = widgets.Dropdown(options=list(SCHEDULES), value=name, description="schedule")
+    sp = widgets.IntSlider(value=p, min=1, max=8, description="p (ranks)", continuous_update=False)
+    sm = widgets.IntSlider(value=m, min=1, max=24, description="m (micro)", continuous_update=False)
+    sv = widgets.IntSlider(value=v, min=1, max=4, description="v (chunks)", continuous_update=False)
+    button = widgets.Button(description="Run it for real (emulated)", icon="play",
+                            layout=widgets.Layout(width="auto"))
+    text, out, run_out = widgets.HTML(), widgets.Output(), widgets.Output()
+
+    def current():
+        return pick.value, sp.value, sm.value, sv.value if pick.value == "interleaved" else 1
+
+    def draw(*_):
+        sv.disabled = pick.value != "interleaved"
+        with out:
+            out.clear_output(wait=True)
+            try:
+                args = current()
+                text.value = _summary(*args)
+                plot_schedule(*args).show()
+            except ValueError as e:  # e.g. interleaved needs m to be a multiple of p
+                text.value = f"<b>can't run this:</b> {e}"
+
+    def run_it(*_):
+        from mgpukit.strategies.pipeline.lab import run_lab
+
+        s, pp, mm, vv = current()
+        with run_out:
+            run_out.clear_output(wait=True)
+            print(f"launching {pp} emulated workers: {s}, m={mm}, v={vv} (equal stages, p2p free)…")
+            try:
+                (rec,) = run_lab([{"schedule": s, "m": mm, "v": vv}], p=pp)
+            except ValueError as e:
+                run_out.clear_output(wait=True)
+                print(f"can't run this: {e}")
+                return
+            run_out.clear_output(wait=True)
+            print(f"bubble: emulated {rec['bubble_fraction']:.1%} · predicted "
+                  f"{rec['theory']['bubble_fraction']:.1%}")
+            plot_timeline(rec, step=1).show()
+
+    for w in (pick, sp, sm, sv):
+        w.observe(draw, names="value")
+    button.on_click(run_it)
+    draw()  # headless: this one drawing is all that happens
+    box = widgets.VBox([widgets.HBox([pick, button]), widgets.HBox([sp, sm, sv]), text, out,
+                        run_out])
+    display(box)
+    return box
