@@ -19,9 +19,10 @@ have (cores // workers: 1 thread per worker for 2 workers on 2 cores):
   streaming figure would make every small model look 2-3x too fast; the streaming rate of an
   in-place add over arrays larger than the caches is measured too, printed for reference, and
   used if the step leaves no time to attribute.
-- **gloo alpha and beta**: all-reduce of 1 KB … 16 MB between the workers, fitted by least
-  squares (relative errors weighted equally, so small messages pin alpha and large ones beta)
-  to the ring formula the emulator charges, ``t = 2(n-1)·α + 2(n-1)/n · B/β``.
+- **gloo alpha and beta**: all-reduce of 1 KB … 16 MB between the workers, each right after
+  a burst of compute as in a training step, fitted by least squares (relative errors weighted
+  equally, so small messages pin alpha and large ones beta) to the ring formula the emulator
+  charges, ``t = 2(n-1)·α + 2(n-1)/n · B/β``.
 
 The profile is written to ``~/.cache/mgpukit/hardware/this-machine.toml`` (where
 `load_profile("this-machine")` looks first) or to ``out``, and returned.
@@ -37,7 +38,7 @@ import torch
 from mgpukit.costmodel.hardware import THIS_MACHINE, HardwareProfile, Link, PeakFlops, save_profile, user_profile_dir
 
 SIZES = (2**10, 2**12, 2**14, 2**16, 2**18, 2**20, 2**22, 2**24)  # all-reduce bytes, 1 KB … 16 MB
-QUICK_SIZES = (2**10, 2**16, 2**20, 2**22)
+QUICK_SIZES = (2**10, 2**14, 2**18, 2**20, 2**22)
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -123,42 +124,55 @@ def measure_step_bandwidth(flops_rate: float, op_overhead: float, *, repeats: in
     return c["memory_bytes"] / rest if rest > 0 else None
 
 
-def measure_allreduce(sizes, *, repeats: int) -> dict[int, float]:
-    """Median seconds of one gloo all-reduce of each size (bytes); the ranks start together."""
+def measure_allreduce(sizes, *, repeats: int, compute_first: bool = True) -> dict[int, float]:
+    """Median seconds of one gloo all-reduce of each size (bytes); the ranks start together.
+
+    Sizes take turns (1 KB, 16 KB, …, then again), so a slow spell of a shared host lands on
+    all of them rather than on one. `compute_first`: about a millisecond of matmuls before each
+    all-reduce, as in a training step where a collective follows backward — back to back, with
+    hot caches and awake threads, gloo is 1.5-2x faster than what a run sees.
+    """
     import torch.distributed as dist
 
-    out = {}
-    for nbytes in sizes:
-        t = torch.zeros(max(1, nbytes // 4))
+    a = torch.randn(128, 128)
+    buffers = {nbytes: torch.zeros(max(1, nbytes // 4)) for nbytes in sizes}
+    for t in buffers.values():
         dist.all_reduce(t)  # warm-up: gloo sets up its buffers for this size
-        times = []
-        for _ in range(repeats):
+    times: dict[int, list[float]] = {nbytes: [] for nbytes in sizes}
+    for _ in range(repeats):
+        for nbytes, t in buffers.items():
+            for _ in range(20 if compute_first else 0):
+                a @ a
             dist.barrier()
             start = time.perf_counter()
             dist.all_reduce(t)
-            times.append(time.perf_counter() - start)
-        out[nbytes] = statistics.median(times)
-    return out
+            times[nbytes].append(time.perf_counter() - start)
+    return {nbytes: statistics.median(ts) for nbytes, ts in times.items()}
 
 
 def fit_alpha_beta(times: dict[int, float], n: int) -> tuple[float, float]:
-    """(alpha, beta) of the ring all-reduce ``t = 2(n-1)α + 2(n-1)/n · B/β``, least squares on
-    relative error: ``t = c0 + c1·B`` with rows weighted by ``1/t``."""
-    rows = torch.tensor([[1.0, float(b)] for b in times], dtype=torch.float64)
-    t = torch.tensor(list(times.values()), dtype=torch.float64)
-    w = (1.0 / t).unsqueeze(1)
-    c0, c1 = torch.linalg.lstsq(rows * w, (t * w.squeeze(1)).unsqueeze(1)).solution.squeeze(1).tolist()
-    c1 = max(c1, 1e-15)  # bandwidth can't be infinite
-    alpha = max(c0, 0.0) / (2 * (n - 1))
-    beta = 2 * (n - 1) / n / c1
-    return alpha, beta
+    """(alpha, beta) of the ring all-reduce ``t = 2(n-1)α + 2(n-1)/n · B/β``: least squares of
+    ``t = c0 + c1·B`` on relative error (rows weighted by ``1/t``), kept physical — a negative
+    intercept refits through the origin (alpha 0); a slope that is not positive (noise larger
+    than the transfer times) falls back to the largest message alone for beta."""
+    sizes = sorted(times)
+    b = torch.tensor([float(x) for x in sizes], dtype=torch.float64)
+    t = torch.tensor([times[x] for x in sizes], dtype=torch.float64)
+    w = 1.0 / t
+    rows = torch.stack([torch.ones_like(b), b], dim=1)
+    c0, c1 = torch.linalg.lstsq(rows * w[:, None], (t * w)[:, None]).solution.squeeze(1).tolist()
+    if c0 < 0:
+        c0, c1 = 0.0, float(((b * w) @ (t * w)) / ((b * w) @ (b * w)))
+    if c1 <= 0:
+        c1 = max(times[sizes[-1]] - c0, 0.5 * times[sizes[-1]]) / sizes[-1]
+    return c0 / (2 * (n - 1)), 2 * (n - 1) / n / c1
 
 
 def _measure(sizes, quick: bool) -> dict:
     """Runs on every worker: compute and memory figures measured concurrently, then gloo."""
     import torch.distributed as dist
 
-    reps = 3 if quick else 7
+    reps = 5 if quick else 9
     dist.barrier()
     flops = {"fp32": statistics.median(measure_matmul(torch.float32, n=n, repeats=reps) for n in (256, 512))}
     flops["bf16"] = measure_matmul(torch.bfloat16, n=256, repeats=reps)
@@ -172,15 +186,6 @@ def _measure(sizes, quick: bool) -> dict:
     allreduce = measure_allreduce(sizes, repeats=7 if quick else 15)
     return {"flops": flops, "streaming_bandwidth": streaming, "step_bandwidth": in_step,
             "op_overhead": overhead, "allreduce": allreduce, "threads": torch.get_num_threads()}
-
-
-def _outlier(times: dict[int, float], n: int, alpha: float, beta: float) -> int | None:
-    """The size whose time is more than 50% off the fit, if there is one and enough others."""
-    def error(b):
-        return abs(2 * (n - 1) * alpha + 2 * (n - 1) / n * b / beta - times[b]) / times[b]
-
-    worst = max(times, key=error)
-    return worst if len(times) > 4 and error(worst) > 0.5 else None
 
 
 def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | Path | None = None,
@@ -211,9 +216,6 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
     overhead = med(r["op_overhead"] for r in ranks)
     times = {b: max(r["allreduce"][b] for r in ranks) for b in sizes}  # a collective ends on its last rank
     alpha, beta = fit_alpha_beta(times, workers)
-    outlier = _outlier(times, workers, alpha, beta)
-    if outlier is not None:  # one size hit by a hiccup of the host: fit without it
-        alpha, beta = fit_alpha_beta({b: t for b, t in times.items() if b != outlier}, workers)
     link = Link(alpha=alpha, beta=beta)
     threads = ranks[0]["threads"]
     fields = dict(
@@ -229,11 +231,11 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
         compute_efficiency=1.0,  # the FLOP/s above are achieved rates already
         usable_memory=0.9,
     )
-    profile = _with_overhead(fields, overhead)
+    profile = HardwareProfile(**fields, op_overhead=overhead)
     path = Path(out) if out is not None else user_profile_dir() / f"{THIS_MACHINE}.toml"
     fit = [(b, t, 2 * (workers - 1) * alpha + 2 * (workers - 1) / workers * b / beta) for b, t in times.items()]
-    worst = max(abs(p - t) / t for b, t, p in fit if b != outlier)
-    _save(profile, overhead, path, comment=(
+    worst = max(abs(p - t) / t for _, t, p in fit)
+    save_profile(profile, path, comment=(
         f"Measured on this host by `mgpukit calibrate{' --quick' if quick else ''}` at "
         f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {workers} workers x {threads} thread(s), measuring at once.\n"
         f"peak_flops: median of square fp32 matmuls (256, 512), bf16/fp16 at 256 — achieved, not datasheet.\n"
@@ -252,27 +254,9 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
         print(f"  gloo link     alpha {alpha * 1e6:7.1f} us   beta {beta / 1e9:6.3f} GB/s "
               f"(all-reduce fit, worst residual {worst:.0%})")
         for b, t, p in fit:
-            print(f"    all-reduce {_bytes(b):>7}: measured {t * 1e3:8.3f} ms   fit {p * 1e3:8.3f} ms"
-                  f"{'   (outlier, left out of the fit)' if b == outlier else ''}")
+            print(f"    all-reduce {_bytes(b):>7}: measured {t * 1e3:8.3f} ms   fit {p * 1e3:8.3f} ms")
         print(f"  saved to {path}")
     return profile
-
-
-def _with_overhead(fields: dict, overhead: float) -> HardwareProfile:
-    """The profile, carrying `op_overhead` (as a field once `HardwareProfile` has one)."""
-    if "op_overhead" in HardwareProfile.__dataclass_fields__:
-        return HardwareProfile(**fields, op_overhead=overhead)
-    profile = HardwareProfile(**fields)
-    object.__setattr__(profile, "op_overhead", overhead)  # read by the virtual clock via getattr
-    return profile
-
-
-def _save(profile: HardwareProfile, overhead: float, path: Path, *, comment: str) -> Path:
-    save_profile(profile, path, comment=comment)
-    text = path.read_text()
-    if "\nop_overhead = " not in text:  # [efficiency] is the file's last table
-        path.write_text(text + f"op_overhead = {overhead!r}\n")
-    return path
 
 
 def _bytes(n: float) -> str:

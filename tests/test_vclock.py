@@ -11,7 +11,6 @@ import warnings
 
 import pytest
 import torch
-import torch.distributed as dist
 
 import mgpukit
 from mgpukit import experiment

@@ -80,6 +80,7 @@ class HardwareProfile:
     inter_node: Link
     compute_efficiency: float = 0.5
     usable_memory: float = 0.9
+    op_overhead: float = 0.0  # seconds of host dispatch per op (CPU workers, calibrated); 0 on GPUs
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1:
@@ -111,7 +112,8 @@ class HardwareProfile:
             "peak_flops": {d: getattr(self.peak_flops, d) for d in DTYPES},
             "intra_node": {"alpha": self.intra_node.alpha, "beta": self.intra_node.beta},
             "inter_node": {"alpha": self.inter_node.alpha, "beta": self.inter_node.beta},
-            "efficiency": {"compute": self.compute_efficiency, "usable_memory": self.usable_memory},
+            "efficiency": {"compute": self.compute_efficiency, "usable_memory": self.usable_memory,
+                           "op_overhead": self.op_overhead},
         }
 
     @classmethod
@@ -130,6 +132,7 @@ class HardwareProfile:
                 inter_node=Link(alpha=float(d["inter_node"]["alpha"]), beta=float(d["inter_node"]["beta"])),
                 compute_efficiency=float(eff.get("compute", 0.5)),
                 usable_memory=float(eff.get("usable_memory", 0.9)),
+                op_overhead=float(eff.get("op_overhead", 0.0)),
             )
         except KeyError as e:
             raise ValueError(f"hardware profile {d.get('name', '?')!r} lacks the key {e.args[0]!r}") from None

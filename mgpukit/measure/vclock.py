@@ -39,8 +39,6 @@ the host's load or core count.
 from __future__ import annotations
 
 import contextlib
-import tomllib
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -97,7 +95,7 @@ def op_cost(func, args, kwargs, out, profile: HardwareProfile) -> tuple[float, f
     nbytes = float(sum(t.numel() * t.element_size() for t in reads + outputs))
     dtype = next((t.dtype for t in reads + outputs if t.is_floating_point()), torch.float32)
     peak = profile.flops(_DTYPE_NAMES.get(dtype, "fp32")) * profile.compute_efficiency
-    seconds = max(flops / peak, nbytes / profile.memory_bandwidth) + getattr(profile, "op_overhead", 0.0)
+    seconds = max(flops / peak, nbytes / profile.memory_bandwidth) + profile.op_overhead
     return seconds, flops, nbytes
 
 
@@ -164,7 +162,7 @@ class VirtualClock:
 
     @classmethod
     def for_context(cls, ctx) -> "VirtualClock":
-        return cls(_with_op_overhead(load_profile(ctx.profile), ctx.profile), ctx.rank)
+        return cls(load_profile(ctx.profile), ctx.rank)
 
     def now(self) -> float:
         return self.compute
@@ -232,24 +230,6 @@ class VirtualClock:
 
     def arrival(self, sent_at: float, nbytes: int, src: int) -> float:
         return sent_at + cost.p2p_time(nbytes, cost.link_for_ranks([src, self.rank], self.profile))
-
-
-def _with_op_overhead(profile: HardwareProfile, name) -> HardwareProfile:
-    """Bridge until `HardwareProfile` has an `op_overhead` field: read `[efficiency]
-    op_overhead` (written by `mgpukit calibrate`) from the profile's TOML file."""
-    if hasattr(profile, "op_overhead") or not isinstance(name, str):
-        return profile
-    from mgpukit.costmodel.hardware import data_dir, user_profile_dir
-
-    by_path = name.endswith(".toml") or "/" in name
-    paths = [Path(name).expanduser()] if by_path else [d / f"{name}.toml" for d in (user_profile_dir(), data_dir())]
-    for path in paths:
-        if path.is_file():
-            with open(path, "rb") as f:
-                overhead = float(tomllib.load(f).get("efficiency", {}).get("op_overhead", 0.0))
-            object.__setattr__(profile, "op_overhead", overhead)  # frozen dataclass, no field yet
-            break
-    return profile
 
 
 def collective_time(name: str, nbytes: int, ranks: list[int], profile: HardwareProfile) -> float:
