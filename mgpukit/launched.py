@@ -46,6 +46,7 @@ def training_function(name: str, cfg: RunConfig, *, json_path: str | None = None
     results = [None] * world_size
     if dist.is_initialized():
         dist.all_gather_object(results, rec.result())
+        dist.barrier()  # nobody tears the group down while a peer still reads from it
         dist.destroy_process_group()
     else:
         results = [rec.result()]
