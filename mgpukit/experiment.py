@@ -51,7 +51,7 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     if workers < strat.min_workers:
         raise ValueError(f"strategy {strategy!r} needs at least {strat.min_workers} workers, got {workers}.")
     dims = strat.dims(workers)  # raises with what to change when the degrees don't fit
-    check_batch(cfg, dims)
+    check_batch(cfg, strat.batch_ranks(workers) if strat.batch_ranks else dims.dp)
     if strat.validate:
         strat.validate(cfg, dims)
     if mode == "emulated" and not strat.emulation:
@@ -107,13 +107,13 @@ def load_weights(path: str | Path) -> dict:
     return load_file(str(path))
 
 
-def check_batch(cfg: RunConfig, dims) -> None:
-    """Every data-parallel rank gets the same number of whole micro-batches, or we refuse."""
-    per = dims.dp * cfg.micro_batches
+def check_batch(cfg: RunConfig, ranks: int) -> None:
+    """Every rank that takes a slice of the batch gets the same number of whole micro-batches."""
+    per = ranks * cfg.micro_batches
     if cfg.global_batch % per:
         good = per * max(1, round(cfg.global_batch / per))
         raise ValueError(
-            f"global_batch={cfg.global_batch} does not split into dp={dims.dp} ranks × "
+            f"global_batch={cfg.global_batch} does not split into {ranks} data ranks × "
             f"micro_batches={cfg.micro_batches}; use a global batch that is a multiple of {per} "
             f"(e.g. {good}), or change the number of workers or micro-batches.")
 

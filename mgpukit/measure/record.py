@@ -29,7 +29,7 @@ def build_record(*, strategy: str, mode: str, profile: str | None, dims: dict, c
         "step_time_s": step_times,
         "tokens_per_s": (tokens_per_step / median) if median else None,
         "memory": {str(r["rank"]): r["memory"] for r in ranks},
-        "comm": {str(r["rank"]): r["comm"] for r in ranks},
+        "comm": {str(r["rank"]): r["comm"] for r in ranks if r["comm"] is not None},
         "timeline": sorted((e for r in ranks for e in r["timeline"]),
                            key=lambda e: (e["rank"], e["start"])),
         "bubble_fraction": lead.get("extra", {}).get("bubble_fraction"),

@@ -90,6 +90,9 @@ class Recorder:
         self.collectives: Counter = Counter()
         self.memory: dict = {}
         self.extra: dict = {}
+        # False when a library moved the data itself (e.g. torch.distributed.pipelining):
+        # the record then says "not counted" instead of showing a misleading zero
+        self.comm_counted = True
         self._step: int | None = None
         self._pending: list[Handle] = []
 
@@ -251,7 +254,8 @@ class Recorder:
             "timeline": self.events,
             "memory": self.memory,
             "comm": {"bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received,
-                     "payload_bytes": self.payload_bytes, "collectives": dict(self.collectives)},
+                     "payload_bytes": self.payload_bytes, "collectives": dict(self.collectives)}
+            if self.comm_counted else None,
             "extra": self.extra,
         }
 

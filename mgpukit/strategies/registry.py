@@ -25,6 +25,8 @@ class Strategy:
     reference: str | None = "single"  # what parity compares against (None: no parity)
     theory: Callable | None = None  # (cfg, dims) -> dict of predicted figures
     validate: Callable | None = None  # (cfg, dims) -> None; raises ValueError saying what to change
+    batch_ranks: Callable[[int], int] | None = None  # world size -> ranks the batch is split
+    # over (default: the dp degree; a parameter server splits it over its n-1 workers)
     tolerance: dict | None = None  # parity tolerance when fp32 defaults can't hold (say why)
     compare: Callable | None = None  # (record, weights, ref, tolerance) -> parity dict, for
     # strategies that change the numbers on purpose (lossy compression compares loss curves)

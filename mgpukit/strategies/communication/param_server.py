@@ -210,11 +210,9 @@ def _validate(cfg, dims) -> None:
     _workers(cfg, dims.world_size)
 
 
-# dims: the record says dp=n, the ranks launched; the batch is really split over the n-1 workers
-# (`_validate`). The runner's own check also wants global_batch divisible by n, so 3 ranks need
-# a global batch that is a multiple of 6. Default 2 ranks: runs with the default batch anywhere.
+# dims: the record says dp=n, the ranks launched; the batch is split over the n-1 workers.
 _PS = dict(family="communication", dims=lambda n: ParallelDims(dp=n, world_size=n), min_workers=2,
-           default_workers=2, theory=_ps_theory, validate=_validate)
+           default_workers=3, theory=_ps_theory, validate=_validate, batch_ranks=lambda n: n - 1)
 
 
 @register("ps-sync", description="parameter server on rank 0, synchronous: wait for every worker, "

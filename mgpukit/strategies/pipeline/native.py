@@ -74,9 +74,11 @@ def run_native(schedule: str, ctx, rec, cfg):
         logs.append([loss, sq_norm])
     _log_steps(rec, logs, device)
     rec.memory = memory_breakdown(holder, optimizer, None, device)
+    rec.memory["source"] += "; activations not metered (inside torch.distributed.pipelining)"
     rec.extra.update({"schedule": schedule, "p": p, "m": plan.m, "v": plan.v,
                       "runtime": "torch.distributed.pipelining"})
     out = gather_weights(rec, holder, device)
+    rec.comm_counted = False  # the pipelining runtime sends its own activations, unseen by us
     if dist.is_initialized():
         with rec.clock.paused():
             dist.barrier()  # PipelineStage's last sends may still be in flight
