@@ -209,7 +209,7 @@ def test_ps_async_staleness_bound_is_respected_emulated():
     assert rec["extra"]["0"]["staleness_bound"] == 1
     with pytest.raises(ValueError, match="staleness"):
         run("ps-async", workers=3, steps=1, global_batch=6, options={"staleness": 2})
-    with pytest.raises(ValueError, match="not divisible by 2"):
+    with pytest.raises(ValueError, match="does not split into 2 data ranks"):
         run("ps-sync", workers=3, steps=1, global_batch=9)  # divides by 3 ranks, not by 2 workers
 
 
