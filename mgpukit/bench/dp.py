@@ -120,5 +120,6 @@ def bench_dp(args=None) -> dict:
         print(f"  ring / backend all-reduce busbw  — {r['note']}")
     else:
         print(f"  ring / backend all-reduce busbw {r['ratio']:.2f}  (16 MB, {r['workers']} workers: "
-              f"ring {r['ring_busbw'] / 1e9:.2f} GB/s, backend {r['backend_busbw'] / 1e9:.2f} GB/s)")
+              f"ring {r['ring_busbw'] / 1e9:.2f} GB/s, backend {r['backend_busbw'] / 1e9:.2f} GB/s) — "
+              f"target >= 0.7: {'ok' if r['ratio'] >= 0.7 else 'MISSED'}")
     return result
