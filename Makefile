@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.mgpukit-installed
 WORKERS ?=
-NB_TIMEOUT ?= 600
+NB_TIMEOUT ?= 120
 
 .PHONY: install demo test test-unit test-notebooks lab bench clean
 

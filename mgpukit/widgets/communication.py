@@ -14,6 +14,7 @@ from mgpukit.costmodel.hardware import list_profiles, load_profile
 from mgpukit.plots.style import PREDICTED, series_color
 from mgpukit.strategies.communication.bandwidth import bus_factor
 from mgpukit.strategies.communication.collectives import predicted_time
+from mgpukit.widgets.output import show
 
 ALGORITHMS = ("ring", "tree", "naive")
 _SIZES = [2.0 ** (10 + k / 4) for k in range(0, 4 * 21 + 1)]  # 1 KiB .. 2 GiB
@@ -86,14 +87,12 @@ def alpha_beta_explorer(*, nbytes: float = 16 * 2**20, n: int = 8, algorithm: st
     out = w.Output()
 
     def draw(_=None):
-        out.clear_output(wait=True)
-        with out:
-            if algo.value == "tree" and ranks.value & (ranks.value - 1):
-                print(f"tree (recursive halving-doubling) needs a power-of-two n; {ranks.value} is "
-                      f"not — pick 2, 4, 8, 16, 32 or 64, or another algorithm.")
-            else:
-                print(describe(predict_all_reduce(size.value, ranks.value, algo.value, prof.value)))
-            plot_alpha_beta(size.value, ranks.value, algo.value, prof.value).show()
+        if algo.value == "tree" and ranks.value & (ranks.value - 1):
+            line = (f"tree (recursive halving-doubling) needs a power-of-two n; {ranks.value} is "
+                    f"not — pick 2, 4, 8, 16, 32 or 64, or another algorithm.")
+        else:
+            line = describe(predict_all_reduce(size.value, ranks.value, algo.value, prof.value))
+        show(out, line, plot_alpha_beta(size.value, ranks.value, algo.value, prof.value))
 
     for control in (size, ranks, algo, prof):
         control.observe(draw, names="value")

@@ -159,6 +159,7 @@ def compression_explorer(*, config: RunConfig | None = None, workers: int = 2, s
     from mgpukit.plots import plot_loss_parity
     from mgpukit.strategies.compression.common import steady_bytes_per_step
     from mgpukit.strategies.compression.parity import fp32_reference, run_compressed
+    from mgpukit.widgets.output import errors_shown_in, show
 
     cfg = (config or RunConfig()).replace(steps=steps)
     slider = widgets.FloatLogSlider(value=ratio, base=10, min=-4, max=0, step=0.125,
@@ -168,24 +169,21 @@ def compression_explorer(*, config: RunConfig | None = None, workers: int = 2, s
     bytes_out, run_out = widgets.Output(), widgets.Output()
 
     def draw_bytes(*_):
-        with bytes_out:
-            bytes_out.clear_output(wait=True)
-            plot_bytes_vs_ratio(cfg, workers, slider.value).show()
+        show(bytes_out, plot_bytes_vs_ratio(cfg, workers, slider.value))
 
     def launch_run(*_):
-        with run_out:
-            run_out.clear_output(wait=True)
-            print(f"running dp-topk at ratio {slider.value:.4f} on {workers} workers, {steps} steps…")
+        show(run_out, f"running dp-topk at ratio {slider.value:.4f} on {workers} workers, {steps} steps…")
+        with errors_shown_in(run_out):
             rec = run_compressed("dp-topk", workers=workers, config=cfg, options={"ratio": slider.value})
             ref = fp32_reference(cfg)
-            run_out.clear_output(wait=True)
             p = rec["parity"]
             predicted = rec["theory"]["comm_bytes"]
-            print(f"bytes sent per step: measured {steady_bytes_per_step(rec):,.0f} · "
-                  f"predicted {predicted:,.0f} · fp32 {rec['theory']['comm_bytes_uncompressed']:,.0f}")
-            print(f"final loss {p['final_loss']:.3f} vs fp32 {p['reference_final_loss']:.3f} "
-                  f"({100 * p['final_rel_gap']:.1f} % apart)")
-            plot_loss_parity([ref, rec]).show()
+            show(run_out,
+                 f"bytes sent per step: measured {steady_bytes_per_step(rec):,.0f} · "
+                 f"predicted {predicted:,.0f} · fp32 {rec['theory']['comm_bytes_uncompressed']:,.0f}\n"
+                 f"final loss {p['final_loss']:.3f} vs fp32 {p['reference_final_loss']:.3f} "
+                 f"({100 * p['final_rel_gap']:.1f} % apart)",
+                 plot_loss_parity([ref, rec]))
 
     slider.observe(draw_bytes, names="value")
     button.on_click(launch_run)

@@ -20,6 +20,7 @@ def scaling_explorer(*, model: str = "125m", profile: str = "h100-ib", max_worke
     from mgpukit.costmodel import list_profiles, list_shapes
     from mgpukit.plots import plot_speedup
     from mgpukit.strategies.data_parallel.theory import predicted_records
+    from mgpukit.widgets.output import show as show_in
 
     counts = [n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if n <= max_workers]
     workers = w.SelectionSlider(options=counts, value=counts[-1], description="GPUs up to")
@@ -37,17 +38,15 @@ def scaling_explorer(*, model: str = "125m", profile: str = "h100-ib", max_worke
                   dtype="fp32" if shapes.value == "gpt-tiny" else "bf16")
         if scaling.value == "strong":  # the global batch of the largest count, split n ways
             kw["global_batch"] = batch.value * ns[-1]
-        out.clear_output(wait=True)
-        with out:
-            try:
-                records = predicted_records(shapes.value, profiles.value, ns, **kw)
-            except ValueError as e:  # e.g. a model that does not fit; say so instead of a trace
-                print(f"cannot predict this layout: {e}")
-                return
-            fig = plot_speedup(records)
-            fig.update_layout(title=dict(text=f"Predicted {scaling.value}-scaling speedup — "
-                                              f"{shapes.value} on {profiles.value} (cost model)"))
-            fig.show()
+        try:
+            records = predicted_records(shapes.value, profiles.value, ns, **kw)
+        except ValueError as e:  # e.g. a model that does not fit; say so instead of a trace
+            show_in(out, f"cannot predict this layout: {e}")
+            return
+        fig = plot_speedup(records)
+        fig.update_layout(title=dict(text=f"Predicted {scaling.value}-scaling speedup — "
+                                          f"{shapes.value} on {profiles.value} (cost model)"))
+        show_in(out, fig)
 
     for control in (workers, profiles, shapes, batch, scaling, bucket):
         control.observe(draw, names="value")

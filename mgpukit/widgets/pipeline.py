@@ -19,6 +19,7 @@ from mgpukit.costmodel.schedules import SCHEDULES, build_schedule, max_in_flight
 from mgpukit.costmodel.simulate import bubble_formula, simulate
 from mgpukit.plots import plot_timeline
 from mgpukit.plots.style import PREDICTED, format_bytes, series_color, source_label
+from mgpukit.widgets.output import errors_shown_in, show
 
 
 def predicted_record(name: str, p: int, m: int, v: int = 1) -> dict:
@@ -98,32 +99,27 @@ def schedule_explorer(*, name: str = "1f1b", p: int = 4, m: int = 8, v: int = 2)
 
     def draw(*_):
         sv.disabled = pick.value != "interleaved"
-        with out:
-            out.clear_output(wait=True)
-            try:
-                args = current()
-                text.value = _summary(*args)
-                plot_schedule(*args).show()
-            except ValueError as e:  # e.g. interleaved needs m to be a multiple of p
-                text.value = f"<b>can't run this:</b> {e}"
+        try:
+            args = current()
+            text.value = _summary(*args)
+            show(out, plot_schedule(*args))
+        except ValueError as e:  # e.g. interleaved needs m to be a multiple of p
+            text.value = f"<b>can't run this:</b> {e}"
 
     def run_it(*_):
         from mgpukit.strategies.pipeline.lab import run_lab
 
         s, pp, mm, vv = current()
-        with run_out:
-            run_out.clear_output(wait=True)
-            print(f"launching {pp} emulated workers: {s}, m={mm}, v={vv} (equal stages, p2p free)…")
+        show(run_out, f"launching {pp} emulated workers: {s}, m={mm}, v={vv} (equal stages, p2p free)…")
+        with errors_shown_in(run_out):
             try:
                 (rec,) = run_lab([{"schedule": s, "m": mm, "v": vv}], p=pp)
             except ValueError as e:
-                run_out.clear_output(wait=True)
-                print(f"can't run this: {e}")
+                show(run_out, f"can't run this: {e}")
                 return
-            run_out.clear_output(wait=True)
-            print(f"bubble: emulated {rec['bubble_fraction']:.1%} · predicted "
-                  f"{rec['theory']['bubble_fraction']:.1%}")
-            plot_timeline(rec, step=1).show()
+            show(run_out, f"bubble: emulated {rec['bubble_fraction']:.1%} · predicted "
+                          f"{rec['theory']['bubble_fraction']:.1%}",
+                 plot_timeline(rec, step=1))
 
     for w in (pick, sp, sm, sv):
         w.observe(draw, names="value")

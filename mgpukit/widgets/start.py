@@ -11,6 +11,7 @@ def run_explorer(*, steps: int = 5, run_now: bool = True):
 
     from mgpukit.experiment import run
     from mgpukit.plots import plot_timeline
+    from mgpukit.widgets.output import errors_shown_in, show
 
     workers = w.IntSlider(value=2, min=1, max=4, description="workers")
     mode = w.Dropdown(options=[("measured on this machine", "cpu"),
@@ -21,15 +22,15 @@ def run_explorer(*, steps: int = 5, run_now: bool = True):
     out = w.Output()
 
     def go(_=None):
-        out.clear_output(wait=True)
-        with out:
+        show(out, f"running DDP on {workers.value} workers…")
+        with errors_shown_in(out):
             emulated = mode.value != "cpu"
             rec = run("ddp", workers=workers.value, steps=steps, parity=False,
                       mode="emulated" if emulated else "cpu",
                       profile=mode.value if emulated else None)
-            print(f"median step {sorted(rec['step_time_s'])[len(rec['step_time_s']) // 2] * 1e3:.3f} ms, "
-                  f"{rec['tokens_per_s']:,.0f} tokens/s ({rec['mode']})")
-            plot_timeline(rec, step=steps - 1).show()
+            show(out, f"median step {sorted(rec['step_time_s'])[len(rec['step_time_s']) // 2] * 1e3:.3f} ms, "
+                      f"{rec['tokens_per_s']:,.0f} tokens/s ({rec['mode']})",
+                 plot_timeline(rec, step=steps - 1))
 
     button.on_click(go)
     display(w.VBox([w.HBox([workers, mode, button]), out]))

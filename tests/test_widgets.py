@@ -1,0 +1,46 @@
+"""Widgets fill their Output in one assignment, and a notebook runner executes them promptly."""
+import time
+
+import ipywidgets as w
+import nbformat
+import plotly.graph_objects as go
+import pytest
+from nbclient import NotebookClient
+
+from mgpukit.widgets.output import errors_shown_in, show
+
+
+def test_show_replaces_outputs_with_text_and_figures():
+    out = w.Output()
+    show(out, "first")
+    show(out, "line", go.Figure(go.Scatter(x=[1, 2], y=[3, 4])))
+    assert [o["output_type"] for o in out.outputs] == ["stream", "display_data"]
+    assert out.outputs[0]["text"] == "line\n"
+    assert out.outputs[1]["data"]  # a rich bundle in a kernel, a text/plain stand-in here
+
+
+def test_errors_in_a_callback_are_shown_not_lost():
+    out = w.Output()
+    with errors_shown_in(out):
+        raise ValueError("pipeline degree 3 does not divide 8 layers")
+    assert "pipeline degree 3 does not divide 8 layers" in out.outputs[0]["text"]
+
+
+@pytest.mark.timeout(120)
+def test_widget_cells_run_promptly_under_a_notebook_runner():
+    """nbclient (nbmake, nbconvert) used to sit out the whole cell timeout on widgets that
+    captured output with ``with out:`` (jupyter/nbclient#312); each cell must now take seconds."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in (
+        "from mgpukit.widgets.communication import alpha_beta_explorer\n"
+        "from mgpukit.widgets.data_parallel import scaling_explorer",
+        "alpha_beta_explorer()",
+        "scaling_explorer(model='gpt-tiny', profile='h100-nvlink', max_workers=8)",
+        "alpha_beta_explorer(n=6, algorithm='tree')",
+    )]
+    client = NotebookClient(nb, timeout=60, kernel_name="python3")
+    with client.setup_kernel():
+        for i, cell in enumerate(nb.cells):
+            start = time.monotonic()
+            client.execute_cell(cell, i)
+            assert time.monotonic() - start < 30, f"cell {i} waited out the runner: {cell.source!r}"
