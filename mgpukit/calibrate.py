@@ -9,8 +9,11 @@ have (cores // workers: 1 thread per worker for 2 workers on 2 cores):
 - **matmul FLOP/s** (fp32, bf16, fp16): median time of square matmuls. This is achieved
   throughput, not a datasheet peak, so the profile's `compute_efficiency` is 1.0.
 - **per-op overhead**: a training step (forward, backward, SGD) of a GPT too small to compute
-  anything (width 8, 8 tokens), timed and divided by the ops it dispatches — the dispatcher,
-  autograd and Python cost that a small model pays hundreds of times per step.
+  anything (width 8, 8 tokens), timed phase by phase and divided by the ops each dispatches —
+  the dispatcher, autograd and Python cost that a small model pays hundreds of times per step.
+  It is kept per context (`vclock.op_context`): a forward op costs about three times a
+  backward one (the Python of the modules around it, autograd recording a node) and an
+  optimizer update less still; one average would make forward too fast and updates too slow.
 - **memory bandwidth**, as the roofline uses it: the rate the memory-bound ops (layer norm,
   GELU, adds, the optimizer's updates) of a small transformer's training step really reach. A
   width-96 GPT step is timed; its matmuls (``flops / FLOP/s``) and its ops' overhead are taken
@@ -35,7 +38,8 @@ from pathlib import Path
 
 import torch
 
-from mgpukit.costmodel.hardware import THIS_MACHINE, HardwareProfile, Link, PeakFlops, save_profile, user_profile_dir
+from mgpukit.costmodel.hardware import (OP_CONTEXTS, THIS_MACHINE, HardwareProfile, Link, PeakFlops, save_profile,
+                                       user_profile_dir)
 
 SIZES = (2**10, 2**12, 2**14, 2**16, 2**18, 2**20, 2**22, 2**24)  # all-reduce bytes, 1 KB … 16 MB
 QUICK_SIZES = (2**10, 2**14, 2**18, 2**20, 2**22)
@@ -65,21 +69,24 @@ def measure_bandwidth(*, numel: int = 2**23, repeats: int = 5) -> float:
 
 def census(fn) -> dict:
     """What `fn` dispatches, counted as the virtual clock counts it: ``ops`` (views are free),
-    ``flops`` and ``memory_bytes`` (bytes moved by the ops that do no FLOPs)."""
+    ``ops_by_context`` (`mgpukit.measure.vclock.op_context`), ``flops`` and ``memory_bytes``
+    (bytes moved by the ops that do no FLOPs)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from mgpukit.costmodel.hardware import load_profile
-    from mgpukit.measure.vclock import is_free, op_cost
+    from mgpukit.costmodel.hardware import OP_CONTEXTS, load_profile
+    from mgpukit.measure.vclock import is_free, op_context, op_cost
 
     reference = load_profile("h100-nvlink")  # only FLOPs and bytes are read, not its rates
-    out = {"ops": 0, "flops": 0.0, "memory_bytes": 0.0}
+    out = {"ops": 0, "ops_by_context": dict.fromkeys(OP_CONTEXTS, 0), "flops": 0.0, "memory_bytes": 0.0}
 
     class Census(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            context = op_context(args, kwargs)  # before the op runs, as the clock sees it
             result = func(*args, **(kwargs or {}))
             if not is_free(func):
                 _, flops, nbytes = op_cost(func, args, kwargs, result, reference)
                 out["ops"] += 1
+                out["ops_by_context"][context] += 1
                 out["flops"] += flops
                 out["memory_bytes"] += nbytes if flops == 0 else 0.0
             return result
@@ -90,38 +97,76 @@ def census(fn) -> dict:
 
 
 def _gpt_step(batch: int, **sizes):
-    """A training step (forward, backward, SGD with momentum) of a GPT of `sizes`."""
+    """The phases of a training step of a GPT of `sizes`: forward (to the loss), backward,
+    and the optimizer (SGD with momentum, then zeroing the gradients), as three callables."""
     from mgpukit.models import GPT, gpt_tiny, lm_loss
 
     model = GPT(gpt_tiny(**sizes))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9)
     idx = torch.zeros(batch, model.cfg.seq_len, dtype=torch.long)
+    held = {}
 
-    def step():
-        lm_loss(model(idx), idx).backward()
+    def forward():
+        held["loss"] = lm_loss(model(idx), idx)
+
+    def backward():
+        held.pop("loss").backward()
+
+    def update():
         optimizer.step()
         optimizer.zero_grad(set_to_none=False)
 
-    step()  # creates the gradients and momentum buffers, as in a run's later steps
-    return step
+    for phase in (forward, backward, update):  # creates the gradients and momentum buffers
+        phase()
+    return forward, backward, update
 
 
-def measure_op_overhead(*, repeats: int = 7) -> float:
-    """Seconds of host work per dispatched op: a whole training step of a width-8 GPT on 8
-    tokens (no arithmetic to speak of), divided by the number of ops it dispatches."""
-    step = _gpt_step(1, seq_len=8, n_layer=2, n_head=2, d_model=8, d_ff=32)
-    return _median_time(step, repeats) / census(step)["ops"]
+def _phase_times(phases, repeats: int) -> list[float]:
+    """Median seconds of each phase, timed in order within whole steps."""
+    times = [[] for _ in phases]
+    for _ in range(repeats + 1):
+        for i, phase in enumerate(phases):
+            start = time.perf_counter()
+            phase()
+            times[i].append(time.perf_counter() - start)
+    return [statistics.median(t[1:]) for t in times]
 
 
-def measure_step_bandwidth(flops_rate: float, op_overhead: float, *, repeats: int = 7) -> float | None:
+def _phase_census(phases) -> list[dict]:
+    return [census(phase) for phase in phases]  # in order: forward leaves the loss backward uses
+
+
+def measure_op_overhead(*, repeats: int = 7) -> dict[str, float]:
+    """Seconds of host work per dispatched op, by `op_context`: the forward, backward and
+    optimizer phases of a width-8 GPT's training step on 8 tokens (no arithmetic to speak of)
+    are timed, and ``time(phase) = Σ ops(phase, context) · overhead(context)`` is solved for
+    the three overheads. ``"all"``: the whole step's time over all its ops."""
+    from mgpukit.costmodel.hardware import OP_CONTEXTS
+
+    phases = _gpt_step(1, seq_len=8, n_layer=2, n_head=2, d_model=8, d_ff=32)
+    times = _phase_times(phases, repeats)
+    counts = _phase_census(phases)
+    rows = torch.tensor([[c["ops_by_context"][k] for k in OP_CONTEXTS] for c in counts], dtype=torch.float64)
+    solved = torch.linalg.lstsq(rows, torch.tensor(times, dtype=torch.float64)[:, None]).solution.squeeze(1)
+    if (solved <= 0).any():  # noise made it unphysical: each phase's time over its own ops
+        solved = torch.tensor([t / max(1, c["ops"]) for t, c in zip(times, counts)], dtype=torch.float64)
+    out = dict(zip(OP_CONTEXTS, solved.tolist()))
+    out["all"] = sum(times) / sum(c["ops"] for c in counts)
+    return out
+
+
+def measure_step_bandwidth(flops_rate: float, overhead: dict[str, float], *, repeats: int = 7) -> float | None:
     """Bytes/s the memory-bound ops of a small transformer's training step really achieve:
     a width-96 GPT (3 layers, 4 × 48 tokens — not a shape the kit trains) is timed, the
-    matmuls' ``flops / flops_rate`` and the ops' ``count · op_overhead`` are taken out, and the
-    rest is put down to the bytes of the ops without FLOPs. None if nothing is left."""
-    step = _gpt_step(4, seq_len=48, n_layer=3, n_head=4, d_model=96, d_ff=384)
-    c = census(step)
-    rest = _median_time(step, repeats) - c["ops"] * op_overhead - c["flops"] / flops_rate
-    return c["memory_bytes"] / rest if rest > 0 else None
+    matmuls' ``flops / flops_rate`` and each op's dispatch overhead (by context) are taken
+    out, and the rest is put down to the bytes of the ops without FLOPs. None if nothing is left."""
+    phases = _gpt_step(4, seq_len=48, n_layer=3, n_head=4, d_model=96, d_ff=384)
+    elapsed = sum(_phase_times(phases, repeats))
+    counts = _phase_census(phases)
+    dispatch = sum(n * overhead[k] for c in counts for k, n in c["ops_by_context"].items())
+    rest = elapsed - dispatch - sum(c["flops"] for c in counts) / flops_rate
+    moved = sum(c["memory_bytes"] for c in counts)
+    return moved / rest if rest > 0 else None
 
 
 def measure_allreduce(sizes, *, repeats: int, compute_first: bool = True) -> dict[int, float]:
@@ -213,7 +258,8 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
     streaming = med(r["streaming_bandwidth"] for r in ranks)
     in_step = [r["step_bandwidth"] for r in ranks if r["step_bandwidth"]]
     bandwidth = med(in_step) if in_step else streaming
-    overhead = med(r["op_overhead"] for r in ranks)
+    overhead = med(r["op_overhead"]["all"] for r in ranks)
+    by_context = {k: med(r["op_overhead"][k] for r in ranks) for k in OP_CONTEXTS}
     times = {b: max(r["allreduce"][b] for r in ranks) for b in sizes}  # a collective ends on its last rank
     alpha, beta = fit_alpha_beta(times, workers)
     link = Link(alpha=alpha, beta=beta)
@@ -231,7 +277,7 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
         compute_efficiency=1.0,  # the FLOP/s above are achieved rates already
         usable_memory=0.9,
     )
-    profile = HardwareProfile(**fields, op_overhead=overhead)
+    profile = HardwareProfile(**fields, op_overhead=overhead, op_overhead_by_context=by_context)
     path = Path(out) if out is not None else user_profile_dir() / f"{THIS_MACHINE}.toml"
     fit = [(b, t, 2 * (workers - 1) * alpha + 2 * (workers - 1) / workers * b / beta) for b, t in times.items()]
     worst = max(abs(p - t) / t for _, t, p in fit)
@@ -239,7 +285,8 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
         f"Measured on this host by `mgpukit calibrate{' --quick' if quick else ''}` at "
         f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {workers} workers x {threads} thread(s), measuring at once.\n"
         f"peak_flops: median of square fp32 matmuls (256, 512), bf16/fp16 at 256 — achieved, not datasheet.\n"
-        f"op_overhead: training step of a width-8 GPT / ops it dispatches.\n"
+        f"op_overhead: training step of a width-8 GPT / ops it dispatches; by context: its forward, "
+        f"backward and optimizer phases solved for the overhead of each.\n"
         f"memory_bandwidth: effective rate of the FLOP-free ops of a width-96 GPT training step "
         f"(streaming add over arrays larger than the caches: {streaming / 1e9:.1f} GB/s).\n"
         f"links: gloo all-reduce {_bytes(min(sizes))}..{_bytes(max(sizes))}, least-squares fit of "
@@ -248,7 +295,8 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
         print(f"this-machine (measured: {workers} workers x {threads} thread(s), measuring at once)")
         print(f"  matmul        fp32 {flops['fp32'] / 1e9:7.1f} GFLOP/s   bf16 {flops['bf16'] / 1e9:7.1f}   "
               f"fp16 {flops['fp16'] / 1e9:7.1f}")
-        print(f"  per-op        {overhead * 1e6:7.2f} us of dispatch overhead (width-8 GPT training step / its ops)")
+        print(f"  per-op        {overhead * 1e6:7.2f} us of dispatch overhead (width-8 GPT training step / its ops): "
+              + ", ".join(f"{k} {v * 1e6:.2f}" for k, v in by_context.items()))
         print(f"  memory        {bandwidth / 1e9:7.1f} GB/s for the memory-bound ops of a training step "
               f"(streaming add beyond the caches: {streaming / 1e9:.1f} GB/s)")
         print(f"  gloo link     alpha {alpha * 1e6:7.1f} us   beta {beta / 1e9:6.3f} GB/s "

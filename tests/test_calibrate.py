@@ -29,6 +29,8 @@ def test_quick_calibration_measures_positive_figures_and_leaves_the_user_cache_a
     assert profile.memory_bandwidth > 1e8
     assert profile.intra_node.beta > 1e6 and profile.intra_node.alpha >= 0
     assert 0 < profile.op_overhead < 1e-3
+    assert set(profile.op_overhead_by_context) == {"forward", "backward", "no_grad"}
+    assert all(0 < v < 1e-3 for v in profile.op_overhead_by_context.values())
     assert profile.compute_efficiency == 1.0  # measured FLOP/s are achieved, not peak
 
 
@@ -38,6 +40,8 @@ def test_saved_profile_loads_back_and_the_clock_reads_its_op_overhead(calibrated
     assert loaded.to_dict() == profile.to_dict()
     assert "measured" in path.read_text().splitlines()[0].lower()
     assert loaded.op_overhead == profile.op_overhead > 0
+    assert loaded.op_overhead_by_context == profile.op_overhead_by_context
+    assert loaded.dispatch_overhead("backward") == profile.op_overhead_by_context["backward"]
 
 
 @pytest.mark.parametrize("n", [2, 4])

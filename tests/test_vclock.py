@@ -81,6 +81,37 @@ def test_op_overhead_is_added_to_every_op_that_is_not_a_view():
     assert clock.now() == 3 * 1024 * 4 / profile.memory_bandwidth + 1e-6
 
 
+def test_op_overhead_by_context_charges_forward_backward_and_updates_apart():
+    """A forward op (autograd records it), a backward op (the engine runs it) and an update
+    under no_grad each pay their own context's overhead."""
+    import dataclasses
+
+    from mgpukit.measure.vclock import op_context
+
+    overhead = {"forward": 3e-3, "backward": 2e-3, "no_grad": 1e-3}
+    profile = dataclasses.replace(load_profile(PROFILE), op_overhead=0.5, op_overhead_by_context=overhead)
+    seen = []
+
+    class Spy(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append((str(func._overloadpacket), op_context(args, kwargs)))
+            return func(*args, **(kwargs or {}))
+
+    w = torch.randn(8, requires_grad=True)
+    with Spy():
+        (w * 2).sum().backward()
+        with torch.no_grad():
+            w.add_(w.grad)
+    assert ("aten.mul", "forward") in seen and ("aten.mul", "backward") in seen
+    assert seen[-1] == ("aten.add_", "no_grad")
+
+    clock = VirtualClock(profile, 0)
+    x = torch.randn(4)
+    with clock.counting(), torch.no_grad():
+        x.add_(1.0)
+    assert clock.now() == pytest.approx(2 * 4 * 4 / profile.memory_bandwidth + 1e-3)
+
+
 # ------------------------------------------------------------ send/recv, all-reduce (b, c, d)
 
 def _scenarios():

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
+OP_CONTEXTS = ("forward", "backward", "no_grad")  # where an op runs, for its dispatch overhead
 THIS_MACHINE = "this-machine"
 THIS_MACHINE_DEFAULT = "this-machine-default"
 
@@ -81,12 +82,22 @@ class HardwareProfile:
     compute_efficiency: float = 0.5
     usable_memory: float = 0.9
     op_overhead: float = 0.0  # seconds of host dispatch per op (CPU workers, calibrated); 0 on GPUs
+    # Per-op overhead by where the op runs (see `dispatch_overhead`); None: `op_overhead` for all.
+    op_overhead_by_context: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1:
             raise ValueError(f"profile {self.name!r}: gpus_per_node must be >= 1, got {self.gpus_per_node}")
         if not 0 < self.compute_efficiency <= 1 or not 0 < self.usable_memory <= 1:
             raise ValueError(f"profile {self.name!r}: efficiencies must be in (0, 1]")
+
+    def dispatch_overhead(self, context: str) -> float:
+        """Host seconds per op run in `context` (one of `OP_CONTEXTS`): "forward" (autograd
+        records the op, Python module code around it), "backward" (the C++ autograd engine),
+        "no_grad" (optimizer updates, packing, anything that records nothing)."""
+        if self.op_overhead_by_context is None:
+            return self.op_overhead
+        return self.op_overhead_by_context.get(context, self.op_overhead)
 
     def flops(self, dtype: str = "bf16") -> float:
         """Peak dense FLOP/s for ``dtype`` ("fp32", "tf32", "bf16", "fp16")."""
@@ -113,7 +124,8 @@ class HardwareProfile:
             "intra_node": {"alpha": self.intra_node.alpha, "beta": self.intra_node.beta},
             "inter_node": {"alpha": self.inter_node.alpha, "beta": self.inter_node.beta},
             "efficiency": {"compute": self.compute_efficiency, "usable_memory": self.usable_memory,
-                           "op_overhead": self.op_overhead},
+                           "op_overhead": self.op_overhead,
+                           **{f"op_overhead_{c}": v for c, v in (self.op_overhead_by_context or {}).items()}},
         }
 
     @classmethod
@@ -133,6 +145,8 @@ class HardwareProfile:
                 compute_efficiency=float(eff.get("compute", 0.5)),
                 usable_memory=float(eff.get("usable_memory", 0.9)),
                 op_overhead=float(eff.get("op_overhead", 0.0)),
+                op_overhead_by_context={c: float(eff[f"op_overhead_{c}"]) for c in OP_CONTEXTS
+                                        if f"op_overhead_{c}" in eff} or None,
             )
         except KeyError as e:
             raise ValueError(f"hardware profile {d.get('name', '?')!r} lacks the key {e.args[0]!r}") from None
