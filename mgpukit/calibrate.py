@@ -73,7 +73,7 @@ def census(fn) -> dict:
     (bytes moved by the ops that do no FLOPs)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from mgpukit.costmodel.hardware import OP_CONTEXTS, load_profile
+    from mgpukit.costmodel.hardware import load_profile
     from mgpukit.measure.vclock import is_free, op_context, op_cost
 
     reference = load_profile("h100-nvlink")  # only FLOPs and bytes are read, not its rates
@@ -132,20 +132,14 @@ def _phase_times(phases, repeats: int) -> list[float]:
     return [statistics.median(t[1:]) for t in times]
 
 
-def _phase_census(phases) -> list[dict]:
-    return [census(phase) for phase in phases]  # in order: forward leaves the loss backward uses
-
-
 def measure_op_overhead(*, repeats: int = 7) -> dict[str, float]:
     """Seconds of host work per dispatched op, by `op_context`: the forward, backward and
     optimizer phases of a width-8 GPT's training step on 8 tokens (no arithmetic to speak of)
     are timed, and ``time(phase) = Σ ops(phase, context) · overhead(context)`` is solved for
     the three overheads. ``"all"``: the whole step's time over all its ops."""
-    from mgpukit.costmodel.hardware import OP_CONTEXTS
-
     phases = _gpt_step(1, seq_len=8, n_layer=2, n_head=2, d_model=8, d_ff=32)
     times = _phase_times(phases, repeats)
-    counts = _phase_census(phases)
+    counts = [census(phase) for phase in phases]  # in order: forward leaves the loss backward uses
     rows = torch.tensor([[c["ops_by_context"][k] for k in OP_CONTEXTS] for c in counts], dtype=torch.float64)
     solved = torch.linalg.lstsq(rows, torch.tensor(times, dtype=torch.float64)[:, None]).solution.squeeze(1)
     if (solved <= 0).any():  # noise made it unphysical: each phase's time over its own ops
@@ -162,7 +156,7 @@ def measure_step_bandwidth(flops_rate: float, overhead: dict[str, float], *, rep
     out, and the rest is put down to the bytes of the ops without FLOPs. None if nothing is left."""
     phases = _gpt_step(4, seq_len=48, n_layer=3, n_head=4, d_model=96, d_ff=384)
     elapsed = sum(_phase_times(phases, repeats))
-    counts = _phase_census(phases)
+    counts = [census(phase) for phase in phases]
     dispatch = sum(n * overhead[k] for c in counts for k, n in c["ops_by_context"].items())
     rest = elapsed - dispatch - sum(c["flops"] for c in counts) / flops_rate
     moved = sum(c["memory_bytes"] for c in counts)

@@ -10,7 +10,6 @@ Three kinds of figures, always labelled:
 """
 from __future__ import annotations
 
-import platform
 import time
 import traceback
 import warnings
@@ -136,23 +135,13 @@ def results_markdown(records) -> str:
 
 def machine_line() -> str:
     """The machine a table was measured on, in one line: GPUs, or CPU cores, and versions."""
-    from mgpukit.runtime.hardware import env_info
+    from mgpukit.runtime.hardware import cpu_name, env_info
 
     env = env_info()
     devices = (f"{len(env['gpus'])} × {env['gpus'][0]['name']}" if env["gpus"]
-               else f"{env['cores']} CPU cores ({_cpu_name()}), no GPU")
+               else f"{env['cores']} CPU cores ({cpu_name()}), no GPU")
     return (f"{devices}, {env['memory_bytes'] / 2**30:.0f} GiB RAM; torch {env['torch']}, "
             f"accelerate {env['accelerate']}, Python {env['python']}")
-
-
-def _cpu_name() -> str:
-    try:  # Linux names the CPU model here; elsewhere the architecture has to do
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def update_readme(path: str | Path, table: str, *, command: str) -> None:

@@ -95,9 +95,7 @@ class HardwareProfile:
         """Host seconds per op run in `context` (one of `OP_CONTEXTS`): "forward" (autograd
         records the op, Python module code around it), "backward" (the C++ autograd engine),
         "no_grad" (optimizer updates, packing, anything that records nothing)."""
-        if self.op_overhead_by_context is None:
-            return self.op_overhead
-        return self.op_overhead_by_context.get(context, self.op_overhead)
+        return (self.op_overhead_by_context or {}).get(context, self.op_overhead)
 
     def flops(self, dtype: str = "bf16") -> float:
         """Peak dense FLOP/s for ``dtype`` ("fp32", "tf32", "bf16", "fp16")."""

@@ -32,8 +32,9 @@ a view — PyTorch's dispatcher, autograd bookkeeping, the Python around it. On 
 runs on the same core before the kernel, so it is *added* to every op's roofline time; that is
 what makes a small model on `this-machine` (a few hundred tiny ops per step) come out right.
 It differs by where the op runs (`op_context`), and a calibrated profile says so: a forward op
-pays for the Python module code around it and for autograd recording a node (~40 µs on this
-host), a backward op only for the C++ autograd engine (~13 µs), an optimizer update least (~5 µs).
+pays for the Python module code around it and for autograd recording a node (~30 µs on the
+2-core dev host), a backward op only for the C++ autograd engine (~11 µs), an optimizer update
+least (~4 µs).
 GPU profiles leave it 0: launches overlap the kernels already running.
 
 Nothing here reads a wall clock, so an emulated timeline is identical run after run, whatever

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import platform
 from contextlib import contextmanager
+from pathlib import Path
 
 import psutil
 import torch
@@ -69,6 +70,17 @@ def default_workers() -> int:
     """Workers the tour uses: every GPU, or 2 CPU workers (enough to show communication)."""
     n = cuda_device_count()
     return n if n >= 2 else 2
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux reads it from /proc/cpuinfo), else its architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def env_info() -> dict:
