@@ -30,7 +30,7 @@ def _info(args):
 
 
 def _list(args):
-    from mgpukit.strategies.registry import available
+    from mgpukit.strategies import available
 
     rows = sorted(available(), key=lambda s: (s.family, s.name))
     width = max(len(s.name) for s in rows)

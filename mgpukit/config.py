@@ -4,6 +4,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from mgpukit.costmodel.layout import Layout
+
 
 MODELS = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide")
 
@@ -22,8 +24,13 @@ class RunConfig:
     optimizer: str = "sgd"  # "sgd" | "adamw"
     seed: int = 0
     options: dict = dataclasses.field(default_factory=dict)  # strategy knobs (bucket_mb, …)
+    # the parallel layout (dp, tp, pp, schedule, v, …): None until the runner resolves the
+    # strategy's on the launched workers; the cost model predicts from the same object
+    layout: Layout | None = None
 
     def __post_init__(self):
+        if isinstance(self.layout, dict):  # from a saved record
+            object.__setattr__(self, "layout", Layout(**self.layout))
         if self.model not in MODELS:
             raise ValueError(f"model={self.model!r} is not one of {MODELS}.")
         if self.optimizer not in ("adamw", "sgd"):

@@ -1,57 +1,79 @@
-"""`run(strategy, ...)`: launch a registered strategy, build its result record, check parity.
+"""The one runner: validate -> launch -> record -> parity, for every way a run is started.
 
-This is the one entry point the CLI, the notebooks, the tour and the benchmarks share:
+`mgpukit run`, `mgpukit.run`, the notebooks, the tour, the benchmarks and the exported scripts
+(`mgpukit.launched`, under `torchrun` / `accelerate launch`) all go through `prepare` (every
+check, before anything starts), `run_rank` (what each worker does) and `finish` (the record,
+its parity, the files):
 
     rec = mgpukit.run("ddp", workers=2, steps=20)
-    rec["parity"]["ok"], rec["tokens_per_s"], rec["timeline"][:3]
+    rec = mgpukit.run("pp-1f1b", workers=4, layout={"dp": 2, "pp": 2})      # dp × pp
+    rec["parity"]["ok"], rec["tokens_per_s"], rec["layout"]
 
 Parity: the strategy's logged losses and gradient norms (per step) and its final weights are
 compared with the `single` reference trained on the same global batches, at torch's default
-fp32 tolerances (`torch.testing.assert_close`: rtol 1.3e-6, atol 1e-5). The gradient norm is
-what catches a missing average: Adam's update barely changes if every gradient is doubled,
-but the norm does.
+fp32 tolerances (`torch.testing.assert_close`: rtol 1.3e-6, atol 1e-5) unless the strategy
+states its own (pipelines: PyTorch's pipelining tolerances; lossy compression: a loss-curve
+check). The gradient norm is what catches a missing average: Adam's update barely changes if
+every gradient is doubled, but the norm does. A run *is* the reference (`single`, no parity) or
+*has no* reference (`ps-async`): the record says which.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import torch
 
+from mgpukit import strategies
 from mgpukit.config import RunConfig
 from mgpukit.measure.record import build_record, save_chrome_trace, save_record
 from mgpukit.measure.recorder import Recorder
+from mgpukit.parallelize import parallelize, resolve_layout
+from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.hardware import env_info
 from mgpukit.runtime.launcher import launch, resolve_mode
-from mgpukit.strategies import registry
+from mgpukit.strategies.registry import Strategy
+from mgpukit.training.building import build_model, build_optimizer
+from mgpukit.training.trainer import train
 
 FP32_TOL = {"rtol": 1.3e-6, "atol": 1e-5}  # torch.testing.assert_close defaults for float32
 _REFERENCE_CACHE: dict[str, dict] = {}
 
 
-def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profile: str | None = None,
-        config: RunConfig | None = None, parity: bool = True, tolerance: dict | None = None,
-        timeout_s: float = 600.0, json_path: str | Path | None = None,
-        trace_path: str | Path | None = None, torch_profile_dir: str | Path | None = None,
-        echo: bool = False, threads_per_worker: int | None = None,
-        weights_path: str | Path | None = None, **overrides) -> dict:
-    """Run `strategy` on `workers` ranks and return its result record.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """A run that passed every check: what `launch` needs and what the record says."""
 
-    mode: "auto" | "cpu" | "gpu" | "emulated" (with `profile`, e.g. "h100-nvlink").
-    config: a RunConfig; keyword `overrides` (steps=..., global_batch=..., options=...) replace
-    its fields. `threads_per_worker` pins intra-op threads (default: cores // workers).
-    `weights_path` saves the trained (unsharded) weights as safetensors; `json_path` writes the record, `trace_path` a Chrome/Perfetto trace of its
-    timeline, `torch_profile_dir` a torch.profiler trace per rank (the kernel-level view).
-    """
-    strat = registry.get(strategy)
+    strategy: Strategy
+    cfg: RunConfig  # with its resolved layout
+    workers: int
+    dims: ParallelDims
+    mode: str
+    profile: str | None
+
+
+def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", profile=None,
+            config: RunConfig | None = None, layout: dict | None = None, **overrides) -> Prepared:
+    """Every check a run needs, before anything starts; raises ValueError saying what to change."""
+    strat = strategies.get(strategy)
     cfg = (config or RunConfig()).replace(**overrides) if overrides else (config or RunConfig())
+    cfg = cfg.replace(options=strat.check_options(cfg.options))
     if cfg.model not in strat.models:
         raise ValueError(f"strategy {strategy!r} runs on models {strat.models}, not {cfg.model!r}.")
-    workers = workers or strat.default_workers
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers={workers!r}: use a positive number of workers.")
+    if cfg.layout is not None:  # a full layout given: its fields are the overrides
+        layout = {**{k: getattr(cfg.layout, k) for k in ("dp", "tp", "pp", "schedule", "v")},
+                  **(layout or {})}
+    resolved = resolve_layout(strat, cfg, workers, layout)
+    workers = resolved.world_size
     if workers < strat.min_workers:
         raise ValueError(f"strategy {strategy!r} needs at least {strat.min_workers} workers, got {workers}.")
-    dims = strat.dims(workers)  # raises with what to change when the degrees don't fit
-    check_batch(cfg, strat.batch_ranks(workers) if strat.batch_ranks else dims.dp)
+    dims = ParallelDims(dp=resolved.dp, tp=resolved.tp, pp=resolved.pp, world_size=workers)
+    cfg = cfg.replace(layout=resolved)
+    if resolved.pp == 1:
+        check_batch(cfg, strat.batch_ranks(workers) if strat.batch_ranks else dims.dp)
     if strat.validate:
         strat.validate(cfg, dims)
     if mode == "emulated" and not strat.emulation:
@@ -59,27 +81,96 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     mode = resolve_mode(mode, workers)
     if mode == "emulated" and not profile:
         raise ValueError("mode='emulated' needs a hardware profile, e.g. profile='h100-nvlink'.")
-    if mode == "emulated":
+    if mode == "emulated" and isinstance(profile, str):
         from mgpukit.costmodel.hardware import load_profile
 
         load_profile(profile)  # an unknown profile fails here, naming the known ones
-    results = launch(_worker, workers, strat.name, cfg, mode=mode, profile=profile,
-                     timeout_s=timeout_s, echo=echo, threads_per_worker=threads_per_worker,
+    return Prepared(strategy=strat, cfg=cfg, workers=workers, dims=dims, mode=mode,
+                    profile=profile if mode == "emulated" else None)
+
+
+def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profile: str | None = None,
+        config: RunConfig | None = None, layout: dict | None = None, parity: bool = True,
+        tolerance: dict | None = None, timeout_s: float = 600.0, json_path: str | Path | None = None,
+        trace_path: str | Path | None = None, torch_profile_dir: str | Path | None = None,
+        echo: bool = False, threads_per_worker: int | None = None,
+        weights_path: str | Path | None = None, **overrides) -> dict:
+    """Run `strategy` on `workers` ranks and return its result record.
+
+    mode: "auto" | "cpu" | "gpu" | "emulated" (with `profile`, e.g. "h100-nvlink").
+    config: a RunConfig; keyword `overrides` (steps=..., global_batch=..., options=...) replace
+    its fields. layout: overrides of the strategy's parallel layout, e.g. {"dp": 2, "pp": 2}.
+    `threads_per_worker` pins intra-op threads (default: cores // workers).
+    `weights_path` saves the trained (unsharded) weights as safetensors; `json_path` writes the
+    record, `trace_path` a Chrome/Perfetto trace of its timeline, `torch_profile_dir` a
+    torch.profiler trace per rank (the kernel-level view).
+    """
+    p = prepare(strategy, workers=workers, mode=mode, profile=profile, config=config, layout=layout,
+                **overrides)
+    results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
+                     dims=p.dims, timeout_s=timeout_s, echo=echo, threads_per_worker=threads_per_worker,
                      options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None})
-    ranks = [r["result"] for r in results]
-    weights = results[0].get("weights")
+    return finish(p, [r["result"] for r in results], results[0].get("weights"), parity=parity,
+                  tolerance=tolerance, timeout_s=timeout_s, json_path=json_path,
+                  trace_path=trace_path, weights_path=weights_path)
+
+
+def run_rank(name: str, cfg: RunConfig):
+    """What every rank runs: the strategy with a recorder (optional torch.profiler trace).
+
+    An unmodified model -> the layout's appliers (`parallelize`) -> the one trainer; a strategy
+    with a topology of its own (the parameter server) runs its `worker` instead."""
+    from mgpukit.runtime.context import current
+
+    ctx = current()
+    torch.manual_seed(cfg.seed)
+    rec = Recorder(ctx)
+    strat = strategies.get(name)
+    prof_dir = ctx.options.get("torch_profile_dir")
+    if prof_dir:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.device.type == "cuda" else [])
+        with profile(activities=activities) as prof:
+            weights = _train(strat, ctx, rec, cfg)
+        Path(prof_dir).mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(Path(prof_dir) / f"{name}-rank{ctx.rank}.json"))
+    else:
+        weights = _train(strat, ctx, rec, cfg)
+    return {"result": rec.result(), "weights": weights}
+
+
+def _train(strat: Strategy, ctx, rec, cfg) -> dict | None:
+    if strat.worker is not None:
+        return (strat.worker(ctx, rec, cfg) or {}).get("weights")
+    parts = parallelize(build_model(cfg), cfg, ctx, rec, strat)
+    return train(ctx, rec, cfg, parts, build_optimizer(cfg, parts.params))
+
+
+def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool = True,
+           tolerance: dict | None = None, timeout_s: float = 600.0, json_path=None, trace_path=None,
+           weights_path=None, in_process=None) -> dict:
+    """The record from every rank's result, its parity, and the files asked for.
+
+    `in_process`: a worker context to train the reference in this very process (a script under
+    `torchrun`, rank 0, after its group is gone) instead of launching it."""
+    strat, cfg = p.strategy, p.cfg
     record = build_record(
-        strategy=strat.name, mode=mode, profile=profile if mode == "emulated" else None,
-        dims=dims.as_dict(), config=cfg.as_dict(), ranks=ranks,
-        tokens_per_step=cfg.tokens_per_step(), env=env_info(),
-        theory=strat.theory(cfg, dims) if strat.theory else None,
+        strategy=strat.name, mode=p.mode, profile=_profile_name(p.profile), dims=p.dims.as_dict(),
+        config=cfg.as_dict(), ranks=ranks, tokens_per_step=cfg.tokens_per_step(), env=env_info(),
+        theory=strat.theory(cfg, p.dims) if strat.theory else None,
     )
-    if parity and strat.reference:
-        ref = reference(strat.reference, cfg, timeout_s=timeout_s)
-        check = strat.compare or compare
-        record["parity"] = check(record, weights, ref, tolerance or strat.tolerance or FP32_TOL)
+    record["layout"] = dataclasses.asdict(cfg.layout)
     if strat.reference is None:
-        _REFERENCE_CACHE.setdefault(_ref_key(strat.name, cfg), {"record": record, "weights": weights})
+        record["parity"] = None
+        record["reference"] = "is the reference" if strat.name == "single" else "no reference"
+        if strat.name == "single":
+            _REFERENCE_CACHE.setdefault(_ref_key(cfg, p.mode), {"record": record, "weights": weights})
+    elif parity:
+        ref = reference(strat.reference, cfg, mode=p.mode, timeout_s=timeout_s, in_process=in_process)
+        check = strat.compare or compare
+        record["parity"] = check(record, weights, ref, tolerance or strat.tolerance)
+        record["reference"] = strat.reference
     if json_path:
         save_record(record, json_path)
     if weights_path:
@@ -87,6 +178,10 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     if trace_path:
         save_chrome_trace(record, trace_path)
     return record
+
+
+def _profile_name(profile):
+    return getattr(profile, "name", profile)
 
 
 def save_weights(weights: dict | None, path: str | Path) -> Path:
@@ -118,21 +213,45 @@ def check_batch(cfg: RunConfig, ranks: int) -> None:
             f"(e.g. {good}), or change the number of workers or micro-batches.")
 
 
-def _ref_key(name: str, cfg: RunConfig) -> str:
-    return f"{name}|{cfg.replace(options={}).key()}"
+def _reference_config(cfg: RunConfig) -> RunConfig:
+    return cfg.replace(options={}, layout=None)
 
 
-def reference(name: str, cfg: RunConfig, *, timeout_s: float = 600.0) -> dict:
-    """The reference run for `cfg` (cached per process: the tour compares many strategies to one)."""
-    key = _ref_key(name, cfg)
-    if key not in _REFERENCE_CACHE:
-        run(name, workers=1, mode="cpu", config=cfg.replace(options={}), parity=False,
-            timeout_s=timeout_s)
+def _ref_key(cfg: RunConfig, mode: str) -> str:
+    device = "cuda" if mode == "gpu" else "cpu"  # emulated runs compute on the CPU
+    return f"{device}|{_reference_config(cfg).key()}"
+
+
+def reference(name: str, cfg: RunConfig, *, mode: str = "cpu", timeout_s: float = 600.0,
+              in_process=None) -> dict:
+    """The reference run for `cfg` on the device `mode` computes on, cached per process (the
+    tour compares many strategies to one). One thread: on a shared 2-core machine a 2-thread
+    reference slows down erratically (OpenMP barriers under oversubscription)."""
+    key = _ref_key(cfg, mode)
+    if key in _REFERENCE_CACHE:
+        return _REFERENCE_CACHE[key]
+    if in_process is None:
+        run(name, workers=1, mode="gpu" if mode == "gpu" else "cpu", config=_reference_config(cfg),
+            parity=False, timeout_s=timeout_s, threads_per_worker=1)
+        return _REFERENCE_CACHE[key]
+    from mgpukit.runtime import context as _context
+    from mgpukit.runtime.context import WorkerContext
+
+    p = prepare(name, workers=1, mode="cpu", config=_reference_config(cfg))
+    solo = WorkerContext(rank=0, world_size=1, mode=in_process.mode, profile=None,
+                         device=in_process.device, t0=in_process.t0, threads=in_process.threads)
+    _context.set_current(solo)
+    try:
+        out = run_rank(name, p.cfg)
+    finally:
+        _context.set_current(None)
+    finish(dataclasses.replace(p, mode=mode), [out["result"]], out["weights"], parity=False)
     return _REFERENCE_CACHE[key]
 
 
-def compare(record: dict, weights: dict | None, ref: dict, tol: dict) -> dict:
+def compare(record: dict, weights: dict | None, ref: dict, tol: dict | None) -> dict:
     """Losses, gradient norms and final weights against the reference, elementwise with tolerance."""
+    tol = tol or FP32_TOL
     ref_record, ref_weights = ref["record"], ref["weights"]
     checks = {
         "losses": (record["losses"], ref_record["losses"]),
@@ -170,25 +289,3 @@ def compare(record: dict, weights: dict | None, ref: dict, tol: dict) -> dict:
     out["max_abs_diff"] = worst
     out["ok"] = bool(ok)
     return out
-
-
-def _worker(name: str, cfg: RunConfig):
-    """Runs on every rank: the strategy with a recorder; optional torch.profiler trace."""
-    from mgpukit.runtime.context import current
-
-    ctx = current()
-    torch.manual_seed(cfg.seed)
-    rec = Recorder(ctx)
-    strat = registry.get(name)
-    prof_dir = ctx.options.get("torch_profile_dir")
-    if prof_dir:
-        from torch.profiler import ProfilerActivity, profile
-
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.device.type == "cuda" else [])
-        with profile(activities=activities) as prof:
-            out = strat.run(ctx, rec, cfg) or {}
-        Path(prof_dir).mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(Path(prof_dir) / f"{name}-rank{ctx.rank}.json"))
-    else:
-        out = strat.run(ctx, rec, cfg) or {}
-    return {"result": rec.result(), "weights": out.get("weights")}

@@ -57,7 +57,7 @@ if __name__ == "__main__":
 
 
 def script_for(name: str) -> str:
-    from mgpukit.strategies.registry import get
+    from mgpukit.strategies import get
 
     s = get(name)
     return TEMPLATE.format(name=s.name, description=s.description, workers=max(2, s.min_workers),
@@ -73,7 +73,7 @@ def export(name: str, out: str | Path) -> Path:
 
 def exportable() -> list[str]:
     """Strategies that run under an external launcher (not the emulated-only ones)."""
-    from mgpukit.strategies.registry import available
+    from mgpukit.strategies import available
 
     return sorted(s.name for s in available() if getattr(s, "exportable", True))
 

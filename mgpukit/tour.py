@@ -19,7 +19,7 @@ from mgpukit.config import RunConfig
 from mgpukit.experiment import run
 from mgpukit.runtime.hardware import default_mode, default_workers
 from mgpukit.runtime.launcher import OversubscribedWarning
-from mgpukit.strategies.registry import available
+from mgpukit.strategies import available
 
 FAMILY_ORDER = ["reference", "data-parallel", "communication", "compression", "pipeline",
                 "tensor-parallel", "sharding", "memory", "hybrid"]

@@ -16,7 +16,7 @@ from mgpukit.config import RunConfig
 from mgpukit.experiment import run
 from mgpukit.strategies.compression import half, int8, theory, topk
 from mgpukit.strategies.compression.common import steady_bytes_per_step
-from mgpukit.strategies.compression.parity import run_compressed
+from mgpukit.lessons import run_compressed
 
 STEPS = 20  # parity and bytes
 TOPK_STEPS = 60  # enough for top-k's loss to settle near the reference's (see topk.py)

@@ -10,10 +10,10 @@ import torch
 from mgpukit.experiment import run
 from mgpukit.strategies.data_parallel import naive
 from mgpukit.strategies.data_parallel.bucketed import build_buckets
-from mgpukit.strategies.data_parallel.lr_scaling import lr_schedule
-from mgpukit.strategies.data_parallel.studies import warm_parent
+from mgpukit.training.lr_scaling import lr_schedule
+from mgpukit.lessons import warm_parent
 from mgpukit.config import RunConfig
-from mgpukit.strategies.common import build_model
+from mgpukit.training.building import build_model
 
 warm_parent()  # forked workers then skip re-importing torch._dynamo / accelerate
 SMALL_BUCKETS = {"bucket_mb": 0.05}  # ~13 buckets for gpt-tiny's 0.85 MB of gradients

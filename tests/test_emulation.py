@@ -15,7 +15,7 @@ from mgpukit.config import RunConfig
 from mgpukit.costmodel.gpt_step import ddp_buckets, gpt_params, one_f_one_b_stalls, stage_ops
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.measure.vclock import VirtualClock
-from mgpukit.strategies.common import Batches, build_model, build_optimizer, loss_fn
+from mgpukit.training.building import Batches, build_model, build_optimizer, loss_fn
 
 H100 = load_profile("h100-nvlink")
 

@@ -1,5 +1,6 @@
 """`experiment.run`: records with the DESIGN.md §4 shape, parity against `single` that holds for
 DDP and catches a missing gradient average, JSON and Chrome-trace export."""
+import contextlib
 import json
 
 import pytest
@@ -9,7 +10,6 @@ from mgpukit.config import RunConfig
 from mgpukit.experiment import run
 from mgpukit.measure.record import load_record, to_chrome_trace
 from mgpukit.strategies import registry
-from mgpukit.strategies.common import build_model, build_optimizer, data_parallel_loop
 
 RECORD_KEYS = {"strategy", "mode", "profile", "world_size", "dims", "config", "losses",
                "step_time_s", "tokens_per_s", "memory", "comm", "timeline", "bubble_fraction",
@@ -63,21 +63,27 @@ def test_timeline_events_are_well_formed_and_export_as_chrome_trace(ddp_record):
     json.dumps(trace)
 
 
-def _run_without_average(ctx, rec, cfg):
+class _SumWithoutAverage:
     """DP that sums gradients but forgets to divide by the world size: a classic bug."""
-    model = build_model(cfg)
-    optimizer = build_optimizer(cfg, model.parameters())
 
-    def sync(step):
-        for p in model.parameters():
-            rec.all_reduce(p.grad)
+    def __init__(self, rec, params, group):
+        self.rec, self.params, self.group = rec, list(params), group
 
-    return data_parallel_loop(ctx, rec, cfg, model, optimizer, sync_grads=sync)
+    def no_sync(self):
+        return contextlib.nullcontext()
+
+    def sync(self, step):
+        for p in self.params:
+            self.rec.all_reduce(p.grad, group=self.group)
+
+
+def _apply_without_average(module, ctx, rec, cfg):
+    return module, _SumWithoutAverage(rec, module.parameters(), ctx.group("dp"))
 
 
 def test_parity_catches_a_missing_gradient_average(monkeypatch):
     broken = registry.Strategy(name="dp-broken", family="test", description="no average",
-                               run=_run_without_average)
+                               grad_sync=_apply_without_average)
     monkeypatch.setitem(registry._REGISTRY, "dp-broken", broken)
     record = run("dp-broken", workers=2, steps=3)
     assert record["parity"]["ok"] is False

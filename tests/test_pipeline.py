@@ -16,9 +16,11 @@ from mgpukit.costmodel.schedules import Action, build_schedule
 from mgpukit.experiment import run
 from mgpukit.models import GPT, gpt_tiny
 from mgpukit.strategies import registry
-from mgpukit.strategies.common import loss_fn
-from mgpukit.strategies.pipeline.lab import run_lab
-from mgpukit.strategies.pipeline.pipeline_parallel import PARITY_TOLERANCE, run_schedule
+from mgpukit.lessons import run_lab
+from mgpukit.strategies.pipeline.engine import apply_pipeline
+from mgpukit.strategies.pipeline.pipeline_parallel import PARITY_TOLERANCE, pipeline_layout
+from mgpukit.training.building import build_model, build_optimizer, loss_fn
+from mgpukit.training.trainer import train
 from mgpukit.strategies.pipeline.plan import plan_for
 from mgpukit.strategies.pipeline.split_backward import (WeightGradCapture, backward_input,
                                                         backward_weight)
@@ -128,22 +130,16 @@ def test_parity_p4_zero_bubble():
 
 def _unscaled(ctx, rec, cfg):
     """Broken on purpose: each micro-batch's loss counts m times (the 1/m scaling undone)."""
-    m = plan_for("1f1b", cfg, ctx.world_size).m
+    m = cfg.layout.num_micro_batches
     base = loss_fn(cfg)
-    import mgpukit.strategies.pipeline.pipeline_parallel as pp
-
-    orig = pp.loss_fn
-    pp.loss_fn = lambda c: (lambda out, y: m * base(out, y))
-    try:
-        return run_schedule("1f1b", ctx, rec, cfg)
-    finally:
-        pp.loss_fn = orig
+    parts = apply_pipeline(ctx, rec, build_model(cfg), cfg.layout, lambda out, y: m * base(out, y))
+    return {"weights": train(ctx, rec, cfg, parts, build_optimizer(cfg, parts.params))}
 
 
 def test_parity_catches_a_missing_average():
     if "pp-test-unscaled" not in {s.name for s in registry.available()}:
         registry.register("pp-test-unscaled", family="test", description="broken on purpose",
-                          dims=registry.Strategy.__dataclass_fields__["dims"].default)(_unscaled)
+                          layout=pipeline_layout("1f1b"), worker=_unscaled)
     rec = run("pp-test-unscaled", workers=2, steps=2, mode="cpu", tolerance=PARITY_TOLERANCE,
               timeout_s=TIMEOUT)
     assert not rec["parity"]["ok"]

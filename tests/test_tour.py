@@ -3,7 +3,7 @@ from mgpukit.tour import results_markdown, run_tour, tour_plan, update_readme
 
 
 def test_tour_plan_covers_every_registered_strategy():
-    from mgpukit.strategies.registry import available
+    from mgpukit.strategies import available
 
     planned = {name for name, _ in tour_plan(4)}
     assert planned == {s.name for s in available()}

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from mgpukit.bench import bench
 from mgpukit.experiment import run
 from mgpukit.runtime.launcher import launch
-from mgpukit.strategies.data_parallel.studies import warm_parent
+from mgpukit.lessons import warm_parent
 
 
 def _interleaved(a, b, repeats: int) -> tuple[list[float], list[float]]:

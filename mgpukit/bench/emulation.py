@@ -53,7 +53,7 @@ def analytic_vs_emulated(*, quick: bool = False) -> list[dict]:
     from mgpukit.config import RunConfig
     from mgpukit.costmodel.gpt_step import ddp_buckets, ddp_step_time, pipeline_step_time
     from mgpukit.costmodel.hardware import load_profile
-    from mgpukit.strategies.registry import available
+    from mgpukit.strategies import available
 
     profile = load_profile(PROFILE)
     rows = []

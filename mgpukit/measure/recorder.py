@@ -123,6 +123,25 @@ class Recorder:
         self.step_times.append(self.clock.now() - start)
         self._step = None
 
+    @contextlib.contextmanager
+    def untimed(self):
+        """Bookkeeping the run would not do on its own (gathering logs, weights, timestamps):
+        not on the timeline, not on the virtual clock, its bytes not counted."""
+        with self.clock.paused():
+            yield
+
+    def reduce_values(self, values, *, group, op: str = "sum") -> list[float]:
+        """Reduce a list of Python floats over `group` (untimed bookkeeping; see `untimed`).
+
+        The tensor is made on the context's device, so it can reach NCCL as well as gloo."""
+        values = [float(v) for v in values]
+        if group is None or dist.get_world_size(group) == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=self.ctx.device)
+        with self.untimed():
+            dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op], group=group)
+        return t.cpu().tolist()
+
     def log(self, loss: float, grad_norm: float | None = None):
         self.losses.append(float(loss))
         if grad_norm is not None:

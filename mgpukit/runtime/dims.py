@@ -50,8 +50,14 @@ class ParallelDims:
         pp_rank = rank // (self.tp * self.dp)
         return {"pp": pp_rank, "dp": dp_rank, "tp": tp_rank}
 
+    def rank_of(self, *, pp: int = 0, dp: int = 0, tp: int = 0) -> int:
+        """The global rank at these coordinates (the inverse of `coords`)."""
+        return (pp * self.dp + dp) * self.tp + tp
+
     def build_mesh(self, device_type: str = "cpu"):
-        """The `DeviceMesh` over the launched group, axes named ("pp", "dp", "tp")."""
+        """The `DeviceMesh` over the launched group, axes named ("pp", "dp", "tp").
+
+        Made once per launch, in every worker, by the launcher (`WorkerContext.mesh`)."""
         from torch.distributed.device_mesh import init_device_mesh
 
         return init_device_mesh(device_type, self.shape, mesh_dim_names=self.AXES)

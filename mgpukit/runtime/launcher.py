@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 from mgpukit.runtime import context as _context
+from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.hardware import cuda_device_count, usable_cores
 
 MODES = ("auto", "cpu", "gpu", "emulated")
@@ -87,6 +88,7 @@ class WorkerSpec:
     t0: float  # time.perf_counter() in the parent at launch: timelines start here
     log_dir: str  # each rank writes what it prints to <log_dir>/<rank>.log
     options: dict
+    dims: ParallelDims  # the mesh every worker builds: (pp, dp, tp)
 
 
 def resolve_mode(mode: str, world_size: int) -> str:
@@ -113,6 +115,7 @@ def launch(
     threads_per_worker: int | None = None,
     echo: bool = True,
     options: dict | None = None,
+    dims: ParallelDims | None = None,
     **kwargs: Any,
 ) -> list[Any]:
     """Run `fn(*args, **kwargs)` on `world_size` workers; return each rank's value, by rank.
@@ -122,9 +125,15 @@ def launch(
     timeout_s: the whole launch's limit; a hung rank ends in `LaunchTimeout`, not a hang.
     echo: print what workers printed (prefixed by rank) once they finish.
     options: free-form settings handed to every worker's context (`mgpukit.current().options`).
+    dims: how the workers are cut into (pp, dp, tp) — every worker's context carries the
+    `DeviceMesh` built from it (`ctx.mesh`, `ctx.group("dp")`); default: all data parallel.
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise LaunchError(f"world_size must be a positive integer, got {world_size!r}.")
+    dims = dims or ParallelDims(dp=world_size)
+    if dims.world_size != world_size:
+        raise LaunchError(f"dims {dims.as_dict()} describe {dims.world_size} workers, but "
+                          f"world_size={world_size}; launch {dims.world_size} workers or change the degrees.")
     mode = resolve_mode(mode, world_size)
     if mode == "emulated" and not profile:
         raise LaunchError("mode='emulated' needs a hardware profile, e.g. profile='h100-nvlink'.")
@@ -147,7 +156,7 @@ def launch(
     spec = WorkerSpec(
         world_size=world_size, mode=mode, profile=profile, threads=threads,
         timeout_s=timeout_s, t0=time.perf_counter(), options=dict(options or {}),
-        log_dir=tempfile.mkdtemp(prefix="mgpukit-launch-"),
+        log_dir=tempfile.mkdtemp(prefix="mgpukit-launch-"), dims=dims,
     )
     try:
         return _run(fn, args, kwargs, spec, echo=echo)
@@ -276,9 +285,17 @@ def _setup_and_call(fn, args, kwargs, spec: WorkerSpec, rank: int):
     ctx = _context.WorkerContext(
         rank=rank, world_size=spec.world_size, mode=spec.mode, profile=spec.profile,
         device=state.device, t0=spec.t0, threads=spec.threads, options=spec.options,
+        dims=spec.dims, mesh=build_mesh(spec.dims, state.device),
     )
     _context.set_current(ctx)
     return fn(*args, **kwargs)
+
+
+def build_mesh(dims: ParallelDims, device: torch.device):
+    """The launch's `DeviceMesh` (once per worker; a collective call: every rank makes it)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return None
+    return dims.build_mesh(device.type)
 
 
 def _worker_error(log_dir: str, result, store, n: int) -> WorkerError:

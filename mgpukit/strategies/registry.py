@@ -1,16 +1,30 @@
 """The strategy registry: what `mgpukit list` shows and `mgpukit run NAME` runs.
 
-A strategy is a worker function `run(ctx, rec, cfg) -> dict | None` executed on every rank,
-plus how it lays out the workers (`dims(world_size) -> ParallelDims`). It trains with the
-recorder `rec` (every timed region and collective goes through it) and returns, from rank 0,
-`{"weights": full unsharded state dict}` so the parent can check parity with `single`.
+A strategy is a recipe for the one trainer, not a training loop of its own:
+
+- `layout(n)` — how it lays out `n` workers by default (a `costmodel.Layout`: dp, tp, pp, the
+  pipeline schedule …); `mgpukit run NAME --dp 2 --pp 2` overrides it;
+- `grad_sync(module, ctx, rec, cfg) -> (module, GradSync)` — its gradient synchronisation over
+  the data-parallel axis (an applier: bucketed hooks, DDP, a compressed exchange …);
+- `schedule` / `pipeline` — for pipeline strategies, the schedule and whose runtime runs it
+  (`"ours"`: the kit's executor; `"native"`: torch.distributed.pipelining);
+- `knobs` — its typed options.
+
+`mgpukit.parallelize` applies these to an unmodified model and `mgpukit.training.train` runs
+it. A strategy with a topology the trainer cannot express (the parameter server) gives a
+`worker(ctx, rec, cfg)` instead.
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
 
-from mgpukit.runtime.dims import ParallelDims
+from mgpukit.costmodel.layout import Layout
+from mgpukit.strategies.knobs import TRAINER_KNOBS, Knob, check_options
+
+
+def data_parallel(n: int) -> Layout:
+    return Layout(dp=n, dtype="fp32")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -18,8 +32,14 @@ class Strategy:
     name: str
     family: str
     description: str
-    run: Callable
-    dims: Callable[[int], ParallelDims] = lambda n: ParallelDims(dp=n)
+    layout: Callable[[int], Layout] = data_parallel
+    grad_sync: Callable | None = None  # (module, ctx, rec, cfg) -> (module, GradSync); None: allreduce
+    schedule: str | None = None  # pipeline strategies: the schedule their name promises
+    pipeline: str = "ours"  # "ours" | "native": who runs a pipeline schedule
+    worker: Callable | None = None  # own topology: run(ctx, rec, cfg) -> {"weights": ...}
+    knobs: tuple[Knob, ...] = ()
+    trainer_knobs: bool = True  # accepts the trainer's knobs (loader, straggler, lr rule)
+    composes: tuple[str, ...] = ("dp",)  # axes besides its own it can be combined with
     min_workers: int = 1
     default_workers: int = 2
     reference: str | None = "single"  # what parity compares against (None: no parity)
@@ -33,28 +53,34 @@ class Strategy:
     emulation: bool = True  # runs under the virtual clock
     models: tuple[str, ...] = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide")
 
+    def all_knobs(self) -> tuple[Knob, ...]:
+        return self.knobs + (TRAINER_KNOBS if self.trainer_knobs else ())
+
+    def check_options(self, options: dict) -> dict:
+        return check_options(options, self.all_knobs(), strategy=self.name)
+
+    def option(self, cfg, name: str):
+        """The value of knob `name` in `cfg.options`, or its default."""
+        for k in self.all_knobs():
+            if k.name == name:
+                value = cfg.options.get(name)
+                return k.default if value is None else value
+        raise KeyError(f"strategy {self.name!r} has no knob {name!r}")
+
 
 _REGISTRY: dict[str, Strategy] = {}
 
 
-def register(name: str, **fields) -> Callable:
-    """Decorator: `@register("ddp", family=..., description=...)` on the worker function."""
-
-    def wrap(fn):
-        if name in _REGISTRY:
-            raise ValueError(f"strategy {name!r} is registered twice.")
-        _REGISTRY[name] = Strategy(name=name, run=fn, **fields)
-        return fn
-
-    return wrap
-
-
-def _load_all():
-    import mgpukit.strategies  # noqa: F401  (importing the package registers every family)
+def register(name: str, **fields) -> Strategy:
+    """Add a strategy: `register("dp-bucketed", family=..., grad_sync=..., knobs=...)`."""
+    if name in _REGISTRY:
+        raise ValueError(f"strategy {name!r} is registered twice.")
+    _REGISTRY[name] = Strategy(name=name, **fields)
+    return _REGISTRY[name]
 
 
 def get(name: str) -> Strategy:
-    _load_all()
+    """The strategy `name` (import `mgpukit.strategies` first: it registers every family)."""
     if name not in _REGISTRY:
         raise ValueError(f"unknown strategy {name!r}; `mgpukit list` shows these: "
                          f"{', '.join(sorted(_REGISTRY))}.")
@@ -62,5 +88,4 @@ def get(name: str) -> Strategy:
 
 
 def available() -> list[Strategy]:
-    _load_all()
     return list(_REGISTRY.values())

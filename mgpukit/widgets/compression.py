@@ -158,7 +158,7 @@ def compression_explorer(*, config: RunConfig | None = None, workers: int = 2, s
 
     from mgpukit.plots import plot_loss_parity
     from mgpukit.strategies.compression.common import steady_bytes_per_step
-    from mgpukit.strategies.compression.parity import fp32_reference, run_compressed
+    from mgpukit.lessons import fp32_reference, run_compressed
     from mgpukit.widgets.output import errors_shown_in, show
 
     cfg = (config or RunConfig()).replace(steps=steps)

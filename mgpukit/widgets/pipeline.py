@@ -107,7 +107,7 @@ def schedule_explorer(*, name: str = "1f1b", p: int = 4, m: int = 8, v: int = 2)
             text.value = f"<b>can't run this:</b> {e}"
 
     def run_it(*_):
-        from mgpukit.strategies.pipeline.lab import run_lab
+        from mgpukit.lessons import run_lab
 
         s, pp, mm, vv = current()
         show(run_out, f"launching {pp} emulated workers: {s}, m={mm}, v={vv} (equal stages, p2p free)…")

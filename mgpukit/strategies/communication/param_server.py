@@ -54,11 +54,12 @@ import contextlib
 import torch
 import torch.distributed as dist
 
-from mgpukit.measure.memory import ActivationMeter
-from mgpukit.runtime.dims import ParallelDims
-from mgpukit.strategies.common import (Batches, build_model, build_optimizer, full_state_dict,
-                                       grad_norm, loss_fn, record_memory)
+from mgpukit.costmodel.layout import Layout
+from mgpukit.measure.memory import ActivationMeter, memory_breakdown
+from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.registry import register
+from mgpukit.training.building import (Batches, build_model, build_optimizer, full_state_dict,
+                                       grad_norm, loss_fn)
 
 SERVER = 0
 
@@ -111,7 +112,7 @@ def blocked(rec, step: int):
 def start_together(rec) -> None:
     """Untimed barrier: only the server builds an optimizer (its first construction imports
     for ~2 s); without the barrier the workers' first idle time would measure that."""
-    with rec.clock.paused():
+    with rec.untimed():
         dist.barrier()
 
 
@@ -163,7 +164,7 @@ def _sync_server(ctx, rec, cfg, model, optimizer, n_workers: int):
                 rec.isend(weights, w + 1)  # the step's end waits for them
         rec.log(sum(float(buf[-2]) for buf in inbox) / n_workers, norm)
     rec.extra["staleness"] = [0] * (cfg.steps * n_workers)
-    record_memory(rec, model, optimizer, None, ctx.device)
+    rec.memory = memory_breakdown(model, optimizer, None, ctx.device)
     return {"weights": full_state_dict(model)}
 
 
@@ -189,7 +190,7 @@ def _sync_worker(ctx, rec, cfg, model, n_workers: int):
                 rec.send(grads, SERVER)
                 rec.recv(weights, SERVER)
             unpack(weights[:-1], params)
-    record_memory(rec, model, None, meter, ctx.device)
+    rec.memory = memory_breakdown(model, None, meter, ctx.device)
     return None
 
 
@@ -211,12 +212,11 @@ def _validate(cfg, dims) -> None:
 
 
 # dims: the record says dp=n, the ranks launched; the batch is split over the n-1 workers.
-_PS = dict(family="communication", dims=lambda n: ParallelDims(dp=n, world_size=n), min_workers=2,
-           default_workers=3, theory=_ps_theory, validate=_validate, batch_ranks=lambda n: n - 1)
+_PS = dict(family="communication", layout=lambda n: Layout(dp=n, dtype="fp32"), min_workers=2,
+           default_workers=3, theory=_ps_theory, validate=_validate, batch_ranks=lambda n: n - 1,
+           trainer_knobs=False)
 
 
-@register("ps-sync", description="parameter server on rank 0, synchronous: wait for every worker, "
-                                 "average, step, send weights back", reference="single", **_PS)
 def run_ps_sync(ctx, rec, cfg):
     n_workers = _workers(cfg, ctx.world_size)
     model = build_model(cfg).to(ctx.device)  # seeded: every rank starts from the same weights
@@ -275,7 +275,7 @@ def _async_server(ctx, rec, cfg, model, optimizer, n_workers: int, bound: int):
                     rec.isend(weights, 1 + nxt % n_workers)
         rec.log(sum(losses) / len(losses), sum(norms) / len(norms))
     rec.extra.update(staleness=staleness, staleness_bound=bound, version=version)
-    record_memory(rec, model, optimizer, None, ctx.device)
+    rec.memory = memory_breakdown(model, optimizer, None, ctx.device)
     return {"weights": full_state_dict(model)}
 
 
@@ -302,7 +302,7 @@ def _async_worker(ctx, rec, cfg, model, n_workers: int):
                 pack_grads(params, loss.item(), float(weights[-1]), grads)
             with blocked(rec, r):  # push
                 rec.send(grads, SERVER)
-    record_memory(rec, model, None, meter, ctx.device)
+    rec.memory = memory_breakdown(model, None, meter, ctx.device)
     return None
 
 
@@ -310,9 +310,6 @@ def _validate_async(cfg, dims) -> None:
     staleness_bound(cfg, _workers(cfg, dims.world_size))
 
 
-@register("ps-async", description="parameter server on rank 0, asynchronous with bounded staleness "
-                                  "(options: staleness)", reference=None,
-          **{**_PS, "validate": _validate_async})
 def run_ps_async(ctx, rec, cfg):
     n_workers = _workers(cfg, ctx.world_size)
     bound = staleness_bound(cfg, n_workers)
@@ -322,3 +319,12 @@ def run_ps_async(ctx, rec, cfg):
     if ctx.rank == SERVER:
         return _async_server(ctx, rec, cfg, model, optimizer, n_workers, bound)
     return _async_worker(ctx, rec, cfg, model, n_workers)
+
+
+register("ps-sync", description="parameter server on rank 0, synchronous: wait for every worker, "
+                                "average, step, send weights back", reference="single",
+         worker=run_ps_sync, **_PS)
+register("ps-async", description="parameter server on rank 0, asynchronous with bounded staleness "
+                                 "(options: staleness)", reference=None, worker=run_ps_async,
+         knobs=(Knob("staleness", int, None, "bound on update staleness, 0 … n-2", minimum=0),),
+         **{**_PS, "validate": _validate_async})

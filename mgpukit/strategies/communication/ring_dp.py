@@ -9,30 +9,41 @@ and recv steps, and the bytes each rank sends are ``2(n-1)/n · 4Ψ`` per step.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
-from mgpukit.strategies.common import build_model, build_optimizer, data_parallel_loop
 from mgpukit.strategies.communication.collectives import ring_all_reduce
 from mgpukit.strategies.communication.param_server import unpack
 from mgpukit.strategies.data_parallel.theory import dp_theory
 from mgpukit.strategies.registry import register
 
 
-@register("allreduce-ring", family="communication",
-          description="data parallel; gradients averaged by the ring all-reduce written from send/recv",
-          theory=dp_theory)
-def run_allreduce_ring(ctx, rec, cfg):
-    model = build_model(cfg).to(ctx.device)
-    params = list(model.parameters())
-    optimizer = build_optimizer(cfg, params)
-    flat = torch.empty(sum(p.numel() for p in params), device=ctx.device)
+class RingSync:
+    """All gradients flattened into one buffer, averaged by the hand-written ring."""
 
-    def sync_grads(step):
-        with rec.compute("pack"):
-            torch.cat([p.grad.reshape(-1) for p in params], out=flat)
-        ring_all_reduce(rec, flat)
-        with rec.compute("pack"):
-            flat.div_(ctx.world_size)
-            unpack(flat, [p.grad for p in params])
+    def __init__(self, rec, params, group, device):
+        self.rec, self.params, self.group = rec, list(params), group
+        self.n = torch.distributed.get_world_size(group)
+        self.flat = torch.empty(sum(p.numel() for p in self.params), device=device)
 
-    return data_parallel_loop(ctx, rec, cfg, model, optimizer, sync_grads=sync_grads)
+    def no_sync(self):
+        return contextlib.nullcontext()
+
+    def sync(self, step: int) -> None:
+        rec, flat = self.rec, self.flat
+        with rec.compute("pack"):
+            torch.cat([p.grad.reshape(-1) for p in self.params], out=flat)
+        ring_all_reduce(rec, flat, self.group)
+        with rec.compute("pack"):
+            flat.div_(self.n)
+            unpack(flat, [p.grad for p in self.params])
+
+
+def apply_ring_dp(module, ctx, rec, cfg):
+    return module, RingSync(rec, module.parameters(), ctx.group("dp"), ctx.device)
+
+
+register("allreduce-ring", family="communication",
+         description="data parallel; gradients averaged by the ring all-reduce written from send/recv",
+         grad_sync=apply_ring_dp, composes=("dp", "pp"), theory=dp_theory)

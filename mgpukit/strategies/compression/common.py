@@ -18,11 +18,12 @@ totals in `record["comm"]` also hold warm-up steps, e.g. PowerSGD's dense first 
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
 
-from mgpukit.strategies.common import build_model, build_optimizer, data_parallel_loop
+from mgpukit.strategies.compression.parity import loss_parity
 
 
 def flat_grads(params: list[torch.nn.Parameter]) -> torch.Tensor:
@@ -61,26 +62,34 @@ def track_step_bytes(rec) -> Callable[[], None]:
 Exchange = Callable[[torch.Tensor], torch.Tensor]  # flat gradient (P,) -> mean over ranks (P,)
 
 
-def compressed_dp(ctx, rec, cfg, build_exchange: Callable[[list], Exchange]):
-    """Train data-parallel with `exchange(flat_grad (P,)) -> mean_grad (P,)` as the gradient sync.
+class CompressedSync:
+    """The gradient sync of every compressor: flat gradient -> `exchange` -> mean, per step."""
 
-    `build_exchange(params)` makes the exchange once the model exists (top-k sizes its k and
-    its residual from the parameters). The exchange runs its own collectives through
-    `rec`; the model is not DDP-wrapped, so nothing else communicates. Returns what
-    `data_parallel_loop` returns (rank 0: the weights).
-    """
-    model = build_model(cfg).to(ctx.device)
-    optimizer = build_optimizer(cfg, model.parameters())
-    params = [p for p in model.parameters() if p.requires_grad]
-    exchange = build_exchange(params)
-    mark = track_step_bytes(rec)
+    def __init__(self, rec, params, exchange: Exchange, group):
+        self.params, self.exchange, self.group = params, exchange, group
+        self.mark = track_step_bytes(rec)
 
-    def sync_grads(step):
-        if ctx.world_size > 1:
-            write_grads(params, exchange(flat_grads(params)))
-        mark()
+    def no_sync(self):
+        return contextlib.nullcontext()  # backward never communicates by itself
 
-    return data_parallel_loop(ctx, rec, cfg, model, optimizer, sync_grads=sync_grads, params=params)
+    def sync(self, step: int) -> None:
+        write_grads(self.params, self.exchange(flat_grads(self.params)))
+        self.mark()
+
+
+def compressed_sync(build_exchange: Callable[..., Exchange]):
+    """A registry `grad_sync` applier from `build_exchange(params, group, cfg) -> exchange`.
+
+    The exchange runs its own collectives through `rec`, over the dp group; the model is not
+    DDP-wrapped, so nothing else communicates. `build_exchange` runs once the model exists
+    (top-k sizes its k and its residual from the parameters)."""
+
+    def apply(module, ctx, rec, cfg):
+        params = [p for p in module.parameters() if p.requires_grad]
+        group = ctx.group("dp")
+        return module, CompressedSync(rec, params, build_exchange(params, rec, group, cfg), group)
+
+    return apply
 
 
 def steady_bytes_per_step(record: dict, rank: str = "0", *, skip: int = 0) -> float:
@@ -99,11 +108,10 @@ def steady_bytes_per_step(record: dict, rank: str = "0", *, skip: int = 0) -> fl
 
 def loss_curve_check(rtol: float) -> Callable:
     """A registry `compare` for lossy methods: the final loss within `rtol` of the reference's
-    (see `parity.loss_parity`); elementwise fp32 parity cannot hold when numbers change on purpose."""
+    (see `parity.loss_parity`; a `tolerance` with its own "rtol" overrides it); elementwise fp32
+    parity cannot hold when numbers change on purpose."""
 
     def check(record, weights, ref, tolerance):
-        from mgpukit.strategies.compression.parity import loss_parity
-
-        return loss_parity(record, ref["record"], rtol=rtol)
+        return loss_parity(record, ref["record"], rtol=(tolerance or {}).get("rtol", rtol))
 
     return check

@@ -28,7 +28,7 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
-from mgpukit.strategies.compression.common import compressed_dp
+from mgpukit.strategies.compression.common import compressed_sync
 from mgpukit.strategies.compression.theory import compression_theory
 from mgpukit.strategies.registry import register
 
@@ -42,7 +42,7 @@ TOLERANCE = {
 }
 
 
-def half_exchange(flat: torch.Tensor, rec, dtype: torch.dtype, *, group=None) -> torch.Tensor:
+def half_exchange(flat: torch.Tensor, rec, dtype: torch.dtype, *, group) -> torch.Tensor:
     """Mean over the group of `flat` (P,) fp32, all-reduced as `dtype` (fp16 or bf16)."""
     n = dist.get_world_size(group)
     with rec.compute("compress"):
@@ -52,15 +52,16 @@ def half_exchange(flat: torch.Tensor, rec, dtype: torch.dtype, *, group=None) ->
         return payload.to(torch.float32)
 
 
-@register("dp-fp16", family="compression", reference="single",
-          description="gradients all-reduced in fp16 (2x fewer bytes), cast back to fp32",
-          theory=compression_theory("fp16"), tolerance=TOLERANCE["dp-fp16"])
-def run_dp_fp16(ctx, rec, cfg):
-    return compressed_dp(ctx, rec, cfg, lambda params: partial(half_exchange, rec=rec, dtype=torch.float16))
+def _half(dtype):
+    return compressed_sync(lambda params, rec, group, cfg: partial(half_exchange, rec=rec, dtype=dtype,
+                                                                   group=group))
 
 
-@register("dp-bf16", family="compression", reference="single",
-          description="gradients all-reduced in bf16 (2x fewer bytes), cast back to fp32",
-          theory=compression_theory("bf16"), tolerance=TOLERANCE["dp-bf16"])
-def run_dp_bf16(ctx, rec, cfg):
-    return compressed_dp(ctx, rec, cfg, lambda params: partial(half_exchange, rec=rec, dtype=torch.bfloat16))
+register("dp-fp16", family="compression", reference="single",
+         description="gradients all-reduced in fp16 (2x fewer bytes), cast back to fp32",
+         grad_sync=_half(torch.float16), composes=("dp", "pp"),
+         theory=compression_theory("fp16"), tolerance=TOLERANCE["dp-fp16"])
+register("dp-bf16", family="compression", reference="single",
+         description="gradients all-reduced in bf16 (2x fewer bytes), cast back to fp32",
+         grad_sync=_half(torch.bfloat16), composes=("dp", "pp"),
+         theory=compression_theory("bf16"), tolerance=TOLERANCE["dp-bf16"])

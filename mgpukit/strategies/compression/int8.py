@@ -33,8 +33,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from mgpukit.strategies.compression.common import compressed_dp, loss_curve_check
-from mgpukit.strategies.compression.theory import compression_theory, knobs_of
+from mgpukit.strategies.compression.common import compressed_sync, loss_curve_check
+from mgpukit.strategies.compression.theory import DEFAULTS, compression_theory, knobs_of
+from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.registry import register
 
 LOSS_RTOL = 0.02  # final loss within 2 % of the fp32 reference's (see parity.py)
@@ -55,7 +56,7 @@ def scales_for(absmax: torch.Tensor, levels: int = 127) -> torch.Tensor:
     return torch.where(absmax > 0, absmax / levels, torch.ones_like(absmax))
 
 
-def int8_gather_exchange(flat: torch.Tensor, rec, *, chunk: int, group=None) -> torch.Tensor:
+def int8_gather_exchange(flat: torch.Tensor, rec, *, chunk: int, group) -> torch.Tensor:
     """Mean over the group: all-gather (codes, scales) of every rank, dequantize, sum in fp32."""
     n, numel = dist.get_world_size(group), flat.numel()
     with rec.compute("compress"):
@@ -73,7 +74,7 @@ def int8_gather_exchange(flat: torch.Tensor, rec, *, chunk: int, group=None) -> 
         return total.view(-1)[:numel] / n
 
 
-def int8_reduce_exchange(flat: torch.Tensor, rec, *, chunk: int, group=None) -> torch.Tensor:
+def int8_reduce_exchange(flat: torch.Tensor, rec, *, chunk: int, group) -> torch.Tensor:
     """Mean over the group: shared scales (MAX), codes within ±127//n, one int8 all-reduce."""
     n, numel = dist.get_world_size(group), flat.numel()
     levels = 127 // n  # headroom: n codes of |q| <= levels sum to at most 127
@@ -91,14 +92,18 @@ def int8_reduce_exchange(flat: torch.Tensor, rec, *, chunk: int, group=None) -> 
         return (codes.float() * scale[:, None]).view(-1)[:numel] / n
 
 
-@register("dp-int8", family="compression", reference="single", compare=loss_curve_check(LOSS_RTOL),
-          description="gradients quantized to int8 with a scale per chunk (~4x fewer bytes on 2 workers)",
-          theory=compression_theory("int8"))
-def run_dp_int8(ctx, rec, cfg):
+EXCHANGES = {"all_gather": int8_gather_exchange, "all_reduce": int8_reduce_exchange}
+
+
+def _build_exchange(params, rec, group, cfg):
     knobs = knobs_of("int8", cfg.options)
-    exchanges = {"all_gather": int8_gather_exchange, "all_reduce": int8_reduce_exchange}
-    exchange = exchanges.get(knobs["int8_exchange"])
-    if exchange is None:
-        raise ValueError(f"options['int8_exchange']={knobs['int8_exchange']!r}: "
-                         "use 'all_gather' or 'all_reduce'.")
-    return compressed_dp(ctx, rec, cfg, lambda params: partial(exchange, rec=rec, chunk=knobs["chunk"]))
+    return partial(EXCHANGES[knobs["int8_exchange"]], rec=rec, chunk=knobs["chunk"], group=group)
+
+
+register("dp-int8", family="compression", reference="single", compare=loss_curve_check(LOSS_RTOL),
+         description="gradients quantized to int8 with a scale per chunk (~4x fewer bytes on 2 workers)",
+         grad_sync=compressed_sync(_build_exchange), composes=("dp", "pp"),
+         theory=compression_theory("int8"),
+         knobs=(Knob("chunk", int, DEFAULTS["int8"]["chunk"], "values per int8 scale", minimum=1),
+                Knob("int8_exchange", str, DEFAULTS["int8"]["int8_exchange"],
+                     "how codes are summed", choices=tuple(EXCHANGES))))

@@ -38,9 +38,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from mgpukit.strategies.common import build_model, build_optimizer, data_parallel_loop
 from mgpukit.strategies.compression.common import loss_curve_check, track_step_bytes
-from mgpukit.strategies.compression.theory import compression_theory, knobs_of
+from mgpukit.strategies.compression.theory import DEFAULTS, compression_theory, knobs_of
+from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.registry import register
 
 LOSS_RTOL = 0.10  # final loss within 10 % of the fp32 reference's (see parity.py)
@@ -83,27 +83,44 @@ class RecordedGroup(dist.ProcessGroup):
         return _DoneWork(tensors)
 
 
-@register("dp-powersgd", family="compression", reference="single", compare=loss_curve_check(LOSS_RTOL),
-          description="PowerSGD low-rank gradients (torch's DDP comm hook, via Accelerate)",
-          theory=compression_theory("powersgd"))
-def run_dp_powersgd(ctx, rec, cfg):
+class PowerSgdSync:
+    """The hook averaged the gradients during backward; `sync` counts the step's bytes."""
+
+    def __init__(self, rec, accelerator, model):
+        self.accelerator, self.model = accelerator, model
+        self.mark = track_step_bytes(rec)
+
+    def no_sync(self):
+        return self.accelerator.no_sync(self.model)
+
+    def sync(self, step: int) -> None:
+        self.mark()
+
+
+def apply_powersgd(module, ctx, rec, cfg):
+    """The applier: DDP (through Accelerate) with torch's PowerSGD hook on a recorded group."""
     from accelerate import Accelerator
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
-    matrix_rank = knobs_of("powersgd", cfg.options)["rank"]
     accelerator = Accelerator()
-    model = build_model(cfg)
-    optimizer = build_optimizer(cfg, model.parameters())
-    model, optimizer = accelerator.prepare(model, optimizer)
+    model = accelerator.prepare(module)
     if hasattr(model, "register_comm_hook"):  # DDP-wrapped (more than one worker)
-        state = PowerSGDState(process_group=RecordedGroup(rec), matrix_approximation_rank=matrix_rank,
+        state = PowerSGDState(process_group=RecordedGroup(rec), matrix_approximation_rank=
+                              knobs_of("powersgd", cfg.options)["rank"],
                               start_powerSGD_iter=cfg.options.get("start_iter", 2),
                               random_seed=cfg.seed)
         model.register_comm_hook(state, powerSGD_hook)
-    mark = track_step_bytes(rec)
+    return model, PowerSgdSync(rec, accelerator, model)
 
-    def sync_grads(step):
-        mark()  # the hook already averaged the gradients during backward
 
-    return data_parallel_loop(ctx, rec, cfg, model, optimizer, sync_grads=sync_grads,
-                              params=model.parameters(), device=accelerator.device)
+def _validate(cfg, dims) -> None:
+    if dims.dp != dims.world_size:
+        raise ValueError(f"dp-powersgd runs on DDP over the whole launched group; with "
+                         f"{dims.as_dict()} use a hand-written compressor (dp-int8, dp-topk) for dp × pp.")
+
+
+register("dp-powersgd", family="compression", reference="single", compare=loss_curve_check(LOSS_RTOL),
+         description="PowerSGD low-rank gradients (torch's DDP comm hook, via Accelerate)",
+         grad_sync=apply_powersgd, validate=_validate, theory=compression_theory("powersgd"),
+         knobs=(Knob("rank", int, DEFAULTS["powersgd"]["rank"], "rank r of the approximation", minimum=1),
+                Knob("start_iter", int, 2, "dense all-reduce steps before PowerSGD starts", minimum=1)))

@@ -42,8 +42,9 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
-from mgpukit.strategies.compression.common import compressed_dp, loss_curve_check
-from mgpukit.strategies.compression.theory import compression_theory, knobs_of
+from mgpukit.strategies.compression.common import compressed_sync, loss_curve_check
+from mgpukit.strategies.compression.theory import DEFAULTS, compression_theory, knobs_of
+from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.registry import register
 
 LOSS_RTOL = 0.10  # final loss within 10 % of the fp32 reference's (see parity.py)
@@ -78,7 +79,7 @@ class TopK:
         return dense / n
 
 
-def topk_exchange(flat: torch.Tensor, rec, topk: TopK, *, group=None) -> torch.Tensor:
+def topk_exchange(flat: torch.Tensor, rec, topk: TopK, *, group) -> torch.Tensor:
     """Mean over the group of every rank's top-k: all-gather (values, indices), scatter-add."""
     n = dist.get_world_size(group)
     with rec.compute("compress"):
@@ -93,18 +94,16 @@ def topk_exchange(flat: torch.Tensor, rec, topk: TopK, *, group=None) -> torch.T
                                flat.numel(), n)
 
 
-@register("dp-topk", family="compression", reference="single", compare=loss_curve_check(LOSS_RTOL),
-          description="top-k sparsified gradients (1%) with error feedback, exchanged by all-gather",
-          theory=compression_theory("topk"))
-def run_dp_topk(ctx, rec, cfg):
-    ratio = knobs_of("topk", cfg.options)["ratio"]
-    error_feedback = cfg.options.get("error_feedback", True)
-    if not isinstance(error_feedback, bool):
-        raise ValueError(f"options['error_feedback']={error_feedback!r}: use true or false.")
+def _build_exchange(params, rec, group, cfg):
+    topk = TopK(sum(p.numel() for p in params), knobs_of("topk", cfg.options)["ratio"],
+                error_feedback=cfg.options.get("error_feedback", True))
+    rec.extra["k"] = topk.k  # values sent per rank per step
+    return partial(topk_exchange, rec=rec, topk=topk, group=group)
 
-    def build_exchange(params):
-        topk = TopK(sum(p.numel() for p in params), ratio, error_feedback=error_feedback)
-        rec.extra["k"] = topk.k  # values sent per rank per step
-        return partial(topk_exchange, rec=rec, topk=topk)
 
-    return compressed_dp(ctx, rec, cfg, build_exchange)
+register("dp-topk", family="compression", reference="single", compare=loss_curve_check(LOSS_RTOL),
+         description="top-k sparsified gradients (1%) with error feedback, exchanged by all-gather",
+         grad_sync=compressed_sync(_build_exchange), composes=("dp", "pp"),
+         theory=compression_theory("topk"),
+         knobs=(Knob("ratio", float, DEFAULTS["topk"]["ratio"], "fraction of values sent, in (0, 1]"),
+                Knob("error_feedback", bool, True, "keep what was not sent for the next step")))

@@ -30,9 +30,8 @@ import contextlib
 import torch
 import torch.distributed as dist
 
-from mgpukit.strategies.common import build_model, build_optimizer
-from mgpukit.strategies.data_parallel.loop import train_data_parallel
 from mgpukit.strategies.data_parallel.theory import dp_theory
+from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.registry import register
 
 DEFAULT_BUCKET_MB = 25
@@ -41,7 +40,7 @@ DEFAULT_BUCKET_MB = 25
 class Bucket:
     """One flat gradient buffer for a few parameters; all-reduced once all are ready."""
 
-    def __init__(self, params: list[torch.nn.Parameter], rec, group=None):
+    def __init__(self, params: list[torch.nn.Parameter], rec, group):
         self.params, self.rec, self.group = params, rec, group
         self.buffer = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype,
                                   device=params[0].device)  # (numel,)
@@ -93,7 +92,7 @@ class BucketedGradSync:
     """What `apply_bucketed_dp` attaches to a model: buckets, hooks, `sync()` and `no_sync()`."""
 
     def __init__(self, model: torch.nn.Module, rec, *, bucket_mb: float = DEFAULT_BUCKET_MB,
-                 group=None):
+                 group):
         params = [p for p in model.parameters() if p.requires_grad]
         self.world_size = dist.get_world_size(group)
         self.buckets = [Bucket(ps, rec, group) for ps in build_buckets(params, bucket_mb * 2**20)]
@@ -118,7 +117,7 @@ class BucketedGradSync:
         finally:
             self.enabled = was
 
-    def sync(self) -> None:
+    def sync(self, step: int | None = None) -> None:
         """After backward: wait for every bucket (in launch order) and average."""
         for bucket in self.buckets:
             bucket.finish(self.world_size)
@@ -128,18 +127,22 @@ class BucketedGradSync:
             h.remove()
 
 
-def apply_bucketed_dp(model, rec, *, bucket_mb: float = DEFAULT_BUCKET_MB, group=None) -> BucketedGradSync:
+def apply_bucketed_dp(model, rec, *, bucket_mb: float = DEFAULT_BUCKET_MB, group) -> BucketedGradSync:
     """Make `model`'s backward all-reduce its gradients in overlapped buckets (module doc)."""
     return BucketedGradSync(model, rec, bucket_mb=bucket_mb, group=group)
 
 
-@register("dp-bucketed", family="data-parallel",
-          description="gradients in buckets, all-reduced asynchronously during backward (hooks)",
-          theory=dp_theory)
-def run_dp_bucketed(ctx, rec, cfg):
-    model = build_model(cfg).to(ctx.device)
-    optimizer = build_optimizer(cfg, model.parameters())
-    grads = apply_bucketed_dp(model, rec, bucket_mb=cfg.options.get("bucket_mb", DEFAULT_BUCKET_MB))
-    rec.extra["buckets"] = [b.nbytes for b in grads.buckets]
-    return train_data_parallel(ctx, rec, cfg, model, optimizer, sync_grads=lambda step: grads.sync(),
-                               no_sync=grads.no_sync)
+def apply_bucketed(module, ctx, rec, cfg):
+    """The registry's applier: buckets over the dp group, sized by the `bucket_mb` knob."""
+    sync = apply_bucketed_dp(module, rec, bucket_mb=STRATEGY.option(cfg, "bucket_mb"),
+                             group=ctx.group("dp"))
+    rec.extra["buckets"] = [b.nbytes for b in sync.buckets]
+    return module, sync
+
+
+STRATEGY = register(
+    "dp-bucketed", family="data-parallel",
+    description="gradients in buckets, all-reduced asynchronously during backward (hooks)",
+    grad_sync=apply_bucketed, composes=("dp", "pp"), theory=dp_theory,
+    knobs=(Knob("bucket_mb", float, DEFAULT_BUCKET_MB, "bucket size in MB (DDP's bucket_cap_mb)",
+                minimum=0),))

@@ -11,37 +11,55 @@ from __future__ import annotations
 
 import torch
 
-from mgpukit.strategies.common import build_model, build_optimizer
-from mgpukit.strategies.data_parallel.loop import train_data_parallel
 from mgpukit.strategies.data_parallel.theory import dp_theory
+from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.registry import register
 
 
 def recorder_hook(rec, bucket):
     """DDP comm hook: average the bucket with an async all-reduce through the recorder."""
     buffer = bucket.buffer()
+    # DDP through Accelerate reduces over the whole launched group (see `_validate`)
     buffer.div_(torch.distributed.get_world_size())
     handle = rec.all_reduce(buffer, async_op=True)
     return handle.get_future().then(lambda fut: fut.value()[0])
 
 
-@register("ddp", family="data-parallel", description="PyTorch DDP through Accelerate (bucketed, overlapped)",
-          theory=dp_theory)
-def run_ddp(ctx, rec, cfg):
+class DdpSync:
+    """DDP all-reduces during backward by itself; `sync` only joins the clocks to its end."""
+
+    def __init__(self, rec, accelerator, model):
+        self.rec, self.accelerator, self.model = rec, accelerator, model
+
+    def no_sync(self):
+        return self.accelerator.no_sync(self.model)
+
+    def sync(self, step: int) -> None:
+        self.rec.wait_all()  # DDP already waited for its buckets; join the clocks to that moment
+
+
+def apply_ddp(module, ctx, rec, cfg):
+    """The applier: `Accelerator.prepare` wraps `module` in DDP over the launched group, with
+    the recorder as its communication hook."""
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs
 
-    bucket_mb = cfg.options.get("bucket_mb", 25)
-    accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(bucket_cap_mb=bucket_mb)])
-    model = build_model(cfg)
-    optimizer = build_optimizer(cfg, model.parameters())
-    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(
+        bucket_cap_mb=STRATEGY.option(cfg, "bucket_mb"))])
+    model = accelerator.prepare(module)
     if hasattr(model, "register_comm_hook"):
         model.register_comm_hook(rec, recorder_hook)
+    return model, DdpSync(rec, accelerator, model)
 
-    def sync_grads(step):
-        rec.wait_all()  # DDP already waited for its buckets; join the clocks to that moment
 
-    return train_data_parallel(ctx, rec, cfg, model, optimizer, sync_grads=sync_grads,
-                               no_sync=lambda: accelerator.no_sync(model),
-                               params=model.parameters(), device=accelerator.device)
+def _validate(cfg, dims) -> None:
+    if dims.dp != dims.world_size:
+        raise ValueError(f"ddp wraps the whole launched group (Accelerate's DDP); with "
+                         f"{dims.as_dict()} it cannot stand on the dp axis alone. Use dp-bucketed "
+                         f"or dp-naive to combine data parallelism with pp.")
+
+
+STRATEGY = register(
+    "ddp", family="data-parallel", description="PyTorch DDP through Accelerate (bucketed, overlapped)",
+    grad_sync=apply_ddp, theory=dp_theory, validate=_validate,
+    knobs=(Knob("bucket_mb", float, 25.0, "bucket size in MB (bucket_cap_mb)", minimum=0),))

@@ -17,19 +17,21 @@ collective per parameter tensor (a GPT block has a dozen), each paying the laten
 al. §3.2.2-3.2.3 fix both: bucket the gradients (fewer, larger messages) and launch each bucket as
 soon as backward has produced it (overlap) — see `bucketed.py`.
 
-Collectives: none in forward; one blocking all-reduce per parameter after backward.
+Collectives: none in forward; one blocking all-reduce per parameter after backward, over the
+data-parallel group. It is also the default gradient sync of the pipeline strategies when
+they are combined with data parallelism (dp × pp).
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch.distributed as dist
 
-from mgpukit.strategies.common import build_model, build_optimizer
-from mgpukit.strategies.data_parallel.loop import train_data_parallel
 from mgpukit.strategies.data_parallel.theory import dp_theory
 from mgpukit.strategies.registry import register
 
 
-def all_reduce_gradients(rec, params, *, group=None) -> None:
+def all_reduce_gradients(rec, params, *, group) -> None:
     """Replace every gradient by its mean over the group: sum (all-reduce), then divide by n."""
     n = dist.get_world_size(group)
     for p in params:
@@ -39,12 +41,24 @@ def all_reduce_gradients(rec, params, *, group=None) -> None:
         p.grad.div_(n)
 
 
-@register("dp-naive", family="data-parallel",
-          description="all-reduce every gradient after backward, one by one (no overlap)",
-          theory=dp_theory)
-def run_dp_naive(ctx, rec, cfg):
-    model = build_model(cfg).to(ctx.device)
-    optimizer = build_optimizer(cfg, model.parameters())
-    params = list(model.parameters())
-    return train_data_parallel(ctx, rec, cfg, model, optimizer,
-                               sync_grads=lambda step: all_reduce_gradients(rec, params))
+class AllReduceSync:
+    """After backward, every gradient all-reduced over the dp group (module docstring)."""
+
+    def __init__(self, rec, params, group):
+        self.rec, self.params, self.group = rec, list(params), group
+
+    def no_sync(self):
+        return contextlib.nullcontext()  # backward never communicates by itself
+
+    def sync(self, step: int) -> None:
+        all_reduce_gradients(self.rec, self.params, group=self.group)
+
+
+def apply_allreduce_dp(module, ctx, rec, cfg):
+    """The applier: `module` unchanged, its gradients averaged after backward."""
+    return module, AllReduceSync(rec, module.parameters(), ctx.group("dp"))
+
+
+register("dp-naive", family="data-parallel",
+         description="all-reduce every gradient after backward, one by one (no overlap)",
+         grad_sync=apply_allreduce_dp, composes=("dp", "pp"), theory=dp_theory)

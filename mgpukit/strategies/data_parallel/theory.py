@@ -9,7 +9,7 @@ from __future__ import annotations
 
 def dp_theory(cfg, dims) -> dict:
     """Every rank holds the full model; gradients are all-reduced once per step (ring)."""
-    from mgpukit.strategies.common import build_model
+    from mgpukit.training.building import build_model
 
     n_params = sum(p.numel() for p in build_model(cfg).parameters())
     param_bytes = 4 * n_params  # fp32

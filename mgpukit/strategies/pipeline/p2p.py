@@ -25,18 +25,33 @@ import torch
 import torch.distributed as dist
 
 
+def second_pp_group(ctx):
+    """A second process group over this rank's pipeline, for gradients (see the module doc).
+
+    `new_group` is a collective call: every rank creates every pipeline's group, in the same
+    order, and keeps its own."""
+    if ctx.mesh is None or ctx.size("pp") == 1:
+        return None
+    dims, mine = ctx.dims, None
+    for dp in range(dims.dp):
+        for tp in range(dims.tp):
+            ranks = [dims.rank_of(pp=s, dp=dp, tp=tp) for s in range(dims.pp)]
+            group = dist.new_group(ranks)
+            if ctx.rank in ranks:
+                mine = group
+    return mine
+
+
 class StageLinks:
     """Send and receive the boundary tensors of stage ``s`` to/from stages ``s ± 1``."""
 
-    def __init__(self, rec, *, stage_rank, shape: tuple[int, ...], dtype=torch.float32,
+    def __init__(self, rec, ctx, *, stage_rank, shape: tuple[int, ...], dtype=torch.float32,
                  device=None):
         self.rec = rec
         self.stage_rank = stage_rank  # stage index -> global rank
         self.shape, self.dtype, self.device = shape, dtype, device
         self.rank = rec.rank
-        distributed = dist.is_initialized() and dist.get_world_size() > 1
-        # a second group for gradients (a collective call: every rank creates it, in order)
-        self.groups = {"act": None, "grad": dist.new_group() if distributed else None}
+        self.groups = {"act": ctx.group("pp"), "grad": second_pp_group(ctx)}
         self._mailbox: dict[tuple, torch.Tensor] = {}
 
     def send(self, kind: str, tensor: torch.Tensor, *, to_stage: int, microbatch: int) -> None:

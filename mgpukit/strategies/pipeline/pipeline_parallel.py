@@ -19,53 +19,42 @@ is ``(p-1)/p``. Cutting the batch into ``m`` micro-batches lets stage ``s`` star
 - ``pp-zb``: ZB-H1 (Qi et al. 2023, arXiv:2401.10241): backward split into input-grad (I)
   and weight-grad (W); the W's fill the cool-down bubble (``split_backward.py``).
 
-All five run the same executor on the table ``build_schedule(name, p, m, v)`` gives; the
+All five run the same executor (``engine.py``) on the table ``build_schedule(name, p, m, v)``
+gives, inside the one trainer; ``--dp`` combines them with data parallelism (dp × pp); the
 gradients are those of the full batch (each micro-batch's loss is scaled by ``1/m``), so the
 weights match the single-process reference up to the order of floating-point additions.
 Knobs (``m``, ``v``): ``plan.py``.
 """
 from __future__ import annotations
 
-from mgpukit.runtime.dims import ParallelDims
-from mgpukit.strategies.common import Batches, build_model, build_optimizer, loss_fn
-from mgpukit.strategies.pipeline.plan import plan_for, theory, validate
-from mgpukit.strategies.pipeline.train import train_pipeline
+from mgpukit.costmodel.layout import Layout
+from mgpukit.strategies.knobs import Knob
+from mgpukit.strategies.pipeline.plan import theory, validate
 from mgpukit.strategies.registry import register
 
 # Pipelining changes the order in which micro-batch gradients are added; PyTorch's own
 # pipelining tests compare with rtol 1e-5, atol 4e-5 (test/distributed/pipelining).
 PARITY_TOLERANCE = {"rtol": 1e-5, "atol": 4e-5}
+V_KNOB = Knob("v", int, None, "model chunks per rank (interleaved only, default 2)", minimum=1)
 
 
-def run_schedule(schedule: str, ctx, rec, cfg):
-    """The worker of every hand-written pipeline strategy: plan, then train."""
-    plan = plan_for(schedule, cfg, ctx.world_size)  # raises before building anything
-    model = build_model(cfg)
-    batches = Batches(cfg, 0, 1)  # the global batch: stage 0 needs x, the last stage y
-    return train_pipeline(ctx, rec, model=model, batches=batches, loss_fn=loss_fn(cfg),
-                          schedule=plan.schedule, m=plan.m, v=plan.v, steps=cfg.steps,
-                          make_optimizer=lambda params: build_optimizer(cfg, params))
+def pipeline_layout(schedule: str):
+    """The default layout of a pipeline strategy on n workers: all of them pipeline stages."""
+    def layout(n: int) -> Layout:
+        return Layout(pp=n, schedule=schedule, v=2 if schedule == "interleaved" else 1, dtype="fp32")
+
+    return layout
 
 
-def _register(name: str, schedule: str, description: str):
-    def worker(ctx, rec, cfg):
-        return run_schedule(schedule, ctx, rec, cfg)
-
-    worker.__name__ = f"run_{name.replace('-', '_')}"
-    worker.__doc__ = description
-    register(name, family="pipeline", description=description,
-             dims=lambda n: ParallelDims(pp=n), theory=theory(schedule),
-             validate=validate(schedule), tolerance=PARITY_TOLERANCE)(worker)
-    return worker
+def register_pipeline(name: str, schedule: str, description: str, *, runtime: str = "ours", **fields):
+    return register(name, family="pipeline", description=description, schedule=schedule,
+                    pipeline=runtime, layout=pipeline_layout(schedule), theory=theory(schedule),
+                    validate=validate(schedule), tolerance=PARITY_TOLERANCE, knobs=(V_KNOB,),
+                    **fields)
 
 
-run_mp_naive = _register("mp-naive", "naive",
-                         "model split over ranks, whole batch at once: bubble (p-1)/p")
-run_pp_gpipe = _register("pp-gpipe", "gpipe",
-                         "GPipe: m micro-batches, all forwards then all backwards")
-run_pp_1f1b = _register("pp-1f1b", "1f1b",
-                        "1F1B (PipeDream-Flush): one forward, one backward; <= p in flight")
-run_pp_interleaved = _register("pp-interleaved", "interleaved",
-                               "interleaved 1F1B: v chunks per rank, bubble / v")
-run_pp_zb = _register("pp-zb", "zb-h1",
-                      "zero bubble ZB-H1: backward split into input-grad and weight-grad")
+register_pipeline("mp-naive", "naive", "model split over ranks, whole batch at once: bubble (p-1)/p")
+register_pipeline("pp-gpipe", "gpipe", "GPipe: m micro-batches, all forwards then all backwards")
+register_pipeline("pp-1f1b", "1f1b", "1F1B (PipeDream-Flush): one forward, one backward; <= p in flight")
+register_pipeline("pp-interleaved", "interleaved", "interleaved 1F1B: v chunks per rank, bubble / v")
+register_pipeline("pp-zb", "zb-h1", "zero bubble ZB-H1: backward split into input-grad and weight-grad")

@@ -35,15 +35,23 @@ def _n_layers(cfg) -> tuple[int, str]:
     return (mcfg.n_layer, "transformer blocks") if cfg.is_gpt else (mcfg.n_layers, "layers")
 
 
-def plan_for(schedule: str, cfg, p: int) -> PipelinePlan:
-    """The plan for ``schedule`` on ``p`` ranks; raises ``ValueError`` with what to change."""
-    v = int(cfg.options.get("v", 2)) if schedule == "interleaved" else 1
-    if schedule != "interleaved" and cfg.options.get("v", 1) != 1:
-        raise ValueError(f"options v={cfg.options['v']} (model chunks per rank) only applies to "
-                         f"the interleaved schedule; drop it or run pp-interleaved.")
+def plan_for(schedule: str, cfg, p: int, dp: int = 1, v: int | None = None) -> PipelinePlan:
+    """The plan for ``schedule`` on ``p`` ranks, each of ``dp`` replicas taking its slice of
+    the global batch; raises ``ValueError`` with what to change."""
+    asked = v if v is not None else cfg.options.get("v")
+    v = int(2 if asked is None else asked) if schedule == "interleaved" else 1
+    if schedule != "interleaved" and asked not in (None, 1):
+        raise ValueError(f"v={asked} (model chunks per rank) only applies to the interleaved "
+                         f"schedule; drop it or run pp-interleaved.")
+    if v < 1:
+        raise ValueError(f"v={v}: the number of model chunks per rank must be at least 1 (2 or more "
+                         f"for the interleaved schedule).")
     n_layers, what = _n_layers(cfg)
     check_split(n_layers, p, v, model_name=cfg.model, what=what)
-    gb = cfg.global_batch
+    if cfg.global_batch % dp:
+        raise ValueError(f"global_batch={cfg.global_batch} does not split over dp={dp} replicas; "
+                         f"use a multiple of {dp}.")
+    gb = cfg.global_batch // dp
     if schedule == "naive":
         m = 1
     elif cfg.micro_batches > 1:
@@ -80,7 +88,7 @@ def validate(schedule: str):
     """A ``validate(cfg, dims)`` function for the registry: refuses a bad plan before launch."""
 
     def check(cfg, dims) -> None:
-        plan_for(schedule, cfg, dims.pp)
+        plan_for(schedule, cfg, dims.pp, dims.dp)
 
     return check
 
@@ -89,6 +97,6 @@ def theory(schedule: str):
     """A ``theory(cfg, dims)`` function for the registry."""
 
     def predicted(cfg, dims) -> dict:
-        return theory_for(plan_for(schedule, cfg, dims.pp))
+        return theory_for(plan_for(schedule, cfg, dims.pp, dims.dp))
 
     return predicted

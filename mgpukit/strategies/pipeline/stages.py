@@ -4,7 +4,7 @@ A pipeline with ``p`` ranks and ``v`` chunks per rank has ``p·v`` *stages* (vir
 when ``v > 1``); stage ``s`` lives on rank ``s % p``. Stage 0 also holds the GPT's embedding
 and the last stage its head (final LayerNorm, vocabulary projection) — so with the GPT the
 first and last stages do a little more work than the others, and the "equal stage cost" of
-the textbook bubble formulas only holds approximately (see ``mgpukit.strategies.pipeline.lab``
+the textbook bubble formulas only holds approximately (see ``mgpukit.lessons.pipeline_lab``
 for a model whose stages really are equal).
 
 Each stage keeps the full model's attribute names: a stage holding blocks 2 and 3 stores them

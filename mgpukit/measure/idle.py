@@ -63,15 +63,16 @@ def bubble_from_spans(spans_by_rank: list[list[tuple[float, float, float]]]) -> 
     }
 
 
-def measure_bubble(rec, steps: int, *, device=None) -> dict | None:
-    """Gather every rank's spans (not timed, not counted) and return the bubble on every rank."""
+def measure_bubble(rec, steps: int, *, group, device=None) -> dict | None:
+    """Gather the spans of every rank of `group` (the pipeline: untimed, not counted) and
+    return the bubble, on every rank."""
     mine = torch.tensor(rank_spans(rec.events, steps), dtype=torch.float64, device=device)
-    if not dist.is_initialized() or dist.get_world_size() == 1:
+    if group is None or dist.get_world_size(group) == 1:
         every = [mine]
     else:
-        every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
-        with rec.clock.paused():
-            dist.all_gather(every, mine)
+        every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+        with rec.untimed():
+            dist.all_gather(every, mine, group=group)
     return bubble_from_spans([[tuple(row) for row in t.cpu().tolist()] for t in every])
 
 

@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 
-from mgpukit.strategies.common import Batches
+from mgpukit.training.building import Batches
 
 
 def loader_options(options: dict) -> tuple[float, int]:

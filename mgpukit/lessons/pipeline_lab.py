@@ -24,14 +24,18 @@ import warnings
 
 import torch
 
+from mgpukit.config import RunConfig
 from mgpukit.costmodel.hardware import Link, load_profile
+from mgpukit.costmodel.layout import Layout
 from mgpukit.measure.record import build_record
 from mgpukit.measure.recorder import Recorder
 from mgpukit.models.mlp import MLP, MLPConfig
+from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.hardware import env_info
 from mgpukit.runtime.launcher import OversubscribedWarning, launch
 from mgpukit.strategies.pipeline.plan import PipelinePlan, theory_for
-from mgpukit.strategies.pipeline.train import train_pipeline
+from mgpukit.strategies.pipeline.engine import apply_pipeline
+from mgpukit.training.trainer import train
 
 _FREE = Link(alpha=0.0, beta=1e30)
 
@@ -56,6 +60,15 @@ def _batches(m: int, rows: int, width: int):
     return batches
 
 
+class _Loader:
+    def __init__(self, batches):
+        self.batches, self.step = batches, 0
+
+    def next(self, rec):
+        self.step += 1
+        return self.batches(self.step - 1)
+
+
 def _lab_worker(specs: list[dict], width: int, n_layers: int, rows: int, steps: int):
     from mgpukit.runtime.context import current
 
@@ -65,10 +78,12 @@ def _lab_worker(specs: list[dict], width: int, n_layers: int, rows: int, steps: 
         rec = Recorder(ctx)
         torch.manual_seed(0)
         model = MLP(MLPConfig(d_in=width, d_hidden=width, n_layers=n_layers, d_out=width))
-        train_pipeline(ctx, rec, model=model, batches=_batches(spec["m"], rows, width),
-                       loss_fn=torch.nn.functional.mse_loss, schedule=spec["schedule"],
-                       m=spec["m"], v=spec.get("v", 1), steps=steps,
-                       make_optimizer=lambda params: torch.optim.SGD(params, lr=0.01))
+        layout = Layout(pp=ctx.world_size, schedule=spec["schedule"], v=spec["v"],
+                        num_micro_batches=spec["m"], micro_batch=rows, dtype="fp32")
+        parts = apply_pipeline(ctx, rec, model, layout, torch.nn.functional.mse_loss)
+        # the one trainer; of the run config only `steps` (and no options) is read here
+        train(ctx, rec, RunConfig(model="mlp-tiny", steps=steps), parts,
+              torch.optim.SGD(parts.params, lr=0.01), loader=_Loader(_batches(spec["m"], rows, width)))
         out.append(rec.result())
     return out
 
@@ -89,6 +104,7 @@ def run_lab(specs: list[dict], *, p: int = 4, mode: str = "emulated",
         if mode == "emulated":  # virtual time does not care how many cores there are
             warnings.simplefilter("ignore", OversubscribedWarning)
         results = launch(_lab_worker, p, specs, width, n_layers, rows, steps, mode=mode,
+                         dims=ParallelDims(pp=p),
                          profile=prof, timeout_s=timeout_s, echo=False)
     env = env_info()
     records = []

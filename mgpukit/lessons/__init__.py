@@ -1,0 +1,16 @@
+"""The stable facade the notebooks import: studies, labs and drivers built on the library.
+
+Notebooks import from here (and from `plots`, `widgets`, `exercises`), never private helpers,
+so the modules underneath can move without a notebook noticing.
+
+- `data_parallel`  notebook 01's studies: strategies compared, scaling, the learning-rate rule
+- `compression`    notebook 03: `run_compressed`, `fp32_reference`
+- `pipeline_lab`   notebook 04: equal-cost stages, several schedules in one launch
+"""
+from mgpukit.lessons.compression import fp32_reference, run_compressed
+from mgpukit.lessons.data_parallel import (compare_strategies, lr_scaling_study, scaling_records,
+                                           warm_parent)
+from mgpukit.lessons.pipeline_lab import run_lab
+
+__all__ = ["run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
+           "lr_scaling_study", "warm_parent", "run_lab"]

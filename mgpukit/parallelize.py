@@ -1,0 +1,109 @@
+"""Apply a run's parallel layout to an unmodified model, in one documented order.
+
+    tensor parallel (tp)  ->  activation checkpointing  ->  pipeline split (pp)
+        ->  data-parallel gradient sync (dp)          [mixed precision: a policy, later]
+
+the order torchtitan's `parallelize_*` uses: TP rewrites the layers themselves, checkpointing
+wraps whole blocks, the pipeline cuts the (wrapped) blocks into stages, and data parallelism
+synchronises the gradients of whatever this rank holds. Each step is an applier on its own
+mesh axis (`ctx.group("tp" | "pp" | "dp")`); the model knows nothing of any of them.
+
+`resolve_layout` turns a strategy and a run configuration into the one validated `Layout` —
+the same object the cost model predicts from (`mgpukit.costmodel.plan`), so a run and its
+prediction describe the same thing by construction.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch.nn as nn
+
+from mgpukit.costmodel.layout import Layout
+from mgpukit.runtime.dims import ParallelDims
+from mgpukit.strategies.data_parallel.naive import apply_allreduce_dp
+from mgpukit.strategies.pipeline.engine import apply_pipeline
+from mgpukit.strategies.pipeline.plan import plan_for
+from mgpukit.strategies.registry import Strategy
+from mgpukit.training.building import full_state_dict, loss_fn
+from mgpukit.training.local import LocalEngine
+from mgpukit.training.parts import NoSync, Parts
+
+LAYOUT_FIELDS = ("dp", "tp", "pp", "schedule", "v", "zero", "sp", "checkpointing", "dtype")
+NOT_YET = {"tp": 1, "zero": 0, "sp": False, "checkpointing": "none", "dtype": "fp32"}
+
+
+def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | None = None) -> Layout:
+    """The validated layout of `strat` on `workers` ranks with the user's `overrides`
+    (dp, pp, schedule, v …); raises ValueError saying what to change."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    unknown = set(overrides) - set(LAYOUT_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown layout field(s) {sorted(unknown)}; use {', '.join(LAYOUT_FIELDS)}.")
+    for name, default in NOT_YET.items():
+        if name in overrides and overrides[name] != default:
+            raise ValueError(f"{name}={overrides[name]!r} is not available in runs yet (tensor parallelism, "
+                             f"ZeRO, checkpointing and mixed precision come with their own strategies); "
+                             f"use {name}={default!r}.")
+    if workers is None:
+        dims = {k: overrides.get(k, 1) for k in ("dp", "tp", "pp")}
+        workers = (dims["dp"] * dims["tp"] * dims["pp"] if {"dp", "pp"} & set(overrides)
+                   else strat.default_workers)
+    base = strat.layout(workers)
+    degrees = {k: overrides.get(k, getattr(base, k)) for k in ("dp", "tp", "pp")}
+    # one degree left out is inferred from the worker count (e.g. pp-1f1b --dp 2 on 4 workers)
+    if degrees["dp"] * degrees["tp"] * degrees["pp"] != workers:
+        free = [k for k in ("dp", "pp") if k not in overrides]
+        if len(free) == 1:
+            rest = workers // (degrees["tp"] * degrees[{"dp": "pp", "pp": "dp"}[free[0]]])
+            degrees[free[0]] = max(1, rest)
+    ParallelDims(**degrees, world_size=workers)  # raises with what to change
+    schedule = overrides.get("schedule", base.schedule)
+    if strat.schedule and schedule != strat.schedule:
+        raise ValueError(f"{strat.name} runs the {strat.schedule!r} schedule; for {schedule!r} run the "
+                         f"pipeline strategy of that schedule (`mgpukit list`).")
+    if degrees["pp"] > 1 and not strat.schedule and "pp" not in strat.composes:
+        raise ValueError(f"{strat.name} cannot be combined with pipeline parallelism (pp={degrees['pp']}); "
+                         f"composable with pp: dp-naive, dp-bucketed, allreduce-ring, the hand-written "
+                         f"compressors, or a pipeline strategy with --dp.")
+    if degrees["dp"] > 1 and strat.schedule is None and "dp" not in strat.composes:
+        raise ValueError(f"{strat.name} runs on one replica; it cannot take dp={degrees['dp']}.")
+    pp = degrees["pp"]
+    if pp > 1:
+        plan = plan_for(schedule, cfg, pp, degrees["dp"], overrides.get("v"))
+        m, v = plan.m, plan.v
+    else:
+        if "v" in overrides and overrides["v"] != 1:
+            raise ValueError(f"v={overrides['v']} (model chunks per pipeline rank) needs pp > 1.")
+        m, v = cfg.micro_batches, 1
+    rows = cfg.global_batch // (degrees["dp"] * m) if cfg.global_batch % (degrees["dp"] * m) == 0 else 1
+    return dataclasses.replace(base, **degrees, schedule=schedule if pp > 1 else base.schedule, v=v,
+                               micro_batch=max(1, rows), num_micro_batches=m)
+
+
+def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
+    """This rank's `Parts` of `model` under `cfg.layout` (module docstring for the order)."""
+    layout = cfg.layout
+    # 1. tensor parallel, 2. activation checkpointing: not yet (refused by resolve_layout)
+    # 3. pipeline split
+    if layout.pp > 1:
+        return _pipeline_parts(model, cfg, ctx, rec, strat, layout)
+    # 4. data-parallel gradient sync
+    model.to(ctx.device)
+    module, sync = _grad_sync(strat, model, cfg, ctx, rec)
+    params = list(module.parameters())
+    engine = LocalEngine(rec, module, sync=sync, loss_fn=loss_fn(cfg), micro_batches=cfg.micro_batches,
+                         params=params)
+    return Parts(module=module, engine=engine, sync=sync, params=params,
+                 state_dict=lambda: full_state_dict(module))
+
+
+def _grad_sync(strat: Strategy, module, cfg, ctx, rec):
+    if ctx.size("dp") == 1:
+        return module, NoSync()
+    apply = strat.grad_sync or apply_allreduce_dp
+    return apply(module, ctx, rec, cfg)
+
+
+def _pipeline_parts(model, cfg, ctx, rec, strat: Strategy, layout: Layout) -> Parts:
+    return apply_pipeline(ctx, rec, model, layout, loss_fn(cfg), runtime=strat.pipeline,
+                          grad_sync=lambda holder: _grad_sync(strat, holder, cfg, ctx, rec))

@@ -1,0 +1,77 @@
+"""Typed strategy knobs: what `-o KEY=VALUE` (and `RunConfig.options`) may say, checked early.
+
+Every strategy declares its knobs; the trainer declares the ones every strategy shares (the
+input pipeline, a straggler, the learning-rate rule). An unknown key, or a value of the wrong
+type, is refused before anything launches, with the list of valid knobs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    name: str
+    type: type  # int | float | bool | str | dict
+    default: Any
+    help: str
+    choices: tuple | None = None
+    minimum: float | None = None  # inclusive lower bound for numbers
+
+
+TRAINER_KNOBS = (
+    Knob("loader_delay_s", float, 0.0, "seconds each batch takes to load", minimum=0),
+    Knob("prefetch", int, 0, "batches a background thread keeps ready (true = 2)", minimum=0),
+    Knob("straggler", dict, None, 'one slow rank: {"rank": 1, "factor": 3}'),
+    Knob("show_idle", bool, False, "record the wait for the slowest rank as idle"),
+    Knob("lr_scaling", str, None, "'linear': Goyal et al.'s rule for the global batch",
+         choices=("linear", "none")),
+    Knob("warmup_steps", int, 0, "steps of linear warmup to the scaled rate", minimum=0),
+    Knob("base_batch", int, None, "the global batch the learning rate was tuned for", minimum=1),
+)
+
+
+def check_options(options: dict, knobs: tuple[Knob, ...], *, strategy: str) -> dict:
+    """`options` with each value checked against its knob; raises ValueError naming the valid ones."""
+    by_name = {k.name: k for k in knobs}
+    out = {}
+    for key, value in options.items():
+        knob = by_name.get(key)
+        if knob is None:
+            valid = ", ".join(sorted(by_name)) or "none"
+            raise ValueError(f"unknown option {key!r} for strategy {strategy!r}; valid options: {valid}.")
+        out[key] = _coerce(knob, value, strategy)
+    return out
+
+
+def _coerce(knob: Knob, value, strategy: str):
+    if value is None:
+        return None
+    where = f"option {knob.name}={value!r} ({strategy})"
+    t = knob.type
+    if t is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: use true or false.")
+        return value
+    if t is int:
+        if knob.name == "prefetch" and value is True:
+            return 2
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where}: must be an integer — {knob.help}.")
+    elif t is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{where}: must be a finite number — {knob.help}.")
+        value = float(value)
+    elif t is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: must be a string — {knob.help}.")
+    elif t is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: must be an object like {knob.help}.")
+    if knob.choices is not None and value not in knob.choices:
+        raise ValueError(f"{where}: choose one of {', '.join(map(str, knob.choices))}.")
+    if knob.minimum is not None and value < knob.minimum:
+        raise ValueError(f"{where}: must be at least {knob.minimum:g} — {knob.help}.")
+    return value

@@ -1,0 +1,12 @@
+"""The one trainer and what it is built from.
+
+- `building`  model, optimizer, batches, loss — the same for the reference and every layout
+- `parts`     the seams: `Parts(module, engine, sync)`, `GradSync`, `NoSync`
+- `local`     the engine of a whole-model replica (gradient accumulation over micro-batches)
+- `trainer`   `train(ctx, rec, cfg, parts, optimizer)`: the loop, logging, memory, weights
+- `loader`, `straggler`, `lr_scaling`  the knobs the loop reads from `cfg.options`
+"""
+from mgpukit.training.parts import GradSync, NoSync, Parts
+from mgpukit.training.trainer import Checkpointing, train
+
+__all__ = ["train", "Checkpointing", "Parts", "GradSync", "NoSync"]

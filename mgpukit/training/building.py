@@ -1,0 +1,70 @@
+"""What every run builds the same way: the model, the optimizer, the batches, the loss.
+
+The single-process reference and every parallel layout train exactly the same thing: the same
+seeded weights, the same global batches, the same optimizer. Parallelism is applied afterwards,
+from outside, by the strategies' appliers (`mgpukit.parallelize`).
+"""
+from __future__ import annotations
+
+import torch
+
+from mgpukit.config import RunConfig
+from mgpukit.data import get_batch, load_tokens, mlp_batch
+
+
+def build_model(cfg: RunConfig) -> torch.nn.Module:
+    """Identical weights on every rank (seeded init), no parallelism inside."""
+    from mgpukit.models import GPT, MLP
+
+    mcfg = cfg.model_config()
+    return GPT(mcfg, seed=cfg.seed) if cfg.is_gpt else MLP(mcfg, seed=cfg.seed)
+
+
+def build_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
+    params = list(params)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9)
+    # foreach=False: the per-parameter loop, so numerics don't depend on how params are grouped
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, foreach=False)
+
+
+class Batches:
+    """The slice `rank` of `world_size` of the global batch of each step (see `mgpukit.data`):
+    a batch depends only on (seed, step, slice), so resume and parity come free."""
+
+    def __init__(self, cfg: RunConfig, rank: int = 0, world_size: int = 1):
+        self.cfg, self.rank, self.world_size = cfg, rank, world_size
+        self.mcfg = cfg.model_config()
+        self.tokens = load_tokens() if cfg.is_gpt else None
+
+    def __call__(self, step: int):
+        c = self.cfg
+        if c.is_gpt:
+            return get_batch(self.tokens, step=step, global_batch=c.global_batch,
+                             seq_len=self.mcfg.seq_len, rank=self.rank,
+                             world_size=self.world_size, seed=c.seed)
+        return mlp_batch(step=step, global_batch=c.global_batch, d_in=self.mcfg.d_in,
+                         d_out=self.mcfg.d_out, rank=self.rank, world_size=self.world_size,
+                         seed=c.seed)
+
+
+def loss_fn(cfg: RunConfig):
+    from mgpukit.models.gpt import lm_loss
+
+    return lm_loss if cfg.is_gpt else torch.nn.functional.mse_loss
+
+
+def grad_sq_norm(params) -> float:
+    """Σ‖g‖² over `params` in float64 (its own rounding must not look like a parity difference)."""
+    squares = [p.grad.detach().double().pow(2).sum() for p in params if p.grad is not None]
+    return float(torch.stack(squares).sum()) if squares else 0.0
+
+
+def grad_norm(params) -> float:
+    return grad_sq_norm(params) ** 0.5
+
+
+def full_state_dict(model: torch.nn.Module) -> dict:
+    """CPU copies of the weights, names as in the unwrapped model (DDP's `module.` dropped)."""
+    inner = getattr(model, "module", model)
+    return {k: v.detach().to("cpu", copy=True) for k, v in inner.state_dict().items()}

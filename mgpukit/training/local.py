@@ -1,0 +1,39 @@
+"""The engine of a whole-model replica: forward and backward over `k` micro-batches.
+
+One optimizer step is `k = cfg.micro_batches` micro-steps on this rank's slice of the global
+batch. Each runs forward and backward on 1/k of the rows with the loss divided by k, so the
+gradients summed in `p.grad` are the gradient of the mean loss over the whole slice: the same
+step as one large batch (Goyal et al. 2017, §2), at the activation memory of a small one.
+Gradients are communicated only after the last micro-step — the others run inside
+`sync.no_sync()` (torch DDP's `no_sync`, our strategies' own switch) — so k micro-steps cost
+k× compute but 1× communication.
+
+    [fwd_0, bwd_0] ... [fwd_{k-1}, bwd_{k-1} (+ comm)]
+"""
+from __future__ import annotations
+
+import contextlib
+
+from mgpukit.data import split_microbatches
+from mgpukit.measure.memory import ActivationMeter
+
+
+class LocalEngine:
+    def __init__(self, rec, module, *, sync, loss_fn, micro_batches: int, params):
+        self.rec, self.module, self.sync, self.loss_fn = rec, module, sync, loss_fn
+        self.k = micro_batches
+        self.meter = ActivationMeter(params)
+
+    def forward_backward(self, x, y, slowed) -> float:
+        rec, k = self.rec, self.k
+        loss_sum = 0.0
+        for m, (xm, ym) in enumerate(split_microbatches(x, y, k)):
+            last = m == k - 1
+            mb = m if k > 1 else None
+            with (contextlib.nullcontext() if last else self.sync.no_sync()):
+                with rec.compute("fwd", microbatch=mb), self.meter.track(), slowed():
+                    loss = self.loss_fn(self.module(xm), ym) / k  # mean over the slice
+                with rec.compute("bwd", microbatch=mb), slowed():
+                    loss.backward()
+            loss_sum += loss.item()
+        return loss_sum

@@ -1,0 +1,55 @@
+"""The seams between the appliers and the one trainer.
+
+An applier (`mgpukit.parallelize`) turns an unmodified model into `Parts`: this rank's share of
+the model, an *engine* that runs forward and backward for one step (a loop over micro-batches,
+or a pipeline schedule), and a *gradient sync* over the data-parallel group. The trainer
+(`trainer.py`) only ever talks to these three, so every strategy — and every composition of
+them, dp × pp — trains through the same loop.
+
+    engine.forward_backward(x, y, slowed) -> this rank's share of the step's loss, or None
+    sync.no_sync()                        -> backward inside must not communicate
+    sync.sync(step)                       -> after the last backward: gradients averaged
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+
+
+class GradSync(Protocol):
+    def no_sync(self) -> contextlib.AbstractContextManager: ...
+
+    def sync(self, step: int) -> None: ...
+
+
+class NoSync:
+    """One replica (or replicas that never talk): nothing to average."""
+
+    def no_sync(self):
+        return contextlib.nullcontext()
+
+    def sync(self, step: int) -> None:
+        pass
+
+
+class Engine(Protocol):
+    meter: Any  # the ActivationMeter counting this rank's saved activations
+
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor, slowed) -> float | None: ...
+
+
+@dataclasses.dataclass(kw_only=True)
+class Parts:
+    """This rank's share of a parallelized model and how to train it (module docstring)."""
+
+    module: torch.nn.Module  # what the optimizer steps (DDP-wrapped, or this rank's stages)
+    engine: Engine
+    sync: GradSync
+    params: list  # the parameters the optimizer steps and the gradient norm counts
+    holds_loss: bool = True  # this rank computes the loss (the last pipeline stage)
+    state_dict: Callable[[], dict] | None = None  # this rank's weights, full-model names
+    extra: dict = dataclasses.field(default_factory=dict)  # figures for rec.extra

@@ -1,0 +1,116 @@
+"""The one trainer: every strategy, and every composition of them, trains through `train`.
+
+Per step, on every rank:
+
+    data   -> the rank's slice of the global batch, by its data-parallel coordinate
+    engine -> forward + backward (micro-batches, or a pipeline schedule)  [parts.engine]
+    sync   -> gradients averaged over the dp group                        [parts.sync]
+    opt    -> optimizer step
+
+and around the loop the seams every strategy shares: the input pipeline (`loader.py`:
+`loader_delay_s`, `prefetch`), a straggler rank (`straggler.py`), the learning-rate rule
+(`lr_scaling.py`), memory by category, and the checkpoint seam (`start_step`, `on_step_end`).
+
+What is logged: the loss of the global batch and the norm of the full gradient, per step. They
+are combined once, after training, in one untimed reduction over the world (a pipeline's loss
+lives on its last stage, its gradient is spread over the stages; data-parallel replicas hold
+the same averaged gradient), so logging never sits inside a timed step.
+
+The trainer is the only place that calls `optimizer.step()` (outside the parameter server,
+which keeps its own topology): `tests/test_trainer.py` counts.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from mgpukit.measure.memory import memory_breakdown
+from mgpukit.training.building import grad_sq_norm
+from mgpukit.training.loader import BatchLoader
+from mgpukit.training.lr_scaling import lr_schedule, set_lr
+from mgpukit.training.parts import Parts
+from mgpukit.training.straggler import IdleMarker, apply_straggler
+
+
+@dataclasses.dataclass(kw_only=True)
+class Checkpointing:
+    """The checkpoint seam: where a run starts, and what happens after each step."""
+
+    start_step: int = 0
+    on_step_end: Callable[[int], None] | None = None  # e.g. save every k steps
+
+
+def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
+          checkpoint: Checkpointing | None = None) -> dict | None:
+    """Train `cfg.steps` steps; returns the full weights on rank 0 (None elsewhere)."""
+    ckpt = checkpoint or Checkpointing()
+    dp_size, dp_rank = ctx.size("dp"), ctx.coords["dp"]
+    loader = loader or BatchLoader(cfg, dp_rank, dp_size, rec)
+    slowed = apply_straggler(rec, ctx, cfg.options)
+    idle = (IdleMarker(rec, ctx.group("dp")) if cfg.options.get("straggler")
+            or cfg.options.get("show_idle") else None)
+    lr_at = lr_schedule(cfg, dp_size)
+    if lr_at is not None:
+        rec.extra["lr"] = []
+    logs = []
+    for step in range(ckpt.start_step, cfg.steps):
+        with rec.step(step):
+            with rec.compute("data"):
+                x, y = loader.next(rec)
+                x, y = x.to(ctx.device), y.to(ctx.device)
+            loss = parts.engine.forward_backward(x, y, slowed)
+            if idle is not None:
+                idle.mark()
+            parts.sync.sync(step)
+            sq_norm = grad_sq_norm(parts.params)
+            if lr_at is not None:
+                set_lr(optimizer, lr_at(step))
+                rec.extra["lr"].append(lr_at(step))
+            with rec.compute("opt"), slowed():
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=False)  # keep .grad tensors (bucket views)
+        logs.append((float(loss) if loss is not None else 0.0, sq_norm))
+        if ckpt.on_step_end is not None:
+            ckpt.on_step_end(step)
+    log_steps(rec, ctx, parts, logs)
+    rec.memory = memory_breakdown(parts.module, optimizer, parts.engine.meter, ctx.device)
+    if getattr(parts.engine, "memory_note", None):
+        rec.memory["source"] += "; " + parts.engine.memory_note
+    if hasattr(parts.engine, "finish"):
+        rec.extra.update(parts.engine.finish(cfg.steps))
+    rec.extra.update(parts.extra)
+    return gather_weights(rec, ctx, parts)
+
+
+def log_steps(rec, ctx, parts: Parts, logs: list[tuple[float, float]]) -> None:
+    """Per step: loss of the global batch (held by the last stage of each replica, averaged
+    over replicas) and the full gradient norm (squares summed over the stages; replicas hold
+    the same gradient, so their mean). One untimed reduction over the world."""
+    dp = ctx.size("dp")
+    flat = []
+    for loss, sq in logs:
+        flat += [loss / dp if parts.holds_loss else 0.0, sq / dp]
+    world = dist.group.WORLD if dist.is_initialized() and ctx.world_size > 1 else None
+    total = rec.reduce_values(flat, group=world)
+    for i in range(0, len(total), 2):
+        rec.log(total[i], total[i + 1] ** 0.5)
+
+
+def gather_weights(rec, ctx, parts: Parts) -> dict | None:
+    """The unsharded weights on rank 0, names as in the unsplit model (untimed)."""
+    mine = parts.state_dict()
+    if ctx.size("pp") == 1:
+        return mine if ctx.rank == 0 else None
+    stage_ranks = ctx.axis_ranks("pp")
+    every = [None] * len(stage_ranks) if ctx.rank == stage_ranks[0] else None
+    with rec.untimed():
+        dist.gather_object(mine, every, dst=stage_ranks[0], group=ctx.group("pp"))
+    if ctx.rank != 0:
+        return None
+    merged = {}
+    for part in every:
+        merged.update(part)
+    return merged
