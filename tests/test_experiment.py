@@ -10,6 +10,7 @@ from mgpukit.config import RunConfig
 from mgpukit.experiment import run
 from mgpukit.measure.record import load_record, to_chrome_trace
 from mgpukit.strategies import registry
+from mgpukit.training.building import build_model
 
 RECORD_KEYS = {"strategy", "mode", "profile", "world_size", "dims", "config", "losses",
                "step_time_s", "tokens_per_s", "memory", "comm", "timeline", "bubble_fraction",

@@ -139,7 +139,7 @@ def _unscaled(ctx, rec, cfg):
 def test_parity_catches_a_missing_average():
     if "pp-test-unscaled" not in {s.name for s in registry.available()}:
         registry.register("pp-test-unscaled", family="test", description="broken on purpose",
-                          layout=pipeline_layout("1f1b"), worker=_unscaled)
+                          layout=pipeline_layout("1f1b"), schedule="1f1b", worker=_unscaled)
     rec = run("pp-test-unscaled", workers=2, steps=2, mode="cpu", tolerance=PARITY_TOLERANCE,
               timeout_s=TIMEOUT)
     assert not rec["parity"]["ok"]
