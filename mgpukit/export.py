@@ -1,54 +1,93 @@
-"""`mgpukit export NAME`: write a strategy as a standalone script for `accelerate launch`.
+"""`mgpukit export NAME`: write the training script for `accelerate launch` / `torchrun`.
 
-The script has the Accelerate examples' skeleton — a docstring with the exact launch command,
-`training_function(config, args)`, `main()` with argparse — and calls the same strategy code the
-notebooks run. `scripts/` holds one per registered strategy; a test checks they are up to date
-and runs one under `torchrun` and `accelerate launch`, so they cannot rot.
+One script for every strategy, `scripts/train.py --strategy NAME`, rather than one per
+strategy: since every strategy is an applier run by the one trainer, twenty copies would
+differ in a single string. The script has the Accelerate examples' skeleton — a docstring with
+the exact launch command, `get_config(args)`, `training_function(...)`, `main()` with argparse —
+and its options are typed: the layout (`--dp`, `--pp`, `--schedule`, `--v`) and each strategy's
+knobs (`-o KEY=VALUE`, checked against the strategy's declared types, unknown keys refused).
+`mgpukit export NAME --out FILE` writes the same script with NAME as its default strategy. A
+test checks `scripts/train.py` is up to date and runs every strategy through it under
+`torchrun` and `accelerate launch`, judged exactly as `mgpukit run` judges them.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-TEMPLATE = '''"""{name}: {description}.
+TEMPLATE = '''"""Train any mgpukit strategy on the processes `accelerate launch` or `torchrun` start.
 
-Exported by `mgpukit export {name}` — the same strategy code the notebooks run.
+Exported by `mgpukit export {name}` — the same appliers and trainer the notebooks run.
 
-    accelerate launch --multi_gpu --num_processes {workers} scripts/{file} --steps 20
-    torchrun --nproc_per_node {workers} scripts/{file} --steps 20
+    accelerate launch --multi_gpu --num_processes 2 scripts/train.py --strategy {name} --steps 20
+    torchrun --nproc_per_node 2 scripts/train.py --strategy {name} --steps 20
+    torchrun --nproc_per_node 4 scripts/train.py --strategy pp-1f1b --dp 2 --pp 2
+    torchrun --nproc_per_node 2 scripts/train.py --strategy all --steps 3     # every strategy
 
-On GPUs the workers use NCCL; without GPUs they form one gloo group of CPU workers. Rank 0
-prints a summary, checks parity against a single process, and writes the result record (--json).
+On GPUs the workers use NCCL; without GPUs they form one gloo group of CPU workers. What each
+process does (`mgpukit.launched.training_function`):
+
+    mesh     = ParallelDims(dp, tp, pp) -> DeviceMesh                 (one per launch)
+    parts    = parallelize(build_model(cfg), cfg, ctx, rec, strategy)  (appliers, in order)
+    weights  = train(ctx, rec, cfg, parts, optimizer)                  (the one trainer)
+    record   = finish(...)  on rank 0: the result record and its parity against one process
 """
 import argparse
+import json
+import sys
 
 from mgpukit.config import RunConfig
-from mgpukit.launched import training_function
+from mgpukit.launched import teardown, training_function
 
 STRATEGY = "{name}"
 
 
 def get_config(args) -> RunConfig:
     return RunConfig(model=args.model, steps=args.steps, global_batch=args.global_batch,
-                     micro_batches=args.micro_batches, lr=args.lr, optimizer=args.optimizer)
+                     micro_batches=args.micro_batches, lr=args.lr, optimizer=args.optimizer,
+                     options=dict(parse_option(o) for o in args.option))
+
+
+def parse_option(text: str):
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise SystemExit(f"train.py: error: -o {{text!r}}: write KEY=VALUE, e.g. -o bucket_mb=1")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--strategy", default=STRATEGY, help="a strategy from `mgpukit list`, or 'all'")
     parser.add_argument("--model", default="gpt-tiny")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--global-batch", type=int, default=8)
     parser.add_argument("--micro-batches", type=int, default=1)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
+    parser.add_argument("--dp", type=int, default=None, help="data-parallel degree")
+    parser.add_argument("--pp", type=int, default=None, help="pipeline-parallel degree")
+    parser.add_argument("--schedule", default=None, help="pipeline schedule (with --pp)")
+    parser.add_argument("--v", type=int, default=None, help="model chunks per pipeline rank")
+    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a strategy knob, e.g. -o bucket_mb=1 (checked against its type)")
     parser.add_argument("--json", default=None, help="write the result record here (rank 0)")
     parser.add_argument("--no-parity", action="store_true")
     args = parser.parse_args()
-    record = training_function(STRATEGY, get_config(args), json_path=args.json,
-                               parity=not args.no_parity)
-    if record is not None:  # rank 0
-        from mgpukit.cli import print_summary
+    layout = {{"dp": args.dp, "pp": args.pp, "schedule": args.schedule, "v": args.v}}
+    ok = True
+    try:
+        for name, record in training_function(args.strategy, get_config(args), layout=layout,
+                                              json_path=args.json, parity=not args.no_parity):
+            if record is not None:  # rank 0
+                from mgpukit.cli import print_summary
 
-        print_summary([record])
+                print_summary([record])
+                ok &= record["parity"] is None or record["parity"]["ok"]
+    finally:
+        teardown()
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":
@@ -56,12 +95,10 @@ if __name__ == "__main__":
 '''
 
 
-def script_for(name: str) -> str:
+def script_for(name: str = "ddp") -> str:
     from mgpukit.strategies import get
 
-    s = get(name)
-    return TEMPLATE.format(name=s.name, description=s.description, workers=max(2, s.min_workers),
-                           file=f"{s.name}.py")
+    return TEMPLATE.format(name=get(name).name)
 
 
 def export(name: str, out: str | Path) -> Path:
@@ -72,24 +109,22 @@ def export(name: str, out: str | Path) -> Path:
 
 
 def exportable() -> list[str]:
-    """Strategies that run under an external launcher (not the emulated-only ones)."""
+    """Strategies `--strategy all` runs on several processes (`single`, the one-process
+    reference, runs inside every parity check; `--nproc_per_node 1` runs it alone)."""
     from mgpukit.strategies import available
 
-    return sorted(s.name for s in available() if getattr(s, "exportable", True))
+    return sorted(s.name for s in available() if s.family not in ("test", "reference"))
 
 
 def _export_command(args):
-    names = exportable() if args.strategy == "all" else [args.strategy]
-    for name in names:
-        out = Path(args.out) if args.out and len(names) == 1 else Path(args.dir) / f"{name}.py"
-        export(name, out)
-        print(f"wrote {out}")
+    out = Path(args.out)
+    export(args.strategy, out)
+    print(f"wrote {out}")
     return 0
 
 
 def register(sub):
-    p = sub.add_parser("export", help="write a strategy as a script for `accelerate launch`")
-    p.add_argument("strategy", help="a registered strategy, or 'all'")
-    p.add_argument("--out", default=None, help="output file (one strategy)")
-    p.add_argument("--dir", default="scripts", help="output folder (with 'all')")
+    p = sub.add_parser("export", help="write the training script for `accelerate launch` / `torchrun`")
+    p.add_argument("strategy", nargs="?", default="ddp", help="the script's default strategy")
+    p.add_argument("--out", default="scripts/train.py", help="output file")
     p.set_defaults(func=_export_command)

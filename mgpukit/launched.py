@@ -1,16 +1,18 @@
-"""Run a registered strategy inside processes started by `accelerate launch` or `torchrun`.
+"""Run registered strategies inside processes started by `accelerate launch` or `torchrun`.
 
 `scripts/train.py` calls `training_function(name, cfg)`: each process reads its rank from the
 launcher's environment, sets up Accelerate's state (with `cpu=True` when there is no GPU — the
 trap `mgpukit.launch` closes for notebooks), builds the same device mesh `mgpukit.launch` gives
 its workers, and runs the one runner's `run_rank`; rank 0 gathers the per-rank results into the
 same result record, with the same parity check, that `mgpukit run` writes (`experiment.finish`).
+`name="all"` runs every strategy in turn on the same process group.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 import time
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -20,37 +22,48 @@ from mgpukit.runtime import context as _context
 
 
 def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
-                      json_path: str | None = None, parity: bool = True) -> dict | None:
+                      json_path: str | None = None, parity: bool = True) -> Iterator[tuple[str, dict | None]]:
+    """Yield `(strategy, record)` per strategy run (`record` on rank 0, None elsewhere)."""
     from accelerate import PartialState
 
     from mgpukit.experiment import finish, prepare, run_rank
+    from mgpukit.export import exportable
     from mgpukit.runtime.launcher import build_mesh
 
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     gpu = torch.cuda.is_available() and torch.cuda.device_count() >= local
+    names = exportable() if name == "all" else [name]
     # validated before the process group exists: a bad configuration costs no rendezvous
-    p = prepare(name, workers=world_size, mode="cpu", config=cfg, layout=layout)
-    p = dataclasses.replace(p, mode="gpu" if gpu else "cpu")
+    prepared = [prepare(n, workers=world_size, mode="cpu", config=cfg, layout=layout) for n in names]
     state = PartialState(cpu=not gpu)
     if state.num_processes != world_size:
         raise RuntimeError(f"Accelerate sees {state.num_processes} processes but WORLD_SIZE={world_size}.")
+    for p in prepared:
+        p = dataclasses.replace(p, mode="gpu" if gpu else "cpu")
+        if dist.is_initialized():
+            dist.barrier()  # a common origin for every rank's timeline
+        ctx = _context.WorkerContext(rank=state.process_index, world_size=world_size, mode=p.mode,
+                                     profile=None, device=state.device, t0=time.perf_counter(),
+                                     threads=torch.get_num_threads(), dims=p.dims,
+                                     mesh=build_mesh(p.dims, state.device))
+        _context.set_current(ctx)
+        out = run_rank(p.strategy.name, p.cfg)
+        results = [None] * world_size
+        if dist.is_initialized():
+            dist.all_gather_object(results, out["result"])
+        else:
+            results = [out["result"]]
+        _context.set_current(None)
+        record = None
+        if ctx.rank == 0:
+            path = json_path if len(prepared) == 1 else None
+            record = finish(p, results, out["weights"], parity=parity, json_path=path, in_process=ctx)
+        yield p.strategy.name, record
+
+
+def teardown() -> None:
+    """Leave together: nobody tears the group down while a peer still reads from it."""
     if dist.is_initialized():
-        dist.barrier()  # a common origin for every rank's timeline
-    ctx = _context.WorkerContext(rank=state.process_index, world_size=world_size, mode=p.mode,
-                                 profile=None, device=state.device, t0=time.perf_counter(),
-                                 threads=torch.get_num_threads(), dims=p.dims,
-                                 mesh=build_mesh(p.dims, state.device))
-    _context.set_current(ctx)
-    out = run_rank(name, p.cfg)
-    results = [None] * world_size
-    if dist.is_initialized():
-        dist.all_gather_object(results, out["result"])
-        dist.barrier()  # nobody tears the group down while a peer still reads from it
+        dist.barrier()
         dist.destroy_process_group()
-    else:
-        results = [out["result"]]
-    _context.set_current(None)
-    if ctx.rank != 0:
-        return None
-    return finish(p, results, out["weights"], parity=parity, json_path=json_path, in_process=ctx)

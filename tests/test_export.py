@@ -1,5 +1,6 @@
-"""Exported scripts: up to date with the exporter, and they really run under `torchrun` and
-`accelerate launch` with CPU workers forming one gloo group (parity ok, 2 ranks in the record)."""
+"""The exported script: up to date with the exporter, and every strategy really runs through it
+under `torchrun` and `accelerate launch` with CPU workers forming one gloo group, judged exactly
+as `mgpukit run` judges it (its parity check, 2 ranks in the record)."""
 import json
 import socket
 import subprocess
@@ -12,13 +13,12 @@ from mgpukit.export import exportable, script_for
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+SCRIPT = str(ROOT / "scripts" / "train.py")
 
 
-@pytest.mark.parametrize("name", exportable())
-def test_committed_script_is_what_the_exporter_writes(name):
-    path = ROOT / "scripts" / f"{name}.py"
-    assert path.exists(), f"run `mgpukit export all` to write {path}"
-    assert path.read_text() == script_for(name), f"scripts/{name}.py is stale: run `mgpukit export all`"
+def test_committed_script_is_what_the_exporter_writes():
+    path = ROOT / "scripts" / "train.py"
+    assert path.read_text() == script_for("ddp"), "scripts/train.py is stale: run `mgpukit export`"
 
 
 def _free_port():
@@ -27,17 +27,30 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
-def test_ddp_script_runs_under_a_real_launcher(launcher, tmp_path):
-    out = tmp_path / "r.json"
-    script = str(ROOT / "scripts" / "ddp.py")
+def _launch(launcher, nproc, args, cwd):
     if launcher == "torchrun":
-        cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", script]
+        cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", str(nproc), SCRIPT]
     else:
-        cmd = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
-               "--main_process_port", str(_free_port()), script]
-    proc = subprocess.run(cmd + ["--steps", "3", "--json", str(out)], capture_output=True,
-                          text=True, timeout=300, cwd=tmp_path)
+        cmd = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(nproc),
+               "--main_process_port", str(_free_port()), SCRIPT]
+    return subprocess.run(cmd + args, capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
+def test_every_strategy_runs_under_a_real_launcher_with_parity(launcher, tmp_path):
+    proc = _launch(launcher, 2, ["--strategy", "all", "--steps", "3"], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line.split()[0] for line in proc.stdout.splitlines()
+            if line.split() and line.split()[0] in exportable()]
+    assert sorted(rows) == exportable()
+    assert "FAIL" not in proc.stdout
+
+
+def test_dp_times_pp_runs_under_torchrun_and_writes_its_record(tmp_path):
+    out = tmp_path / "r.json"
+    proc = _launch("torchrun", 4, ["--strategy", "pp-1f1b", "--dp", "2", "--pp", "2", "--steps", "3",
+                                   "--json", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(out.read_text())
-    assert record["world_size"] == 2 and record["parity"]["ok"] is True
+    assert record["world_size"] == 4 and record["parity"]["ok"] is True
+    assert record["layout"]["dp"] == 2 and record["layout"]["pp"] == 2

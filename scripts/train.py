@@ -1,0 +1,78 @@
+"""Train any mgpukit strategy on the processes `accelerate launch` or `torchrun` start.
+
+Exported by `mgpukit export ddp` — the same appliers and trainer the notebooks run.
+
+    accelerate launch --multi_gpu --num_processes 2 scripts/train.py --strategy ddp --steps 20
+    torchrun --nproc_per_node 2 scripts/train.py --strategy ddp --steps 20
+    torchrun --nproc_per_node 4 scripts/train.py --strategy pp-1f1b --dp 2 --pp 2
+    torchrun --nproc_per_node 2 scripts/train.py --strategy all --steps 3     # every strategy
+
+On GPUs the workers use NCCL; without GPUs they form one gloo group of CPU workers. What each
+process does (`mgpukit.launched.training_function`):
+
+    mesh     = ParallelDims(dp, tp, pp) -> DeviceMesh                 (one per launch)
+    parts    = parallelize(build_model(cfg), cfg, ctx, rec, strategy)  (appliers, in order)
+    weights  = train(ctx, rec, cfg, parts, optimizer)                  (the one trainer)
+    record   = finish(...)  on rank 0: the result record and its parity against one process
+"""
+import argparse
+import json
+import sys
+
+from mgpukit.config import RunConfig
+from mgpukit.launched import teardown, training_function
+
+STRATEGY = "ddp"
+
+
+def get_config(args) -> RunConfig:
+    return RunConfig(model=args.model, steps=args.steps, global_batch=args.global_batch,
+                     micro_batches=args.micro_batches, lr=args.lr, optimizer=args.optimizer,
+                     options=dict(parse_option(o) for o in args.option))
+
+
+def parse_option(text: str):
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise SystemExit(f"train.py: error: -o {text!r}: write KEY=VALUE, e.g. -o bucket_mb=1")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--strategy", default=STRATEGY, help="a strategy from `mgpukit list`, or 'all'")
+    parser.add_argument("--model", default="gpt-tiny")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--global-batch", type=int, default=8)
+    parser.add_argument("--micro-batches", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
+    parser.add_argument("--dp", type=int, default=None, help="data-parallel degree")
+    parser.add_argument("--pp", type=int, default=None, help="pipeline-parallel degree")
+    parser.add_argument("--schedule", default=None, help="pipeline schedule (with --pp)")
+    parser.add_argument("--v", type=int, default=None, help="model chunks per pipeline rank")
+    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a strategy knob, e.g. -o bucket_mb=1 (checked against its type)")
+    parser.add_argument("--json", default=None, help="write the result record here (rank 0)")
+    parser.add_argument("--no-parity", action="store_true")
+    args = parser.parse_args()
+    layout = {"dp": args.dp, "pp": args.pp, "schedule": args.schedule, "v": args.v}
+    ok = True
+    try:
+        for name, record in training_function(args.strategy, get_config(args), layout=layout,
+                                              json_path=args.json, parity=not args.no_parity):
+            if record is not None:  # rank 0
+                from mgpukit.cli import print_summary
+
+                print_summary([record])
+                ok &= record["parity"] is None or record["parity"]["ok"]
+    finally:
+        teardown()
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
