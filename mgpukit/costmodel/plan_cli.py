@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 from mgpukit.costmodel.hardware import list_profiles, load_profile
-from mgpukit.costmodel.layout import SCHEDULES, Layout
+from mgpukit.costmodel.actions import SCHEDULES
+from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import CATEGORIES
 from mgpukit.costmodel.planner import Plan, plan, search
 from mgpukit.costmodel.shapes import get_shape, list_shapes
