@@ -9,6 +9,8 @@ when that is a module, else of `pkg`.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -192,6 +194,14 @@ def test_costmodel_is_the_bottom_layer():
     assert not {m: d for m, d in bad.items() if d}
     torch_users = [m for m, names in _third_party("mgpukit.costmodel").items() if "torch" in names]
     assert not torch_users
+
+
+def test_the_cost_model_loads_without_torch():
+    """Not just its own imports: loading it (with the `mgpukit` package above it) pulls no torch."""
+    code = ("import sys, mgpukit.costmodel, mgpukit.costmodel.simulate, mgpukit.costmodel.plan_cli; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("package, forbidden", [
