@@ -1,6 +1,4 @@
 """mgpukit — learn and measure multi-GPU training strategies, on a laptop or on 8 GPUs."""
-from mgpukit.runtime import (LaunchError, LaunchTimeout, OversubscribedWarning, ParallelDims,
-                             WorkerContext, WorkerError, current, launch)
 
 __version__ = "0.1.0"
 __all__ = ["launch", "run", "current", "WorkerContext", "ParallelDims", "LaunchError", "LaunchTimeout",
@@ -8,9 +6,14 @@ __all__ = ["launch", "run", "current", "WorkerContext", "ParallelDims", "LaunchE
 
 
 def __getattr__(name):
-    # `mgpukit.run` imports the strategies; loaded on first use so `import mgpukit` stays light.
+    # Loaded on first use: `import mgpukit.costmodel` (pure arithmetic) must not pay for torch,
+    # and `mgpukit.run` imports every strategy.
     if name == "run":
         from mgpukit.experiment import run
 
         return run
+    if name in __all__:
+        from mgpukit import runtime
+
+        return getattr(runtime, name)
     raise AttributeError(f"module 'mgpukit' has no attribute {name!r}")

@@ -38,7 +38,8 @@ from pathlib import Path
 
 import torch
 
-from mgpukit.costmodel.hardware import (OP_CONTEXTS, THIS_MACHINE, HardwareProfile, Link, PeakFlops, save_profile,
+from mgpukit.costmodel.comm import allreduce_time, fit_alpha_beta, ring_link
+from mgpukit.costmodel.hardware import (OP_CONTEXTS, THIS_MACHINE, HardwareProfile, PeakFlops, save_profile,
                                        user_profile_dir)
 
 SIZES = (2**10, 2**12, 2**14, 2**16, 2**18, 2**20, 2**22, 2**24)  # all-reduce bytes, 1 KB … 16 MB
@@ -189,24 +190,6 @@ def measure_allreduce(sizes, *, repeats: int, compute_first: bool = True) -> dic
     return {nbytes: statistics.median(ts) for nbytes, ts in times.items()}
 
 
-def fit_alpha_beta(times: dict[int, float], n: int) -> tuple[float, float]:
-    """(alpha, beta) of the ring all-reduce ``t = 2(n-1)α + 2(n-1)/n · B/β``: least squares of
-    ``t = c0 + c1·B`` on relative error (rows weighted by ``1/t``), kept physical — a negative
-    intercept refits through the origin (alpha 0); a slope that is not positive (noise larger
-    than the transfer times) falls back to the largest message alone for beta."""
-    sizes = sorted(times)
-    b = torch.tensor([float(x) for x in sizes], dtype=torch.float64)
-    t = torch.tensor([times[x] for x in sizes], dtype=torch.float64)
-    w = 1.0 / t
-    rows = torch.stack([torch.ones_like(b), b], dim=1)
-    c0, c1 = torch.linalg.lstsq(rows * w[:, None], (t * w)[:, None]).solution.squeeze(1).tolist()
-    if c0 < 0:
-        c0, c1 = 0.0, float(((b * w) @ (t * w)) / ((b * w) @ (b * w)))
-    if c1 <= 0:
-        c1 = max(times[sizes[-1]] - c0, 0.5 * times[sizes[-1]]) / sizes[-1]
-    return c0 / (2 * (n - 1)), 2 * (n - 1) / n / c1
-
-
 def _measure(sizes, quick: bool) -> dict:
     """Runs on every worker: compute and memory figures measured concurrently, then gloo."""
     import torch.distributed as dist
@@ -255,8 +238,8 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
     overhead = med(r["op_overhead"]["all"] for r in ranks)
     by_context = {k: med(r["op_overhead"][k] for r in ranks) for k in OP_CONTEXTS}
     times = {b: max(r["allreduce"][b] for r in ranks) for b in sizes}  # a collective ends on its last rank
-    alpha, beta = fit_alpha_beta(times, workers)
-    link = Link(alpha=alpha, beta=beta)
+    link = ring_link(fit_alpha_beta(list(times), list(times.values())), workers)
+    alpha, beta = link.alpha, link.beta
     threads = ranks[0]["threads"]
     fields = dict(
         name=THIS_MACHINE,
@@ -273,7 +256,7 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
     )
     profile = HardwareProfile(**fields, op_overhead=overhead, op_overhead_by_context=by_context)
     path = Path(out) if out is not None else user_profile_dir() / f"{THIS_MACHINE}.toml"
-    fit = [(b, t, 2 * (workers - 1) * alpha + 2 * (workers - 1) / workers * b / beta) for b, t in times.items()]
+    fit = [(b, t, allreduce_time(b, workers, link)) for b, t in times.items()]
     worst = max(abs(p - t) / t for _, t, p in fit)
     save_profile(profile, path, comment=(
         f"Measured on this host by `mgpukit calibrate{' --quick' if quick else ''}` at "

@@ -1,7 +1,10 @@
 """`mgpukit` command line: info | list | run | tour | bench | plan | calibrate | export.
 
 Each area adds its own subcommand with a `register(subparsers)` function, so this file only
-wires them together."""
+wires them together. A mistake in what was asked — a bad argument, a layout that cannot run, an
+unknown profile — is one line on stderr, `mgpukit: error: <cause and fix>`, exit code 2; a rank
+that failed is its message (the rank's traceback) without ours, exit code 1. `--debug`, before
+or after the subcommand, shows the full traceback instead."""
 from __future__ import annotations
 
 import argparse
@@ -38,31 +41,64 @@ def _list(args):
         print(f"{s.name:<{width}}  {s.family:<16} {s.description}")
 
 
-def _parse_options(pairs):
-    options = {}
-    for pair in pairs or []:
-        key, _, value = pair.partition("=")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return options
+_DEBUG_HELP = "on an error, show the full traceback instead of one line"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, like every other error of the CLI."""
+
+    def error(self, message):
+        self.exit(2, f"mgpukit: error: {message} (see `{self.prog} --help`)\n")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be greater than 0")
+    return value
+
+
+def key_value(text: str) -> tuple[str, object]:
+    """argparse type of `-o KEY=VALUE`: VALUE is read as JSON when it is (1, 0.5, true), else kept
+    as a string."""
+    key, eq, value = text.partition("=")
+    if not eq or not key or not value:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE; write e.g. -o bucket_mb=1")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 def add_run_arguments(p):
-    p.add_argument("--workers", type=int, default=None, help="number of ranks (default: the strategy's)")
+    p.add_argument("--workers", type=positive_int, default=None, help="number of ranks (default: the strategy's)")
     p.add_argument("--mode", default="auto", choices=["auto", "cpu", "gpu", "emulated"])
     p.add_argument("--emulate", metavar="PROFILE", default=None,
                    help="emulated mode with this hardware profile (e.g. h100-nvlink)")
-    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--steps", type=positive_int, default=None)
     p.add_argument("--model", default=None, help="gpt-tiny | gpt-small | mlp-tiny | mlp-wide")
-    p.add_argument("--global-batch", type=int, default=None)
-    p.add_argument("--micro-batches", type=int, default=None)
+    p.add_argument("--global-batch", type=positive_int, default=None)
+    p.add_argument("--micro-batches", type=positive_int, default=None)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--optimizer", default=None, choices=["sgd", "adamw"])
-    p.add_argument("--option", "-o", action="append", metavar="KEY=VALUE",
+    p.add_argument("--option", "-o", action="append", type=key_value, metavar="KEY=VALUE",
                    help="strategy knob, e.g. -o bucket_mb=1 -o schedule=1f1b")
-    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--timeout", type=positive_float, default=600.0, help="seconds (default 600)")
 
 
 def config_from_args(args):
@@ -72,7 +108,7 @@ def config_from_args(args):
                                 "global_batch": args.global_batch, "lr": args.lr,
                                 "micro_batches": args.micro_batches,
                                 "optimizer": args.optimizer}.items() if v is not None}
-    return RunConfig(**fields, options=_parse_options(args.option))
+    return RunConfig(**fields, options=dict(args.option or []))
 
 
 def _run(args):
@@ -95,25 +131,9 @@ def _run(args):
 
 
 def print_summary(records):
-    from mgpukit.plots import table_summary
+    from mgpukit.plots.summary import format_summary
 
-    rows = table_summary(records)
-    ws = max([len("strategy")] + [len(r["strategy"]) for r in rows])  # columns fit their longest entry
-    wl = max([len("source")] + [len(r["source_label"]) for r in rows])
-    header = f"{'strategy':<{ws}} {'source':<{wl}} {'ranks':>5} {'final loss':>10} {'step ms':>9} " \
-             f"{'tokens/s':>10} {'peak MiB':>9} {'MB sent/step':>12} {'parity':>7}"
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        def fmt(v, spec):
-            return format(v, spec) if v is not None else "-"
-        parity = {True: "ok", False: "FAIL", None: "-"}[r["parity_ok"]]
-        step_ms = r["median_step_time_s"] * 1e3 if r["median_step_time_s"] is not None else None
-        peak = r["peak_memory_bytes"] / 2**20 if r["peak_memory_bytes"] is not None else None
-        sent = r["bytes_sent_per_step"] / 1e6 if r["bytes_sent_per_step"] is not None else None
-        print(f"{r['strategy']:<{ws}} {r['source_label']:<{wl}} {r['world_size']:>5} "
-              f"{fmt(r['final_loss'], '.4f'):>10} {fmt(step_ms, '.3f'):>9} "
-              f"{fmt(r['tokens_per_s'], '.0f'):>10} {fmt(peak, '.2f'):>9} {fmt(sent, '.3f'):>12} {parity:>7}")
+    print(format_summary(records))
 
 
 def _bench(args):
@@ -123,9 +143,7 @@ def _bench(args):
     names = sorted(BENCHES) if args.name == "all" else [args.name]
     for name in names:
         if name not in BENCHES:
-            print(f"unknown benchmark {name!r}; choose from: all, {', '.join(sorted(BENCHES))}",
-                  file=sys.stderr)
-            return 2
+            raise ValueError(f"unknown benchmark {name!r}; choose from: all, {', '.join(sorted(BENCHES))}")
     results = {}
     for name in names:
         print(f"== bench {name} ==")
@@ -138,8 +156,12 @@ def _bench(args):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mgpukit", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    from mgpukit import calibrate, export, tour
+    from mgpukit.costmodel import plan_cli
+
+    parser = _Parser(prog="mgpukit", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
+    sub = parser.add_subparsers(dest="command", required=True)  # subcommands are _Parsers too
 
     p = sub.add_parser("info", help="devices, versions, default mode and worker count")
     p.add_argument("--json", action="store_true")
@@ -160,29 +182,44 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks (ratios in one run): launch, emulation, dp, comm, pipeline, all")
     p.add_argument("name", nargs="?", default="all")
-    p.add_argument("--workers", type=int, default=None)
-    p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--workers", type=positive_int, default=None)
+    p.add_argument("--repeats", type=positive_int, default=None)
     p.add_argument("--quick", action="store_true", help="smaller settings (used by the tests)")
     p.add_argument("--json", metavar="FILE")
     p.set_defaults(func=_bench)
 
-    for module in ("mgpukit.tour", "mgpukit.costmodel.plan_cli", "mgpukit.calibrate",
-                   "mgpukit.export"):
-        try:
-            mod = __import__(module, fromlist=["register"])
-        except ModuleNotFoundError as e:
-            if e.name != module:
-                raise
-            continue
-        mod.register(sub)
+    for module in (tour, plan_cli, calibrate, export):
+        module.register(sub)
+    for p in sub.choices.values():  # --debug after the subcommand too; SUPPRESS keeps the global one
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
     return parser
+
+
+def _error_message(e: BaseException) -> tuple[int, str] | None:
+    """(exit code, message) for an error the user can act on; None for a bug (traceback)."""
+    from mgpukit.runtime.launcher import LaunchError, LaunchTimeout, WorkerError
+
+    if isinstance(e, (WorkerError, LaunchTimeout)):  # the run failed: the rank's traceback is the news
+        return 1, str(e)
+    if isinstance(e, KeyError) and e.args and isinstance(e.args[0], str):
+        return 2, e.args[0]  # str(KeyError) would wrap the message in quotes
+    if isinstance(e, (ValueError, KeyError, LaunchError, FileNotFoundError)):  # LayoutError,
+        return 2, " ".join(str(e).split())  # ProfileNotFoundError, TOMLDecodeError are ValueErrors
+    return None
 
 
 def main(argv=None) -> int:
     warnings.simplefilter("default")
     args = build_parser().parse_args(argv)
-    code = args.func(args)
-    return int(code or 0)
+    try:
+        return int(args.func(args) or 0)
+    except Exception as e:
+        report = None if args.debug else _error_message(e)
+        if report is None:
+            raise
+        code, message = report
+        print(f"mgpukit: error: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

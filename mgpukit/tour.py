@@ -159,11 +159,11 @@ def update_readme(path: str | Path, table: str, *, command: str) -> None:
 
 
 def _tour_command(args):
-    from mgpukit.cli import print_summary
+    from mgpukit.plots.summary import format_summary
 
     out = run_tour(workers=args.workers, steps=args.steps, out=args.out, emulate=args.emulate,
                    only=args.only)
-    print_summary(out["records"])
+    print(format_summary(out["records"]))
     for f in out["failures"]:
         print(f"FAILED {f['strategy']} ×{f['workers']} ({f['kind']}):\n{f['error']}")
     print(f"report written to {out['report']}")

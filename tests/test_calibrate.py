@@ -7,7 +7,8 @@ fit is checked on synthetic times generated from known alpha and beta.
 """
 import pytest
 
-from mgpukit.calibrate import calibrate, fit_alpha_beta
+from mgpukit.calibrate import calibrate
+from mgpukit.costmodel.comm import fit_alpha_beta, ring_link
 from mgpukit.costmodel.hardware import load_profile, user_profile_dir
 
 
@@ -44,11 +45,17 @@ def test_saved_profile_loads_back_and_the_clock_reads_its_op_overhead(calibrated
     assert loaded.dispatch_overhead("backward") == profile.op_overhead_by_context["backward"]
 
 
+def _ring(times: dict, n: int):
+    """The ring link `calibrate` derives from all-reduce times {bytes: seconds} on n ranks."""
+    return ring_link(fit_alpha_beta(list(times), list(times.values())), n)
+
+
 @pytest.mark.parametrize("n", [2, 4])
 def test_alpha_beta_fit_recovers_the_ring_formula(n):
     alpha, beta = 3e-4, 1.5e9
     times = {b: 2 * (n - 1) * alpha + 2 * (n - 1) / n * b / beta for b in (2**10, 2**16, 2**20, 2**24)}
-    a, b = fit_alpha_beta(times, n)
+    link = _ring(times, n)
+    a, b = link.alpha, link.beta
     assert a == pytest.approx(alpha, rel=1e-6) and b == pytest.approx(beta, rel=1e-6)
 
 
@@ -61,7 +68,7 @@ def test_cli_has_calibrate_with_quick_workers_and_out(tmp_path):
 
 def test_alpha_beta_fit_stays_physical_when_noise_swamps_the_transfers():
     times = {2**10: 2e-3, 2**16: 1e-3, 2**20: 0.8e-3, 2**22: 3e-3}  # not monotonic: a busy host
-    alpha, beta = fit_alpha_beta(times, 2)
-    assert alpha >= 0 and 0 < beta < float("inf")
-    alpha, beta = fit_alpha_beta({2**10: 3e-3, 2**20: 2e-3, 2**22: 1e-3}, 2)  # falling: no slope
-    assert alpha >= 0 and 0 < beta < 1e12
+    link = _ring(times, 2)
+    assert link.alpha >= 0 and 0 < link.beta < float("inf")
+    link = _ring({2**10: 3e-3, 2**20: 2e-3, 2**22: 1e-3}, 2)  # falling: no slope
+    assert link.alpha >= 0 and 0 < link.beta < 1e12

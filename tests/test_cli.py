@@ -3,6 +3,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from mgpukit.cli import main
 
 
@@ -50,3 +52,59 @@ def test_plan_answers(capsys):
     assert main(["plan", "--model", "70b", "--gpus", "64", "--profile", "h100-nvlink",
                  "--dp", "8", "--tp", "8", "--pp", "1"]) in (0, 1)
     assert "predicted" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ errors a user can act on
+
+BAD_INPUTS = [
+    (["run", "pp-interleaved", "--workers", "4"], "cannot be cut into 8 equal pipeline stages"),
+    (["run", "ddp", "--workers", "3"], "multiple of 3"),
+    (["run", "nope"], "mgpukit list"),
+    (["run", "ddp", "--workers", "0"], "--workers: 0 must be at least 1"),
+    (["run", "ddp", "-o", "bucket_mb"], "KEY=VALUE"),
+    (["run", "ddp", "--steps", "x"], "not a whole number"),
+    (["run", "ddp", "--emulate", "nope"], "unknown hardware profile 'nope'"),
+    (["plan", "--tp", "0"], "--tp 0"),
+    (["plan", "--model", "70b", "--gpus", "24", "--tp", "3"], "choose tp in"),
+    (["plan", "--profile", "{bad_toml}"], "bad.toml"),
+    (["bench", "--repeats", "-1"], "--repeats: -1"),
+    (["bench", "nope"], "unknown benchmark 'nope'"),
+    ([], "required: command"),
+]
+
+
+def _cli(argv, **kw):
+    return subprocess.run([sys.executable, "-m", "mgpukit.cli", *argv], capture_output=True,
+                          text=True, timeout=300, **kw)
+
+
+@pytest.mark.parametrize("argv, cause", BAD_INPUTS, ids=lambda x: " ".join(x) if isinstance(x, list) else "")
+def test_a_bad_input_is_one_line_and_exit_code_2(argv, cause, tmp_path):
+    """Method: run the real console entry point in a subprocess; a mistake in what was asked must
+    come back as exactly one stderr line `mgpukit: error: ...` naming the cause — no traceback,
+    no warnings — and exit code 2."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = [\n")  # not TOML: the error must name the file
+    proc = _cli([a.format(bad_toml=bad) for a in argv])
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("mgpukit: error: ") and cause in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_shows_the_traceback(where):
+    argv = ["run", "ddp", "--workers", "3"]
+    proc = _cli(["--debug", *argv] if where == "before" else [*argv, "--debug"])
+    assert proc.returncode != 0 and "Traceback" in proc.stderr and "multiple of 3" in proc.stderr
+
+
+def test_a_failing_rank_shows_its_traceback_not_ours():
+    """A rank that raised is not a usage error: its traceback is the message, exit code 1; the
+    parent's own frames (cli.py, launcher's raise) are left out."""
+    proc = _cli(["run", "ddp", "--workers", "2", "--steps", "1", "--no-parity", "-o", "bucket_mb=\"x\""])
+    assert proc.returncode == 1, proc.stderr
+    err = proc.stderr[proc.stderr.index("mgpukit: error: "):]
+    assert err.startswith("mgpukit: error: rank ") and "Traceback" in err
+    assert "mgpukit/cli.py" not in err

@@ -60,6 +60,29 @@ def test_ring_allreduce_1gb_over_8_gpus_at_100gbs():
     assert allreduce_time(1e9, 1, link) == 0.0  # nothing to talk to
 
 
+def test_bus_factor_is_the_share_of_the_buffer_each_rank_sends():
+    from mgpukit.costmodel.comm import bus_factor
+
+    assert bus_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    assert bus_factor("reduce_scatter", 8) == bus_factor("all_gather", 8) == pytest.approx(7 / 8)
+    assert bus_factor("all_reduce", 1) == 0.0
+    with pytest.raises(ValueError, match="all_reduce"):
+        bus_factor("allreduce", 4)
+
+
+def test_alpha_beta_fit_recovers_a_line_and_its_ring_link():
+    from mgpukit.costmodel.comm import fit_alpha_beta, ring_link
+
+    sizes = [2**k for k in range(10, 25, 2)]
+    fit = fit_alpha_beta(sizes, [3e-4 + s / 8e8 for s in sizes])
+    assert fit["alpha"] == pytest.approx(3e-4, rel=1e-9) and fit["beta"] == pytest.approx(8e8, rel=1e-9)
+    link = ring_link(fit, 4)  # 6 ring steps; each link carries 1.5x the buffer rate
+    assert link.alpha == pytest.approx(3e-4 / 6) and link.beta == pytest.approx(1.2e9)
+    assert allreduce_time(2**20, 4, link) == pytest.approx(3e-4 + 2**20 / 8e8)
+    with pytest.raises(ValueError, match="two different sizes"):
+        fit_alpha_beta([8, 8], [1.0, 2.0])
+
+
 def test_link_follows_the_group_span():
     assert group_link(H100, 8) == H100.intra_node  # one node
     dp_across_nodes = group_link(H100, 8, stride=8)  # one member per node: one NIC each

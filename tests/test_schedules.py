@@ -11,8 +11,9 @@ from fractions import Fraction
 import pytest
 
 from mgpukit.costmodel.schedules import (
-    Action, build_schedule, check_table, describe, max_in_flight, to_rows, torch_order)
+    Action, build_schedule, check_table, describe, max_in_flight, to_rows)
 from mgpukit.costmodel.simulate import DeadlockError, bubble_formula, simulate
+from mgpukit.strategies.pipeline.torch_order import torch_order
 
 
 def _parse(row: str, stage=None) -> list[Action]:

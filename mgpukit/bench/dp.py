@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from mgpukit.bench import bench
+from mgpukit.costmodel.comm import bus_factor
 from mgpukit.experiment import run
 from mgpukit.runtime.launcher import launch
 from mgpukit.lessons import warm_parent
@@ -79,7 +80,7 @@ def _bus_bandwidths(nbytes: int, iters: int) -> dict:
     rec = Recorder(current())  # both sides go through it: same bookkeeping per call
     n = dist.get_world_size()
     tensor = torch.ones(nbytes // 4)
-    bus = 2 * (n - 1) / n * nbytes  # bytes each rank sends in a ring all-reduce
+    bus = bus_factor("all_reduce", n) * nbytes  # bytes each rank sends in a ring all-reduce
     backend_s = ring_s = 0.0
     for _ in range(2):  # interleave backend, ring, backend, ring
         backend_s += _time_all_reduce(lambda t: rec.all_reduce(t), tensor, iters)

@@ -23,7 +23,11 @@ and ``beta`` attributes: the emulator's virtual clock uses them too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mgpukit.costmodel.hardware import HardwareProfile, Link
+
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 
 
 def _check(n: int) -> None:
@@ -31,12 +35,30 @@ def _check(n: int) -> None:
         raise ValueError(f"a collective needs at least 1 rank, got n={n}")
 
 
+def bus_factor(collective: str, n: int) -> float:
+    """Bytes each rank sends in `collective` on `n` ranks, as a fraction of the buffer.
+
+    ``2(n-1)/n`` for a ring all-reduce (a reduce-scatter then an all-gather), ``(n-1)/n`` for a
+    ring reduce-scatter or all-gather (``n-1`` steps of ``1/n`` of the buffer). For the ring
+    collectives this is nccl-tests' busbw factor. A chain broadcast has ``n-1`` of ``n`` ranks
+    forward the whole buffer: ``(n-1)/n`` per rank on average (nccl-tests uses 1 there, the
+    busiest link). The one home of these factors: the recorder counts bytes with it, the
+    theory modules predict bytes with it, the bandwidth measurements turn times into busbw.
+    """
+    _check(n)
+    if collective == "all_reduce":
+        return 2 * (n - 1) / n
+    if collective in ("reduce_scatter", "all_gather", "broadcast"):
+        return (n - 1) / n
+    raise ValueError(f"no bus factor for {collective!r}; choose one of {', '.join(COLLECTIVES)}")
+
+
 def allreduce_time(nbytes: float, n: int, link) -> float:
     """Ring all-reduce: a reduce-scatter then an all-gather, ``2(n-1)`` steps."""
     _check(n)
     if n == 1:
         return 0.0
-    return 2 * (n - 1) / n * nbytes / link.beta + 2 * (n - 1) * link.alpha
+    return bus_factor("all_reduce", n) * nbytes / link.beta + 2 * (n - 1) * link.alpha
 
 
 def reduce_scatter_time(nbytes: float, n: int, link) -> float:
@@ -44,7 +66,7 @@ def reduce_scatter_time(nbytes: float, n: int, link) -> float:
     _check(n)
     if n == 1:
         return 0.0
-    return (n - 1) / n * nbytes / link.beta + (n - 1) * link.alpha
+    return bus_factor("reduce_scatter", n) * nbytes / link.beta + (n - 1) * link.alpha
 
 
 def allgather_time(nbytes: float, n: int, link) -> float:
@@ -93,3 +115,47 @@ def group_link(profile: HardwareProfile, size: int, stride: int = 1) -> Link:
     the dp group stride ``tp`` and the pp group stride ``tp · dp``.
     """
     return link_for_ranks(range(0, size * stride, stride), profile)
+
+
+# ---------------------------------------------------------------- fitting alpha and beta
+
+
+def fit_alpha_beta(sizes: Sequence[float], times: Sequence[float]) -> dict:
+    """Least-squares fit of ``time = alpha + size / beta``; returns ``{"alpha": s, "beta": B/s}``.
+
+    The residuals are relative (each row divided by its time): sizes span several decades, and
+    a plain fit would let the largest message decide everything and leave alpha meaningless.
+    Kept physical: a negative alpha (latency lost in noise) is clamped to 0 and beta refitted
+    alone; a slope that is not positive (noise larger than the transfer times) falls back to
+    the largest message alone for beta.
+    """
+    s, t = [float(x) for x in sizes], [float(x) for x in times]
+    if len(s) != len(t) or len(s) < 2:
+        raise ValueError(f"need at least two (size, time) pairs of equal length; got {len(s)} "
+                         f"sizes and {len(t)} times.")
+    if min(t) <= 0:
+        raise ValueError("times must be positive.")
+    if len(set(s)) < 2:
+        raise ValueError(f"need at least two different sizes to fit a line; got {sorted(set(s))}.")
+    # weighted rows (1/t, s/t) · (alpha, 1/beta) ≈ 1: the 2×2 normal equations, solved by hand
+    a = [1 / x for x in t]
+    b = [x / y for x, y in zip(s, t)]
+    aa, ab, bb = sum(x * x for x in a), sum(x * y for x, y in zip(a, b)), sum(y * y for y in b)
+    a1, b1 = sum(a), sum(b)
+    det = aa * bb - ab * ab
+    alpha, inv_beta = (a1 * bb - b1 * ab) / det, (aa * b1 - ab * a1) / det
+    if alpha < 0:
+        alpha, inv_beta = 0.0, b1 / bb
+    if inv_beta <= 0:
+        big = max(range(len(s)), key=s.__getitem__)
+        inv_beta = max(t[big] - alpha, 0.5 * t[big]) / s[big]
+    return {"alpha": alpha, "beta": 1 / inv_beta}
+
+
+def ring_link(fit: dict, n: int) -> Link:
+    """The link that a fit of all-reduce times on `n` ranks implies, read as a ring: the fitted
+    alpha is ``2(n-1)`` ring steps, the fitted beta the buffer rate, which the ring moves
+    ``bus_factor`` times over each link (the busbw asymptote)."""
+    if n < 2:
+        raise ValueError(f"a ring needs at least 2 ranks to have a link, got n={n}")
+    return Link(alpha=fit["alpha"] / (2 * (n - 1)), beta=bus_factor("all_reduce", n) * fit["beta"])

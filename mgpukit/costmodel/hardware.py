@@ -194,8 +194,12 @@ def load_profile(name: str, *, search_dirs: list[Path] | None = None) -> Hardwar
 
 
 def _read(path: Path) -> HardwareProfile:
-    with open(path, "rb") as f:
-        return HardwareProfile.from_dict(tomllib.load(f))
+    try:
+        with open(path, "rb") as f:
+            return HardwareProfile.from_dict(tomllib.load(f))
+    except ValueError as e:  # tomllib.TOMLDecodeError included: name the file to fix
+        raise ValueError(f"hardware profile {path}: {e}; fix the file, or delete it "
+                         f"(`mgpukit calibrate` writes this-machine again)") from None
 
 
 def save_profile(profile: HardwareProfile, path: str | Path, *, comment: str = "") -> Path:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mgpukit.costmodel.actions import SCHEDULES
 from mgpukit.costmodel.flops import CHECKPOINTING
 
-SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")
 DTYPE_BYTES = {"bf16": 2, "fp32": 4}
 
 
@@ -25,7 +25,8 @@ class LayoutError(ValueError):
     """A layout that cannot run; the message says what to change."""
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
+    """The positive divisors of ``n``, ascending: the degrees a size can be split into."""
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
@@ -114,14 +115,14 @@ def check_layout(shape, layout: Layout, *, gpus: int | None = None) -> None:
     if heads % layout.tp:
         what = f"n_head={shape.n_head}" + (f" and n_kv_head={shape.kv_heads}" if shape.kv_heads != shape.n_head else "")
         raise LayoutError(f"tp={layout.tp} must divide {what} so each tp rank holds whole heads; "
-                          f"choose tp in {_divisors(heads)}")
+                          f"choose tp in {divisors(heads)}")
     if shape.n_layer % layout.pp:
         raise LayoutError(f"pp={layout.pp} must divide n_layer={shape.n_layer} so every stage gets the same "
-                          f"number of layers; choose pp in {_divisors(shape.n_layer)}")
+                          f"number of layers; choose pp in {divisors(shape.n_layer)}")
     if layout.schedule == "interleaved":
         chunks = layout.pp * layout.v
         if shape.n_layer % chunks:
-            ok = [v for v in _divisors(shape.n_layer // layout.pp) if v >= 2]
+            ok = [v for v in divisors(shape.n_layer // layout.pp) if v >= 2]
             raise LayoutError(f"interleaved with pp={layout.pp}, v={layout.v} needs n_layer={shape.n_layer} "
                               f"divisible by pp × v = {chunks}; choose v in {ok or 'none: use 1f1b'}")
         if layout.num_micro_batches % layout.pp:

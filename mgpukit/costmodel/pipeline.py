@@ -24,7 +24,7 @@ schedule simulator (``mgpukit.costmodel.simulate``) for equal stage costs.
 
 from __future__ import annotations
 
-from mgpukit.costmodel.layout import SCHEDULES
+from mgpukit.costmodel.actions import SCHEDULES
 
 
 def bubble_fraction(schedule: str, p: int, m: int, v: int = 1) -> float:

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 from mgpukit.costmodel.hardware import list_profiles, load_profile
-from mgpukit.costmodel.layout import SCHEDULES, Layout
+from mgpukit.costmodel.actions import SCHEDULES
+from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import CATEGORIES
 from mgpukit.costmodel.planner import Plan, plan, search
 from mgpukit.costmodel.shapes import get_shape, list_shapes
@@ -61,6 +62,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+_POSITIVE = ("gpus", "dp", "tp", "pp", "v", "micro_batch", "global_batch", "micro_batches", "top")
+
+
 def layout_from_args(args) -> Layout:
     tp, pp = args.tp, args.pp
     if args.dp is None and args.gpus % (tp * pp):
@@ -75,10 +79,18 @@ def layout_from_args(args) -> Layout:
     return Layout(num_micro_batches=m, **kw)
 
 
+def _check_positive(args) -> None:
+    for name in _POSITIVE:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} {value}: must be at least 1")
+
+
 def run(args) -> int:
     """Handler of ``mgpukit plan``: prints a table, optionally writes JSON; returns the exit code."""
     try:
         shape, profile = get_shape(args.model), load_profile(args.profile)
+        _check_positive(args)
         if args.search:
             gb = args.global_batch or SEARCH_GLOBAL_BATCH
             plans = search(shape, args.gpus, profile, global_batch=gb, top=args.top, include_unfit=True)
@@ -90,7 +102,7 @@ def run(args) -> int:
             print(format_plan(result_plan))
             result = result_plan.to_dict()
     except ValueError as e:  # LayoutError and unknown names included: say what to change
-        print(f"mgpukit plan: error: {e}", file=sys.stderr)
+        print(f"mgpukit: error: {e}", file=sys.stderr)
         return 2
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

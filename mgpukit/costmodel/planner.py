@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from mgpukit.costmodel.hardware import HardwareProfile, load_profile
-from mgpukit.costmodel.layout import Layout, LayoutError, check_layout
+from mgpukit.costmodel.layout import Layout, LayoutError, check_layout, divisors
 from mgpukit.costmodel.memory import memory_per_rank
 from mgpukit.costmodel.shapes import ModelShape, get_shape, param_count
 from mgpukit.costmodel.steptime import step_time
@@ -85,20 +85,16 @@ def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile",
     )
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def candidate_layouts(shape: ModelShape, gpus: int, profile: HardwareProfile, *, global_batch: int,
                       micro_batches=(1, 2, 4, 8), max_v: int = 8):
     """Every layout the search considers. Pruned: tp within a node and dividing the heads,
     pp dividing the layers, SP always on with tp > 1 (same traffic, less memory), ZeRO-2/3
     only without pipelining (they re-communicate every micro-batch), interleaving with
     ``v ≤ max_v`` chunks."""
-    for tp in _divisors(gpus):
+    for tp in divisors(gpus):
         if tp > profile.gpus_per_node or shape.n_head % tp or shape.kv_heads % tp:
             continue
-        for pp in _divisors(gpus // tp):
+        for pp in divisors(gpus // tp):
             if shape.n_layer % pp:
                 continue
             dp = gpus // (tp * pp)

@@ -4,7 +4,9 @@ A pipeline splits the model's layers into stages, one rank per stage, and the ba
 ``m`` micro-batches. A *schedule* is just the order in which each rank runs its work. Here it
 is a plain table — ``table[rank]`` is a list of :class:`Action` — with no torch inside, so
 the same table can be printed, simulated (``mgpukit.costmodel.simulate``), checked against
-``torch.distributed.pipelining`` (:func:`torch_order`) or executed by a runtime.
+``torch.distributed.pipelining`` (``mgpukit.strategies.pipeline.torch_order``) or executed by
+a runtime. The vocabulary — schedule names, :class:`Action`, ``Table`` — lives one layer down in
+``mgpukit.costmodel.actions``, which the simulator imports too.
 
 Actions:
 
@@ -29,30 +31,8 @@ zb-h1           (p-1)/(3m+p-1) if F=I=W      p  (W pending; same peak as 1F1B)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-KINDS = ("F", "B", "I", "W")
-SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved", "zb-h1")
-
-
-@dataclass(frozen=True)
-class Action:
-    """One unit of pipeline work: ``kind`` of ``microbatch`` on global virtual ``stage``."""
-
-    kind: str  # "F" | "B" | "I" | "W"
-    microbatch: int
-    stage: int
-
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"Action kind must be one of {KINDS}, got {self.kind!r}.")
-
-    def __str__(self) -> str:
-        return f"{self.kind}{self.microbatch}"
-
-
-Table = list[list[Action]]
-
+from mgpukit.costmodel.actions import KINDS, SCHEDULES, Action, Table, num_stages  # noqa: F401  (re-exported)
+from mgpukit.costmodel.simulate import simulate
 
 # ---------------------------------------------------------------------------- builders
 
@@ -183,11 +163,6 @@ _BUILDERS = {"naive": _naive, "gpipe": _gpipe, "1f1b": _one_f_one_b, "zb-h1": _z
 # ---------------------------------------------------------------------------- inspection
 
 
-def num_stages(table: Table) -> int:
-    """Number of (virtual) stages the table mentions: ``max stage + 1``."""
-    return 1 + max((a.stage for ops in table for a in ops), default=-1)
-
-
 def check_table(table: Table, m: int) -> None:
     """Raise ``ValueError`` unless every (stage, micro-batch) has exactly one F and one B or I+W."""
     seen: dict[tuple[int, int], list[str]] = {}
@@ -238,8 +213,6 @@ def to_rows(table: Table, *, aligned: bool = False) -> list[list[str]]:
     if not aligned:
         width = max((len(ops) for ops in table), default=0)
         return [[_label(a, p, v) for a in ops] + [""] * (width - len(ops)) for ops in table]
-    from mgpukit.costmodel.simulate import simulate  # local: simulate imports this module
-
     # costs are per full stage and a chunk costs 1/v of it, so cost v = one slot per action
     tl = simulate(table, cost_f=v, cost_b=v, cost_i=v, cost_w=v)
     rows = [["."] * round(tl.makespan) for _ in range(p)]
@@ -254,71 +227,3 @@ def describe(table: Table, *, aligned: bool = True) -> str:
     width = max((len(c) for row in rows for c in row), default=1)
     return "\n".join(f"rank {r} | " + " ".join(c.ljust(width) for c in row).rstrip()
                      for r, row in enumerate(rows))
-
-
-# ---------------------------------------------------------- agreement with PyTorch
-
-
-def torch_order(name: str, p: int, m: int, v: int = 1) -> Table:
-    """PyTorch's order for the same schedule, as our ``Action`` table (compute actions only).
-
-    Built without a process group from stand-in stage objects:
-
-    - ``gpipe`` / ``1f1b`` (``ScheduleGPipe``, ``Schedule1F1B``, single-stage): we *run*
-      ``_step_microbatches`` once per rank with a stand-in stage that records each
-      ``forward_one_chunk`` / ``backward_one_chunk`` call and returns no p2p ops. (Their
-      ``pipeline_order`` is only a picture, and in torch 2.13 ``Schedule1F1B``'s mislabels the
-      last rank's micro-batches 1..m.)
-    - ``interleaved`` (``ScheduleInterleaved1F1B``) and ``zb-h1``
-      (``ScheduleInterleavedZeroBubble`` with one stage per rank): the ``pipeline_order`` IR
-      that the runtime lowers and executes, without ``None`` (idle) slots and non-compute
-      actions (``REDUCE_GRAD``...).
-
-    Uses private torch APIs: a torch upgrade may break this function, never the kit.
-    """
-    from types import SimpleNamespace
-
-    from torch.distributed.pipelining import schedules as tps
-
-    if name in ("gpipe", "1f1b"):
-        cls = tps.ScheduleGPipe if name == "gpipe" else tps.Schedule1F1B
-        return [_record_single_stage(cls, p, m, r) for r in range(p)]
-    if name in ("interleaved", "zb-h1"):
-        if name == "zb-h1" and v != 1:
-            raise ValueError("zb-h1 has one stage per rank; pass v=1.")
-        cls = (tps.ScheduleInterleaved1F1B if name == "interleaved"
-               else tps.ScheduleInterleavedZeroBubble)
-        stages = [SimpleNamespace(num_stages=p * v, group_size=p, group_rank=0, stage_index=c * p,
-                                  submod=None, is_first=c == 0, is_last=c == v - 1)
-                  for c in range(v)]
-        order = cls(stages, m).pipeline_order  # every rank's order is computed on any rank
-        return [[Action(a.computation_type.value, a.microbatch_index, a.stage_index)
-                 for a in order[r] if a is not None and a.computation_type.value in KINDS]
-                for r in range(p)]
-    raise ValueError(f"PyTorch has no {name!r} schedule; compare one of gpipe, 1f1b, "
-                     f"interleaved, zb-h1.")
-
-
-def _record_single_stage(cls, p: int, m: int, rank: int) -> list[Action]:
-    ops: list[Action] = []
-
-    class _Recorder:  # just enough of _PipelineStageBase for _step_microbatches
-        num_stages, stage_index, is_first, is_last = p, rank, rank == 0, False
-        device, output_chunks = "cpu", []
-
-        def forward_one_chunk(self, i, *args, **kwargs):
-            ops.append(Action("F", i, rank))
-
-        def backward_one_chunk(self, i, *args, **kwargs):
-            ops.append(Action("B", i, rank))
-
-        def _no_ops(self, *args, **kwargs):
-            return []
-
-        get_fwd_recv_ops = get_fwd_send_ops = get_bwd_recv_ops = get_bwd_send_ops = _no_ops
-        _get_init_p2p_neighbors_ops = _no_ops
-        _prepare_forward_infra = _prepare_backward_infra = perform_reduce_grad = _no_ops
-
-    sched = cls(_Recorder(), m, loss_fn=lambda out, target: out)  # loss_fn: a backward runs
-    sched._step_microbatches()
-    return ops

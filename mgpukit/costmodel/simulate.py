@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mgpukit.costmodel.schedules import Action, Table, num_stages
+from mgpukit.costmodel.actions import Action, Table, num_stages
+from mgpukit.costmodel.pipeline import bubble_fraction as bubble_formula  # noqa: F401  (its old name here)
 
 EVENT_KIND = {"F": "fwd", "B": "bwd", "I": "bwd_input", "W": "bwd_weight"}
 
@@ -152,13 +153,3 @@ def _deadlock_message(table, stuck, nxt, n_stages, where, end) -> str:
                      f"waiting for " + " and ".join(waits))
     return ("Schedule deadlocks: " + "; ".join(lines) + ". Reorder the actions so that every "
             "input is produced before it is needed, or add the missing actions.")
-
-
-def bubble_formula(name: str, p: int, m: int, v: int = 1) -> float:
-    """Closed-form bubble fraction with equal stage costs (zb-h1: with F = I = W)."""
-    forms = {"naive": (p - 1) / p, "gpipe": (p - 1) / (m + p - 1),
-             "1f1b": (p - 1) / (m + p - 1), "interleaved": (p - 1) / (v * m + p - 1),
-             "zb-h1": (p - 1) / (3 * m + p - 1)}
-    if name not in forms:
-        raise ValueError(f"No closed form for {name!r}; choose one of {', '.join(forms)}.")
-    return forms[name]

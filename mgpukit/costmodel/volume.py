@@ -20,6 +20,7 @@ that per all-reduce (see :mod:`mgpukit.costmodel.comm`). Per step, for Ψ local 
 
 from __future__ import annotations
 
+from mgpukit.costmodel.comm import bus_factor
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import stage_params
 from mgpukit.costmodel.shapes import ModelShape
@@ -32,18 +33,18 @@ def tp_allreduces_per_layer(checkpointing: str) -> int:
 
 def dp_collective_bytes(psi: float, layout: Layout) -> dict[str, float]:
     """Buffer sizes (bytes, the full unsharded buffer) of the data-parallel collectives per step,
-    as counts × size: ``allreduce``, ``reduce_scatter``, ``allgather`` → (count, nbytes)."""
+    as counts × size: ``all_reduce``, ``reduce_scatter``, ``all_gather`` → (count, nbytes)."""
     nbytes = psi * layout.dtype_bytes
     m = layout.num_micro_batches
     if layout.dp == 1:
         return {}
     if layout.zero == 0:
-        return {"allreduce": (1, nbytes)}
+        return {"all_reduce": (1, nbytes)}
     if layout.zero == 1:
-        return {"reduce_scatter": (1, nbytes), "allgather": (1, nbytes)}
+        return {"reduce_scatter": (1, nbytes), "all_gather": (1, nbytes)}
     if layout.zero == 2:
-        return {"reduce_scatter": (m, nbytes), "allgather": (1, nbytes)}
-    return {"reduce_scatter": (m, nbytes), "allgather": (2 * m, nbytes)}
+        return {"reduce_scatter": (m, nbytes), "all_gather": (1, nbytes)}
+    return {"reduce_scatter": (m, nbytes), "all_gather": (2 * m, nbytes)}
 
 
 def comm_bytes_per_step(shape: ModelShape, layout: Layout) -> dict[str, float]:
@@ -52,13 +53,12 @@ def comm_bytes_per_step(shape: ModelShape, layout: Layout) -> dict[str, float]:
     n = layout.dp
     dp = 0.0
     for kind, (count, nbytes) in dp_collective_bytes(psi, layout).items():
-        factor = 2 * (n - 1) / n if kind == "allreduce" else (n - 1) / n
-        dp += count * factor * nbytes
+        dp += count * bus_factor(kind, n) * nbytes
 
     t, m = layout.tp, layout.num_micro_batches
     activation = shape.seq_len * layout.micro_batch * shape.d_model * layout.dtype_bytes
     layers = shape.n_layer // layout.pp
-    tp = m * layers * tp_allreduces_per_layer(layout.checkpointing) * 2 * (t - 1) / t * activation
+    tp = m * layers * tp_allreduces_per_layer(layout.checkpointing) * bus_factor("all_reduce", t) * activation
 
     pp = 0.0
     if layout.pp > 1:

@@ -23,6 +23,7 @@ from collections import Counter
 import torch
 import torch.distributed as dist
 
+from mgpukit.costmodel.comm import bus_factor
 from mgpukit.runtime.context import WorkerContext
 
 
@@ -154,10 +155,10 @@ class Recorder:
         self.bytes_sent += sent
         self.bytes_received += received
 
-    def _collective(self, name, run, nbytes: int, group, async_op: bool, bus_factor: float):
+    def _collective(self, name, run, nbytes: int, group, async_op: bool, factor: float):
         ranks = group_ranks(group)
         n = len(ranks)
-        self._count(name, nbytes, bus_factor * nbytes, bus_factor * nbytes)
+        self._count(name, nbytes, factor * nbytes, factor * nbytes)
         if self.clock.emulated:
             with self.clock.paused():
                 start, end = self.clock.collective(name, nbytes, ranks, group)
@@ -184,27 +185,27 @@ class Recorder:
         n = len(group_ranks(group))
         return self._collective(
             "all_reduce", lambda a: dist.all_reduce(tensor, op=op, group=group, async_op=a),
-            _nbytes(tensor), group, async_op, 2 * (n - 1) / n)
+            _nbytes(tensor), group, async_op, bus_factor("all_reduce", n))
 
     def reduce_scatter(self, output, input, *, op=dist.ReduceOp.SUM, group=None, async_op=False):
         n = len(group_ranks(group))
         return self._collective(
             "reduce_scatter",
             lambda a: dist.reduce_scatter_tensor(output, input, op=op, group=group, async_op=a),
-            _nbytes(input), group, async_op, (n - 1) / n)
+            _nbytes(input), group, async_op, bus_factor("reduce_scatter", n))
 
     def all_gather(self, output, input, *, group=None, async_op=False):
         n = len(group_ranks(group))
         return self._collective(
             "all_gather",
             lambda a: dist.all_gather_into_tensor(output, input, group=group, async_op=a),
-            _nbytes(output), group, async_op, (n - 1) / n)
+            _nbytes(output), group, async_op, bus_factor("all_gather", n))
 
     def broadcast(self, tensor, src: int, *, group=None, async_op=False):
         n = len(group_ranks(group))
         return self._collective(
             "broadcast", lambda a: dist.broadcast(tensor, src, group=group, async_op=a),
-            _nbytes(tensor), group, async_op, (n - 1) / n)
+            _nbytes(tensor), group, async_op, bus_factor("broadcast", n))
 
     def barrier(self, *, group=None):
         return self._collective("barrier", lambda a: dist.barrier(group=group, async_op=a),

@@ -12,12 +12,13 @@ Every title says where its numbers come from — measured, emulated (virtual clo
 
 from .comm import plot_bandwidth, plot_comm_bytes
 from .style import KIND_COLORS, MEMORY_COLORS, kind_color, record_name, source_kind, source_label
-from .summary import table_summary
+from .summary import format_summary, table_summary
 from .timeline import plot_bubble, plot_timeline
 from .training import plot_loss_parity, plot_memory, plot_speedup
 
 __all__ = [
     "KIND_COLORS",
+    "format_summary",
     "MEMORY_COLORS",
     "kind_color",
     "plot_bandwidth",

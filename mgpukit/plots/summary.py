@@ -41,3 +41,27 @@ def table_summary(records: Record | Sequence[Record]) -> list[dict[str, Any]]:
             "parity_ok": parity.get("ok") if parity else None,
         })
     return rows
+
+
+def format_summary(records: Record | Sequence[Record]) -> str:
+    """`table_summary` as a fixed-width text table (what `mgpukit run` and `tour` print)."""
+    rows = table_summary(records)
+    ws = max([len("strategy")] + [len(r["strategy"]) for r in rows])  # columns fit their longest entry
+    wl = max([len("source")] + [len(r["source_label"]) for r in rows])
+    header = f"{'strategy':<{ws}} {'source':<{wl}} {'ranks':>5} {'final loss':>10} {'step ms':>9} " \
+             f"{'tokens/s':>10} {'peak MiB':>9} {'MB sent/step':>12} {'parity':>7}"
+    lines = [header, "-" * len(header)]
+
+    def fmt(v, spec):
+        return format(v, spec) if v is not None else "-"
+
+    for r in rows:
+        parity = {True: "ok", False: "FAIL", None: "-"}[r["parity_ok"]]
+        step_ms = r["median_step_time_s"] * 1e3 if r["median_step_time_s"] is not None else None
+        peak = r["peak_memory_bytes"] / 2**20 if r["peak_memory_bytes"] is not None else None
+        sent = r["bytes_sent_per_step"] / 1e6 if r["bytes_sent_per_step"] is not None else None
+        lines.append(f"{r['strategy']:<{ws}} {r['source_label']:<{wl}} {r['world_size']:>5} "
+                     f"{fmt(r['final_loss'], '.4f'):>10} {fmt(step_ms, '.3f'):>9} "
+                     f"{fmt(r['tokens_per_s'], '.0f'):>10} {fmt(peak, '.2f'):>9} {fmt(sent, '.3f'):>12} "
+                     f"{parity:>7}")
+    return "\n".join(lines)

@@ -12,7 +12,6 @@ import plotly.graph_objects as go
 from mgpukit.costmodel import comm as cost
 from mgpukit.costmodel.hardware import list_profiles, load_profile
 from mgpukit.plots.style import PREDICTED, series_color
-from mgpukit.strategies.communication.bandwidth import bus_factor
 from mgpukit.strategies.communication.collectives import predicted_time
 from mgpukit.widgets.output import show
 
@@ -33,7 +32,7 @@ def predict_all_reduce(nbytes: float, n: int, algorithm: str = "ring", profile="
     latency = {"ring": 2 * (n - 1), "naive": 2 * (n - 1), "tree": 2 * math.log2(n)}[algorithm] * link.alpha
     return {"algorithm": algorithm, "bytes": nbytes, "n": n, "profile": hw.name,
             "link": {"alpha": link.alpha, "beta": link.beta},
-            "time_s": t, "busbw": bus_factor(n) * nbytes / t if t else math.inf,
+            "time_s": t, "busbw": cost.bus_factor("all_reduce", n) * nbytes / t if t else math.inf,
             "latency_share": latency / t if t else 0.0}
 
 

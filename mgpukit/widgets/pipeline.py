@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from mgpukit.costmodel.pipeline import bubble_fraction
 from mgpukit.costmodel.schedules import SCHEDULES, build_schedule, max_in_flight
-from mgpukit.costmodel.simulate import bubble_formula, simulate
+from mgpukit.costmodel.simulate import simulate
 from mgpukit.plots import plot_timeline
 from mgpukit.plots.style import PREDICTED, format_bytes, series_color, source_label
 from mgpukit.widgets.output import errors_shown_in, show
@@ -30,7 +31,7 @@ def predicted_record(name: str, p: int, m: int, v: int = 1) -> dict:
             "profile": None, "world_size": p, "dims": {"dp": 1, "tp": 1, "pp": p},
             "timeline": [{**e, "step": 0} for e in tl.events],
             "bubble_fraction": tl.bubble_fraction,
-            "theory": {"bubble_fraction": bubble_formula(name, p, m, v),
+            "theory": {"bubble_fraction": bubble_fraction(name, p, m, v),
                        "microbatches_in_flight": [max_in_flight(table, r) for r in range(p)]}}
 
 

@@ -14,7 +14,6 @@ fitted ``β`` times ``2(n-1)/n`` is the per-link bandwidth (the busbw asymptote)
 """
 from __future__ import annotations
 
-import math
 import statistics
 import warnings
 from collections.abc import Sequence
@@ -22,12 +21,8 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from mgpukit.costmodel.comm import bus_factor, fit_alpha_beta, ring_link
 from mgpukit.strategies.communication.collectives import all_reduce_fn
-
-
-def bus_factor(n: int) -> float:
-    """nccl-tests' all-reduce bus-bandwidth factor ``2(n-1)/n``."""
-    return 2 * (n - 1) / n
 
 
 def _measure_worker(sizes: list[int], impls: list[str], repeats: int) -> dict | None:
@@ -118,7 +113,7 @@ def measure_bandwidth(sizes: Sequence[int], *, workers: int = 2, impl: str = "ba
 
 def _summarise(impl, sizes, samples, n, mode, profile) -> dict:
     med = [statistics.median(s) for s in samples]
-    f = bus_factor(n)
+    f = bus_factor("all_reduce", n)
     out = {
         "impl": impl, "workers": n, "mode": mode, "profile": profile if mode == "emulated" else None,
         "source": "emulated" if mode == "emulated" else "measured",
@@ -134,38 +129,14 @@ def _summarise(impl, sizes, samples, n, mode, profile) -> dict:
             predicted_s=[fit["alpha"] + s / fit["beta"] for s in sizes],
             predicted_busbw=[predicted_busbw(fit, s, n) for s in sizes],
             # read as a ring: latency of one ring step, per-link bandwidth (the busbw asymptote)
-            link={"alpha": fit["alpha"] / (2 * (n - 1)), "beta": f * fit["beta"]},
+            link=vars(ring_link(fit, n)),
         )
     return out
 
 
-def fit_alpha_beta(sizes: Sequence[float], times: Sequence[float]) -> dict:
-    """Least-squares fit of ``time = alpha + size / beta``; returns ``{"alpha": s, "beta": B/s}``.
-
-    The residuals are relative (each row divided by its time): sizes span several decades, and
-    a plain fit would let the largest message decide everything and leave alpha meaningless. A
-    negative alpha (latency lost in noise) is clamped to 0 and beta refitted alone.
-    """
-    s = torch.tensor([float(x) for x in sizes], dtype=torch.float64)
-    t = torch.tensor([float(x) for x in times], dtype=torch.float64)
-    if s.numel() != t.numel() or s.numel() < 2:
-        raise ValueError(f"need at least two (size, time) pairs of equal length; got {len(sizes)} "
-                         f"sizes and {len(times)} times.")
-    if bool((t <= 0).any()):
-        raise ValueError("times must be positive.")
-    w = 1.0 / t
-    design = torch.stack([w, s * w], dim=1)  # unknowns: alpha, 1/beta
-    alpha, inv_beta = torch.linalg.lstsq(design, torch.ones_like(t).unsqueeze(1)).solution.flatten().tolist()
-    if alpha < 0:
-        alpha = 0.0
-        inv_beta = float((w * w * s * t).sum() / (w * w * s * s).sum())
-    beta = 1.0 / inv_beta if inv_beta > 0 else math.inf
-    return {"alpha": alpha, "beta": beta}
-
-
 def predicted_busbw(fit: dict, size: float, n: int) -> float:
     """The bus bandwidth the fit predicts for one all-reduce of `size` bytes on `n` ranks."""
-    return bus_factor(n) * size / (fit["alpha"] + size / fit["beta"])
+    return bus_factor("all_reduce", n) * size / (fit["alpha"] + size / fit["beta"])
 
 
 def bandwidth_table(results: dict[str, dict]) -> list[dict]:

@@ -33,6 +33,7 @@ import math
 
 import torch
 
+from mgpukit.costmodel.comm import allreduce_time, bus_factor
 from mgpukit.measure.recorder import group_ranks
 
 
@@ -234,7 +235,7 @@ def bytes_sent(impl: str, nbytes: float, n: int, rank: int = 0) -> float:
         return (n - 1) * nbytes if rank == 0 else nbytes
     if impl == "tree" and n & (n - 1):
         raise ValueError(f"tree (halving-doubling) needs a power-of-two n, got {n}.")
-    return 2 * (n - 1) / n * nbytes
+    return bus_factor("all_reduce", n) * nbytes
 
 
 def predicted_time(impl: str, nbytes: float, n: int, link) -> float:
@@ -246,11 +247,11 @@ def predicted_time(impl: str, nbytes: float, n: int, link) -> float:
         return 0.0
     a, b = link.alpha, link.beta
     if impl in ("ring", "backend"):
-        return 2 * (n - 1) * (a + nbytes / n / b)
+        return allreduce_time(nbytes, n, link)
     if impl == "naive":
         return 2 * (n - 1) * (a + nbytes / b)
     if impl == "tree":
         if n & (n - 1):
             raise ValueError(f"tree (halving-doubling) needs a power-of-two n, got {n}.")
-        return 2 * math.log2(n) * a + 2 * (n - 1) / n * nbytes / b
+        return 2 * math.log2(n) * a + bus_factor("all_reduce", n) * nbytes / b
     raise ValueError(f"unknown all-reduce {impl!r}; choose one of {', '.join(ALL_REDUCE)}.")

@@ -32,7 +32,6 @@ import math
 from mgpukit.costmodel import comm as cost
 
 METHODS = ("fp32", "fp16", "bf16", "int8", "topk", "powersgd")
-BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n}
 # each method's knobs (`cfg.options` keys) and their defaults
 DEFAULTS = {"topk": {"ratio": 0.01}, "int8": {"chunk": 1024, "int8_exchange": "all_gather"},
             "powersgd": {"rank": 2}}
@@ -93,7 +92,7 @@ def exchange_plan(method: str, shapes, n: int, *, ratio: float = DEFAULTS["topk"
 
 def plan_bytes(plan, n: int) -> float:
     """Bytes one rank sends for `plan` (ring bus bytes)."""
-    return sum(BUS_FACTOR[name](n) * nbytes for name, nbytes in plan)
+    return sum(cost.bus_factor(name, n) * nbytes for name, nbytes in plan)
 
 
 def plan_time(plan, n: int, link) -> float:

@@ -6,6 +6,8 @@ GPU shrinks (strong scaling) or stays (weak scaling) while the gradient all-redu
 the last bucket (`dp-bucketed`, DDP)."""
 from __future__ import annotations
 
+from mgpukit.costmodel.comm import bus_factor
+
 
 def dp_theory(cfg, dims) -> dict:
     """Every rank holds the full model; gradients are all-reduced once per step (ring)."""
@@ -17,7 +19,7 @@ def dp_theory(cfg, dims) -> dict:
     optimizer_states = 2 if cfg.optimizer == "adamw" else 1  # Adam: m and v; SGD: momentum
     return {
         "params": n_params,
-        "comm_bytes": 2 * (n - 1) / n * param_bytes,  # bus bytes sent per rank per step
+        "comm_bytes": bus_factor("all_reduce", n) * param_bytes,  # bus bytes sent per rank per step
         "memory": {"params": param_bytes, "grads": param_bytes,
                    "optimizer": optimizer_states * param_bytes},
     }

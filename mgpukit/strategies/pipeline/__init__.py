@@ -9,5 +9,6 @@
 - `pipeline_parallel` hand-written strategies: mp-naive, pp-gpipe, pp-1f1b, pp-interleaved, pp-zb
 - `native`            the same split through torch.distributed.pipelining: pp-native-*
 - `lab`               equal-cost stages, several schedules in one launch (bench, notebook)
+- `torch_order`       PyTorch's order of each schedule, as our table (the tests compare them)
 """
 from mgpukit.strategies.pipeline import native, pipeline_parallel  # noqa: F401  (registers)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from mgpukit.costmodel.pipeline import bubble_fraction
 from mgpukit.costmodel.schedules import build_schedule, max_in_flight
-from mgpukit.costmodel.simulate import bubble_formula, simulate
+from mgpukit.costmodel.simulate import simulate
 from mgpukit.strategies.pipeline.stages import check_split
 
 
@@ -77,7 +78,7 @@ def theory_for(plan: PipelinePlan) -> dict:
     table = build_schedule(plan.schedule, plan.p, plan.m, plan.v)
     return {
         "schedule": plan.schedule, "p": plan.p, "m": plan.m, "v": plan.v,
-        "bubble_fraction": bubble_formula(plan.schedule, plan.p, plan.m, plan.v),
+        "bubble_fraction": bubble_fraction(plan.schedule, plan.p, plan.m, plan.v),
         "bubble_fraction_simulated": simulate(table, cost_f=1.0, cost_b=2.0).bubble_fraction,
         "microbatches_in_flight": [max_in_flight(table, r) for r in range(plan.p)],
         "assumes": "equal stage costs, free point-to-point, backward = 2 x forward",

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from mgpukit.costmodel.layout import divisors
+
 
 def _layer_source(model: nn.Module) -> tuple[str, nn.ModuleList, str]:
     """(attribute name of the repeated layers, the layers, what to call one in messages)."""
@@ -29,18 +31,14 @@ def _layer_source(model: nn.Module) -> tuple[str, nn.ModuleList, str]:
                     f"cut a model made of a list of layers (mgpukit's GPT or MLP).")
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def check_split(n_layers: int, p: int, v: int = 1, *, model_name: str = "the model",
                 what: str = "layers") -> None:
     """Refuse, with what to change, a model whose layers don't divide into ``p·v`` stages."""
     stages = p * v
     if n_layers % stages == 0:
         return
-    ok_v = [d // p for d in _divisors(n_layers) if d % p == 0]
-    ok_p = [d for d in _divisors(n_layers) if n_layers % (d * v) == 0]
+    ok_v = [d // p for d in divisors(n_layers) if d % p == 0]
+    ok_p = [d for d in divisors(n_layers) if n_layers % (d * v) == 0]
     chunks = f" × v={v} chunks per rank" if v > 1 else ""
     hint = (f"use a number of pipeline ranks that divides it: workers in {ok_p}"
             + (f" (with v={v})" if v > 1 else ""))

@@ -1,0 +1,215 @@
+"""The package's import graph: no cycles, and the layers import only downwards.
+
+Method: read every module under `mgpukit/` with `ast` (nothing is imported or run), collect
+every `import` / `from … import` — at module level and inside functions alike, since a lazy
+import that dodges a circle at load time is still a circle — resolve relative imports, and keep
+the edges between mgpukit modules. `from pkg import name` counts as an import of `pkg.name`
+when that is a module, else of `pkg`.
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mgpukit
+
+ROOT = Path(mgpukit.__file__).parent
+
+# The training core, being redesigned (new trainer package, strategies as appliers): cycles
+# that only close through an import written in one of these files are that redesign's to
+# clear, and `test_no_import_cycles_through_the_training_core` lists them until it does.
+TRAINING_CORE = (
+    "mgpukit.experiment", "mgpukit.launched", "mgpukit.config",
+    "mgpukit.runtime.context", "mgpukit.runtime.launcher",
+    "mgpukit.strategies.registry", "mgpukit.strategies.common", "mgpukit.strategies.single",
+    "mgpukit.strategies.data_parallel.*",  # but not .theory
+    "mgpukit.strategies.pipeline.train", "mgpukit.strategies.pipeline.native",
+    "mgpukit.strategies.pipeline.pipeline_parallel", "mgpukit.strategies.pipeline.p2p",
+    "mgpukit.strategies.pipeline.executor",
+    "mgpukit.strategies.compression.common", "mgpukit.strategies.compression.parity",
+)
+
+
+def _in_training_core(module: str) -> bool:
+    if module == "mgpukit.strategies.data_parallel.theory":
+        return False
+    return any(module == m or (m.endswith(".*") and (module + ".").startswith(m[:-1]))
+               for m in TRAINING_CORE)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The mgpukit modules `name` imports anywhere in its file (package `__init__`s included)."""
+    is_pkg = path.name == "__init__.py"
+    package = name if is_pkg else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in modules:  # `import mgpukit.a.b` of a name inside a module
+                t = t.rpartition(".")[0]
+            if t and t != name and t.split(".")[0] == "mgpukit":
+                out.add(t)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one module (Tarjan), as a path."""
+    index, low, stack, on, comps = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_shortest_cycle(graph, comp) for comp in comps]
+
+
+def _shortest_cycle(graph, comp) -> list[str]:
+    """A shortest cycle inside one component, starting from its first module by name."""
+    start = min(comp)
+    paths, seen = [[start]], {start}
+    while paths:
+        nxt = []
+        for path in paths:
+            for w in sorted(graph[path[-1]] & comp):
+                if w == start:
+                    return path + [start]
+                if w not in seen:
+                    seen.add(w)
+                    nxt.append(path + [w])
+        paths = nxt
+    return sorted(comp)
+
+
+def _show(cycles) -> str:
+    return "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_graph_sees_lazy_and_relative_imports():
+    """The test of the test: a function-level import and a relative one are both edges."""
+    graph = import_graph()
+    assert "mgpukit.costmodel.hardware" in graph["mgpukit.costmodel.comm"]
+    assert graph["mgpukit"], "mgpukit/__init__.py imports something"
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+def test_no_import_cycles():
+    """Every cycle left must close through an import written in the training core."""
+    graph = import_graph()
+    outside = {m: set() if _in_training_core(m) else deps for m, deps in graph.items()}
+    cycles = _cycles(outside)
+    assert not cycles, "import cycles:\n" + _show(cycles)
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "cycles through the training core, for its redesign to clear: "
+    "strategies.common -> data_parallel.loop -> strategies.common (loop/loader import common, "
+    "common imports the loop); "
+    "strategies.registry -> mgpukit.strategies -> <every family> -> strategies.registry (the "
+    "registry imports the package to fill itself, each strategy module imports `register`); "
+    "compression.parity -> experiment -> registry -> strategies -> compression -> parity, and "
+    "compression.common -> parity -> half -> compression.common (common's lazy import of "
+    "`loss_parity`; parity imports the methods)"))
+def test_no_import_cycles_through_the_training_core():
+    cycles = _cycles(import_graph())
+    print(_show(cycles))
+    assert not cycles, "import cycles:\n" + _show(cycles)
+
+
+def _layer(graph, package: str) -> dict[str, set[str]]:
+    return {m: deps for m, deps in graph.items() if m == package or m.startswith(package + ".")}
+
+
+def _third_party(package: str) -> dict[str, set[str]]:
+    """Top-level names of the non-mgpukit modules each module of `package` imports."""
+    out = {}
+    for name, path in _modules().items():
+        if name != package and not name.startswith(package + "."):
+            continue
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names.add(node.module.split(".")[0])
+        out[name] = names
+    return out
+
+
+def test_costmodel_is_the_bottom_layer():
+    """The cost model is pure arithmetic: no torch, and nothing from mgpukit outside itself."""
+    graph = import_graph()
+    bad = {m: sorted(d for d in deps if not d.startswith("mgpukit.costmodel"))
+           for m, deps in _layer(graph, "mgpukit.costmodel").items()}
+    assert not {m: d for m, d in bad.items() if d}
+    torch_users = [m for m, names in _third_party("mgpukit.costmodel").items() if "torch" in names]
+    assert not torch_users
+
+
+def test_the_cost_model_loads_without_torch():
+    """Not just its own imports: loading it (with the `mgpukit` package above it) pulls no torch."""
+    code = ("import sys, mgpukit.costmodel, mgpukit.costmodel.simulate, mgpukit.costmodel.plan_cli; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("package, forbidden", [
+    ("mgpukit.models", ("mgpukit.strategies",)),
+    ("mgpukit.runtime", ("mgpukit.strategies", "mgpukit.measure", "mgpukit.plots", "mgpukit.widgets")),
+])
+def test_lower_layers_do_not_import_upper_ones(package, forbidden):
+    graph = import_graph()
+    bad = {m: sorted(d for d in deps if d.startswith(forbidden))
+           for m, deps in _layer(graph, package).items()}
+    assert not {m: d for m, d in bad.items() if d}
