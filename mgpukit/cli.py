@@ -97,8 +97,18 @@ def add_run_arguments(p):
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--optimizer", default=None, choices=["sgd", "adamw"])
     p.add_argument("--option", "-o", action="append", type=key_value, metavar="KEY=VALUE",
-                   help="strategy knob, e.g. -o bucket_mb=1 -o schedule=1f1b")
+                   help="strategy knob, e.g. -o bucket_mb=1 (typed; unknown keys are refused)")
+    layout = p.add_argument_group("parallel layout (default: the strategy's)")
+    layout.add_argument("--dp", type=positive_int, default=None, help="data-parallel degree")
+    layout.add_argument("--pp", type=positive_int, default=None, help="pipeline-parallel degree")
+    layout.add_argument("--schedule", default=None,
+                        help="pipeline schedule with --pp: naive | gpipe | 1f1b | interleaved | zb-h1")
+    layout.add_argument("--v", type=positive_int, default=None, help="model chunks per pipeline rank")
     p.add_argument("--timeout", type=positive_float, default=600.0, help="seconds (default 600)")
+
+
+def layout_from_args(args) -> dict:
+    return {k: getattr(args, k, None) for k in ("dp", "pp", "schedule", "v")}
 
 
 def config_from_args(args):
@@ -116,8 +126,8 @@ def _run(args):
 
     mode = "emulated" if args.emulate else args.mode
     record = run(args.strategy, workers=args.workers, mode=mode, profile=args.emulate,
-                 config=config_from_args(args), parity=not args.no_parity,
-                 timeout_s=args.timeout, json_path=args.json, trace_path=args.trace,
+                 config=config_from_args(args), layout=layout_from_args(args),
+                 parity=not args.no_parity, timeout_s=args.timeout, json_path=args.json, trace_path=args.trace,
                  torch_profile_dir=args.profile_torch, weights_path=args.save_weights, echo=True)
     print_summary([record])
     if args.json:

@@ -19,28 +19,6 @@ import mgpukit
 
 ROOT = Path(mgpukit.__file__).parent
 
-# The training core, being redesigned (new trainer package, strategies as appliers): cycles
-# that only close through an import written in one of these files are that redesign's to
-# clear, and `test_no_import_cycles_through_the_training_core` lists them until it does.
-TRAINING_CORE = (
-    "mgpukit.experiment", "mgpukit.launched", "mgpukit.config",
-    "mgpukit.runtime.context", "mgpukit.runtime.launcher",
-    "mgpukit.strategies.registry", "mgpukit.strategies.common", "mgpukit.strategies.single",
-    "mgpukit.strategies.data_parallel.*",  # but not .theory
-    "mgpukit.strategies.pipeline.train", "mgpukit.strategies.pipeline.native",
-    "mgpukit.strategies.pipeline.pipeline_parallel", "mgpukit.strategies.pipeline.p2p",
-    "mgpukit.strategies.pipeline.executor",
-    "mgpukit.strategies.compression.common", "mgpukit.strategies.compression.parity",
-)
-
-
-def _in_training_core(module: str) -> bool:
-    if module == "mgpukit.strategies.data_parallel.theory":
-        return False
-    return any(module == m or (m.endswith(".*") and (module + ".").startswith(m[:-1]))
-               for m in TRAINING_CORE)
-
-
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -144,25 +122,8 @@ def test_the_graph_sees_lazy_and_relative_imports():
 
 
 def test_no_import_cycles():
-    """Every cycle left must close through an import written in the training core."""
-    graph = import_graph()
-    outside = {m: set() if _in_training_core(m) else deps for m, deps in graph.items()}
-    cycles = _cycles(outside)
-    assert not cycles, "import cycles:\n" + _show(cycles)
-
-
-@pytest.mark.xfail(strict=False, reason=(
-    "cycles through the training core, for its redesign to clear: "
-    "strategies.common -> data_parallel.loop -> strategies.common (loop/loader import common, "
-    "common imports the loop); "
-    "strategies.registry -> mgpukit.strategies -> <every family> -> strategies.registry (the "
-    "registry imports the package to fill itself, each strategy module imports `register`); "
-    "compression.parity -> experiment -> registry -> strategies -> compression -> parity, and "
-    "compression.common -> parity -> half -> compression.common (common's lazy import of "
-    "`loss_parity`; parity imports the methods)"))
-def test_no_import_cycles_through_the_training_core():
+    """No module imports, even lazily inside a function, one that imports it back."""
     cycles = _cycles(import_graph())
-    print(_show(cycles))
     assert not cycles, "import cycles:\n" + _show(cycles)
 
 
@@ -206,6 +167,11 @@ def test_the_cost_model_loads_without_torch():
 
 @pytest.mark.parametrize("package, forbidden", [
     ("mgpukit.models", ("mgpukit.strategies",)),
+    ("mgpukit.measure", ("mgpukit.strategies", "mgpukit.training", "mgpukit.experiment")),
+    ("mgpukit.training", ("mgpukit.strategies", "mgpukit.parallelize", "mgpukit.experiment",
+                          "mgpukit.lessons")),
+    ("mgpukit.strategies", ("mgpukit.parallelize", "mgpukit.experiment", "mgpukit.lessons",
+                            "mgpukit.plots", "mgpukit.widgets", "mgpukit.cli", "mgpukit.training.trainer")),
     ("mgpukit.runtime", ("mgpukit.strategies", "mgpukit.measure", "mgpukit.plots", "mgpukit.widgets")),
 ])
 def test_lower_layers_do_not_import_upper_ones(package, forbidden):
