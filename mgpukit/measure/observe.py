@@ -65,6 +65,8 @@ Wiring it into the kit (what the recorder and strategies need):
 - Bookkeeping traffic that is not training (``_log_steps``' all-reduce, ``gather_weights``,
   the final barrier, ``launched.py``'s result gather): keep it outside the observer or inside
   ``unobserved()``.
+- ``Recorder.wait_all`` (end of each step) should call ``observer.flush()``, so that
+  future-timed events land inside their step (they are written from the backend's thread).
 - Keep the observer active until the observed ops are waited: a Python wait seen after it
   exits does not end the op's event (it is counted in ``untimed`` instead).
 
@@ -239,6 +241,7 @@ class CommObserver(TorchDispatchMode):
         self.seen: dict[str, int] = {}  # op name -> count (what was observed, for reports)
         self._suspended = 0
         self._open: dict[int, tuple] = {}  # functional results: storage -> (name, start, end)
+        self._futures: list = []  # completion callbacks still to run (measured mode)
 
     # ---- lifecycle ----------------------------------------------------------------------
     def __enter__(self):
@@ -250,6 +253,7 @@ class CommObserver(TorchDispatchMode):
         try:
             return super().__exit__(*exc)
         finally:
+            self.flush()
             _ACTIVE.remove(self)
             mine = [k for k, v in _WAIT_HOOKS.items() if v[2] is self]
             for k in mine:  # issued here, never waited in Python while observed
@@ -258,6 +262,19 @@ class CommObserver(TorchDispatchMode):
                 self.untimed += len(mine) + len(self._open)
             self._open.clear()
             _uninstall()
+
+    def flush(self) -> None:
+        """Wait until every future-timed op seen so far has written its event.
+
+        A future's callback runs on the backend's thread, possibly just after the library's
+        own wait returned (DDP's reducer): call this before reading the sink mid-run (e.g. at
+        the end of a step); leaving the observer calls it."""
+        futures, self._futures = self._futures, []
+        for fut in futures:
+            try:
+                fut.wait()
+            except Exception:  # the op itself failed: the library reports that
+                pass
 
     @contextlib.contextmanager
     def suspended(self):
@@ -342,7 +359,8 @@ class CommObserver(TorchDispatchMode):
             except RuntimeError:  # gloo send/recv, reduce-scatter: no future
                 fut = None
             if fut is not None:
-                fut.then(lambda _f: self.sink.event("comm", name, start, self.now()))
+                self._futures.append(
+                    fut.then(lambda _f: self.sink.event("comm", name, start, self.now())))
                 return
         _WAIT_HOOKS[id(work)] = (work, lambda: self.sink.event("comm", name, start, self.now()),
                                  self)
