@@ -8,16 +8,19 @@ and owns the send/recv buffers) and a schedule — ``ScheduleGPipe``, ``Schedule
 each micro-batch's loss unscaled and divides the gradients by ``m`` after the step
 (``scale_grads=True``): the same full-batch gradient as the hand-written executor.
 
-PyTorch's point-to-point calls do not go through the kit's recorder, so these strategies
-cannot run on the virtual clock (``emulation=False``) and their timeline has one
-``fwd_bwd`` event per step (the whole schedule, wall clock) and the optimizer step: use them
-to check parity and to time the hand-written executor against (``mgpukit bench pipeline``).
+PyTorch's point-to-point calls do not go through the kit's recorder: a ``CommObserver``
+(``mgpukit.measure.observe``) sees them at the dispatcher and counts and times them as the
+recorder would. The timeline has one ``fwd_bwd`` compute event per step (the whole schedule)
+beside the observed sends and receives; these strategies run on the wall clock only
+(``emulation=False``): use them to check parity and to time the hand-written executor against
+(``mgpukit bench pipeline``).
 """
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
+from mgpukit.measure.observe import CommObserver
 from mgpukit.strategies.pipeline.pipeline_parallel import register_pipeline
 
 
@@ -48,11 +51,13 @@ class NativePipelineEngine:
         self.meter = None  # activations live inside torch.distributed.pipelining: not metered
         self.memory_note = "activations not metered (inside torch.distributed.pipelining)"
         self.pp_group = ctx.group("pp")
-        rec.comm_counted = False  # the pipelining runtime sends its own activations, unseen by us
+        # the pipelining runtime sends its own activations; the observer counts and times them
+        # at the dispatcher (`measure.observe`), the way the recorder counts its own
+        self.observer = CommObserver(rec)
 
     def forward_backward(self, x, y, slowed):
         losses: list = []
-        with self.rec.compute("fwd_bwd"):
+        with self.rec.compute("fwd_bwd"), self.observer:
             self.sched.step(*((x,) if self.first else ()), target=y if self.last else None,
                             losses=losses if self.last else None, return_outputs=False)
         return float(torch.stack([t.detach() for t in losses]).mean()) if self.last else None
