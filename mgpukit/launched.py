@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -31,6 +32,14 @@ def training_function(name: str, cfg: RunConfig, *, json_path: str | None = None
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     gpu = torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     state = PartialState(cpu=not gpu)
+    # `accelerate launch --mixed_precision bf16` exports ACCELERATE_MIXED_PRECISION. The kit's
+    # strategies train in fp32 and build their Accelerator with mixed_precision="no", so the
+    # flag is not applied: say so, rather than let the record and the launch line disagree.
+    requested = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if requested != "no" and state.process_index == 0:
+        warnings.warn(f"accelerate launch asked for mixed_precision={requested!r}; mgpukit's "
+                      f"strategies run in fp32 (mixed_precision='no'), so it is not applied.",
+                      stacklevel=2)
     if state.num_processes != world_size:
         raise RuntimeError(f"Accelerate sees {state.num_processes} processes but WORLD_SIZE={world_size}.")
     dims = strat.dims(world_size)
@@ -43,6 +52,7 @@ def training_function(name: str, cfg: RunConfig, *, json_path: str | None = None
     rec = Recorder(ctx)
     torch.manual_seed(cfg.seed)
     out = strat.run(ctx, rec, cfg) or {}
+    rec.extra.setdefault("mixed_precision", "no")
     results = [None] * world_size
     if dist.is_initialized():
         dist.all_gather_object(results, rec.result())

@@ -91,7 +91,8 @@ def run_dp_powersgd(ctx, rec, cfg):
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
     matrix_rank = knobs_of("powersgd", cfg.options)["rank"]
-    accelerator = Accelerator()
+    accelerator = Accelerator(mixed_precision="no")  # not ACCELERATE_MIXED_PRECISION's (see ddp)
+    rec.extra["mixed_precision"] = accelerator.mixed_precision
     model = build_model(cfg)
     optimizer = build_optimizer(cfg, model.parameters())
     model, optimizer = accelerator.prepare(model, optimizer)

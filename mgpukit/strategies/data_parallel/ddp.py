@@ -32,7 +32,11 @@ def run_ddp(ctx, rec, cfg):
     from accelerate.utils import DistributedDataParallelKwargs
 
     bucket_mb = cfg.options.get("bucket_mb", 25)
-    accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(bucket_cap_mb=bucket_mb)])
+    # explicit: `accelerate launch --mixed_precision bf16` exports ACCELERATE_MIXED_PRECISION, and
+    # Accelerator() would silently run forward in autocast while the record says fp32
+    accelerator = Accelerator(mixed_precision="no",
+                              kwargs_handlers=[DistributedDataParallelKwargs(bucket_cap_mb=bucket_mb)])
+    rec.extra["mixed_precision"] = accelerator.mixed_precision
     model = build_model(cfg)
     optimizer = build_optimizer(cfg, model.parameters())
     model, optimizer = accelerator.prepare(model, optimizer)
