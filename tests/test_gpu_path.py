@@ -31,3 +31,99 @@ def test_accelerate_mixed_precision_env_does_not_change_an_fp32_ddp_run(monkeypa
     rec = mgpukit.run("ddp", workers=2, steps=3, mode="cpu")
     assert rec["parity"]["ok"], rec["parity"]
     assert rec["extra"]["0"]["mixed_precision"] == "no"
+
+
+# ---------------------------------------------------------------- timing
+
+
+def _late_wait_worker():
+    """Each async operation finishes within milliseconds; it is waited for 50 ms later."""
+    import time
+
+    from mgpukit.measure.recorder import Recorder
+
+    ctx = mgpukit.current()
+    rec = Recorder(ctx)
+    peer = 1 - ctx.rank
+    out = {}
+    for name, post in [
+        ("all_reduce", lambda: rec.all_reduce(torch.ones(1000), async_op=True)),
+        ("exchange", lambda: rec.exchange(sends=[(torch.ones(1000), peer)],
+                                          recvs=[(torch.empty(1000), peer)])),
+    ]:
+        torch.distributed.barrier()
+        handle = post()
+        time.sleep(0.05)
+        handle.wait()
+        ev = rec.events[-1]
+        out[name] = ev["end"] - ev["start"]
+    return out
+
+
+def test_async_work_is_stamped_when_it_finished_not_when_waited():
+    """An end stamped at wait() would read >= 50 ms; the work itself takes a few ms on gloo."""
+    for rank, durations in enumerate(_launch(_late_wait_worker, 2)):
+        for name, seconds in durations.items():
+            assert seconds < 0.02, f"rank {rank}: {name} recorded {seconds * 1e3:.1f} ms"
+
+
+class _FakeEvent:
+    """torch.cuda.Event without a GPU: records host time."""
+
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self, stream=None):
+        import time
+
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, other):
+        return (other.t - self.t) * 1e3
+
+
+def _cuda_sync_worker(steps: int):
+    """A GPU-shaped step on CPU workers: torch DDP with the recorder's comm hook, a gradient
+    hook issuing an async all-reduce, a batched exchange and a blocking all-reduce — with a
+    WallClock that believes it runs on CUDA and a `torch.cuda.synchronize` that counts."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from mgpukit.measure.recorder import Recorder, WallClock
+    from mgpukit.strategies.data_parallel.ddp import recorder_hook
+
+    calls = {"sync": 0, "in_step": 0}
+    torch.cuda.synchronize = lambda *a, **k: calls.__setitem__("sync", calls["sync"] + 1)
+    torch.cuda.Event = _FakeEvent
+    ctx = mgpukit.current()
+    rec = Recorder(ctx, clock=WallClock(ctx.t0, torch.device("cuda")))
+    torch.manual_seed(0)
+    ddp = DistributedDataParallel(torch.nn.Linear(8, 8))
+    ddp.register_comm_hook(rec, recorder_hook)
+    side = torch.nn.Parameter(torch.ones(4))
+    side.register_hook(lambda g: rec.all_reduce(g, async_op=True) and None)
+    peer = 1 - ctx.rank
+    for step in range(steps):
+        with rec.step(step):
+            before = calls["sync"]  # the step's start synchronised once
+            with rec.compute("fwd"):
+                loss = ddp(torch.ones(2, 8)).sum() + (side * 2).sum()
+            with rec.compute("bwd"):
+                loss.backward()
+            rec.exchange(sends=[(torch.ones(3), peer)], recvs=[(torch.empty(3), peer)]).wait()
+            rec.all_reduce(torch.ones(2))
+            calls["in_step"] += calls["sync"] - before
+    rec.result()
+    ends = [e["end"] for e in rec.events]
+    return {**calls, "resolved": all(isinstance(t, float) for t in ends), "events": len(ends)}
+
+
+def test_hooks_and_collectives_never_synchronize_cuda_between_step_bounds():
+    steps = 2
+    for out in _launch(_cuda_sync_worker, 2, steps):
+        assert out["in_step"] == 0, out  # nothing between a step's start and its end
+        assert out["sync"] == 2 * steps, out  # one at each step's start, one at its end
+        assert out["resolved"] and out["events"] > 4 * steps, out

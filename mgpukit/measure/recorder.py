@@ -70,14 +70,15 @@ class WallClock:
     def completion(self, work):
         """A callable that waits for `work` and returns when it *finished* (not when it was waited for)."""
         works = getattr(work, "works", [work])
-        if self.cuda:  # the callback runs on streams that follow the work's kernels
-            futures = torch.futures.collect_all([w.get_future() for w in works])
-            marked = futures.then(lambda _: self.mark())
-            return lambda: (work.wait(), marked.wait())[1]
         try:
             futures = [w.get_future() for w in works]
-        except RuntimeError:  # gloo's send/recv have no future: a thread waits and stamps
-            return _Waiter(work, self.t0).result
+        except RuntimeError:  # gloo's send/recv have no future
+            if self.cuda:  # an event after wait(): in stream order, no earlier than the end
+                return lambda: (work.wait(), self.mark())[1]
+            return _Waiter(work, self.t0).result  # a thread waits and stamps
+        if self.cuda:  # the callback runs on streams that follow the work's kernels
+            marked = torch.futures.collect_all(futures).then(lambda _: self.mark())
+            return lambda: (work.wait(), marked.wait())[1]
         # the callback may run on gloo's thread: it only reads the clock
         stamped = torch.futures.collect_all(futures).then(lambda _: time.perf_counter())
         return lambda: (work.wait(), stamped.wait() - self.t0)[1]
