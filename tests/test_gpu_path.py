@@ -127,3 +127,43 @@ def test_hooks_and_collectives_never_synchronize_cuda_between_step_bounds():
         assert out["in_step"] == 0, out  # nothing between a step's start and its end
         assert out["sync"] == 2 * steps, out  # one at each step's start, one at its end
         assert out["resolved"] and out["events"] > 4 * steps, out
+
+
+# ---------------------------------------------------------------- fork safety
+
+
+def test_importing_mgpukit_makes_cuda_queries_fork_safe():
+    import os
+
+    assert os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK") == "1"
+
+
+def test_bad_fork_in_gpu_mode_names_the_cause_and_the_fix(monkeypatch):
+    """A notebook that touched CUDA before launching: refused before any worker is forked."""
+    from mgpukit.runtime import launcher
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(launcher, "cuda_device_count", lambda: 4)
+    forked = []
+    monkeypatch.setattr(launcher, "_run", lambda *a, **k: forked.append(1))
+    with pytest.raises(launcher.LaunchError) as err:
+        launch(lambda: None, 2, mode="gpu")
+    assert "CUDA was initialised in the parent before fork; restart the kernel and keep CUDA " \
+           "calls inside the launched function" in str(err.value)
+    assert not forked
+
+
+def test_returned_tensors_come_back_on_cpu(monkeypatch):
+    """The walk that moves a worker's returned tensors to the CPU (a meta tensor stands in for
+    a CUDA one; `.cpu()` is faked because a meta tensor has no data to copy)."""
+    from collections import OrderedDict, namedtuple
+
+    from mgpukit.runtime.launcher import _to_cpu
+
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda self: torch.zeros(self.shape))
+    Pair = namedtuple("Pair", "a b")
+    meta = torch.empty(2, device="meta")
+    out = _to_cpu({"w": OrderedDict(x=meta), "l": [meta, (meta, 3)], "p": Pair(meta, "s")})
+    assert out["w"]["x"].device.type == "cpu" and isinstance(out["w"], OrderedDict)
+    assert out["l"][0].device.type == "cpu" and out["l"][1][0].device.type == "cpu"
+    assert out["l"][1][1] == 3 and isinstance(out["p"], Pair) and out["p"].b == "s"

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,6 +48,8 @@ MODES = ("auto", "cpu", "gpu", "emulated")
 _FINISHED_KEY = "mgpukit/finished/{rank}"  # fn returned; waiting for the others to return too
 _ERROR_KEY = "mgpukit/error/{rank}"  # value: "<time_ns>\n<traceback>"
 _PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+BAD_FORK = ("CUDA was initialised in the parent before fork; restart the kernel and keep CUDA "
+            "calls inside the launched function.")
 
 
 class LaunchError(RuntimeError):
@@ -129,11 +132,9 @@ def launch(
     if mode == "emulated" and not profile:
         raise LaunchError("mode='emulated' needs a hardware profile, e.g. profile='h100-nvlink'.")
     if mode == "gpu" and torch.cuda.is_initialized():
-        raise LaunchError(
-            "CUDA was already initialised in this process, and forked workers cannot use it. "
-            "Restart the kernel and keep every CUDA call (model.cuda(), torch.randn(device='cuda'), "
-            "torch.cuda.* queries) inside the function you launch."
-        )
+        raise LaunchError(f"{BAD_FORK} (This process already created a CUDA context — e.g. "
+                          f"model.cuda(), torch.randn(device='cuda') or a torch.cuda.* query — and "
+                          f"forked workers cannot use it.)")
     cores = usable_cores()
     if mode == "cpu" and world_size > cores:  # emulated timings don't depend on the cores
         warnings.warn(
@@ -238,11 +239,29 @@ def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
         # before the process group is torn down, since tearing it down wakes the peers.
         store.set(_ERROR_KEY.format(rank=rank), f"{time.time_ns()}\n{traceback.format_exc()}")
 
-    return _run_in_worker(fn, args, kwargs, spec, rank, report_failure, store)
+    # tensors cross to the parent by pickling: CUDA ones would need CUDA in the parent (the
+    # very thing a notebook must not initialise), so they come back as CPU copies
+    return _to_cpu(_run_in_worker(fn, args, kwargs, spec, rank, report_failure, store))
+
+
+def _to_cpu(value):
+    """`value` with every tensor inside dicts, lists and tuples moved to the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value if value.device.type == "cpu" else value.detach().cpu()
+    if isinstance(value, dict):
+        out = {k: _to_cpu(v) for k, v in value.items()}
+        return type(value)(out) if type(value) in (dict, OrderedDict) else out
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(_to_cpu(v) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
 
 
 def _run_in_worker(fn, args, kwargs, spec: WorkerSpec, rank: int, report_failure, store):
     try:
+        if spec.mode == "gpu" and torch.cuda._is_in_bad_fork():  # before Accelerate touches CUDA
+            raise LaunchError(BAD_FORK)
         value = _setup_and_call(fn, args, kwargs, spec, rank)
         # Leave together: a rank that tore its process group down while a slower peer was
         # still connecting would fail that peer. A store barrier, not a collective, so it can
