@@ -177,6 +177,15 @@ def _worker(name: str, cfg: RunConfig):
     from mgpukit.runtime.context import current
 
     ctx = current()
+    if ctx.options.get("device_guard"):  # factory calls without device= become meta tensors
+        from mgpukit.measure.device_guard import DeviceGuard
+
+        with DeviceGuard():
+            return _run_strategy(ctx, name, cfg)
+    return _run_strategy(ctx, name, cfg)
+
+
+def _run_strategy(ctx, name: str, cfg: RunConfig):
     torch.manual_seed(cfg.seed)
     rec = Recorder(ctx)
     strat = registry.get(name)

@@ -167,3 +167,50 @@ def test_returned_tensors_come_back_on_cpu(monkeypatch):
     assert out["w"]["x"].device.type == "cpu" and isinstance(out["w"], OrderedDict)
     assert out["l"][0].device.type == "cpu" and out["l"][1][0].device.type == "cpu"
     assert out["l"][1][1] == 3 and isinstance(out["p"], Pair) and out["p"].b == "s"
+
+
+# ---------------------------------------------------------------- device guard
+
+# A bug planted *as mgpukit code* (the code object carries a path inside the package, which is
+# what the guard looks at): a bookkeeping tensor made without device= and all-reduced.
+_PLANTED = '''
+def planted_bug(rec):
+    t = torch.tensor([float(rec.rank)], dtype=torch.float64)  # no device=: CPU by luck
+    rec.all_reduce(t)
+    return float(t.item())
+'''
+
+
+def _planted_worker(fixed: bool):
+    from pathlib import Path
+
+    from mgpukit.measure.device_guard import DeviceGuard
+    from mgpukit.measure.recorder import Recorder
+
+    src = _PLANTED.replace("float64)", "float64, device=rec.ctx.device)") if fixed else _PLANTED
+    path = str(Path(mgpukit.__file__).parent / "strategies" / "_planted.py")
+    scope = {"torch": torch}
+    exec(compile(src, path, "exec"), scope)
+    ctx = mgpukit.current()
+    outside = scope["planted_bug"](Recorder(ctx))  # without the guard the bug passes on CPU
+    with DeviceGuard():
+        return outside, scope["planted_bug"](Recorder(ctx))
+
+
+def test_device_guard_catches_a_factory_call_without_device():
+    from mgpukit.runtime.launcher import WorkerError
+
+    with pytest.raises(WorkerError, match="meta.*device guard"):
+        _launch(_planted_worker, 2, False)
+    assert _launch(_planted_worker, 2, True) == [(1.0, 1.0)] * 2  # the fix passes under it
+
+
+GUARDED = ["dp-naive", "dp-bucketed", "allreduce-ring", "dp-int8", "dp-topk", "dp-powersgd",
+           "dp-fp16"]
+
+
+@pytest.mark.parametrize("strategy", GUARDED)
+def test_strategies_are_clean_under_the_device_guard(strategy, monkeypatch):
+    monkeypatch.setenv("MGPUKIT_DEVICE_GUARD", "1")  # read by launch(), handed to the workers
+    rec = mgpukit.run(strategy, workers=2, steps=2, mode="cpu")
+    assert rec["parity"]["ok"], rec["parity"]

@@ -48,6 +48,10 @@ MODES = ("auto", "cpu", "gpu", "emulated")
 _FINISHED_KEY = "mgpukit/finished/{rank}"  # fn returned; waiting for the others to return too
 _ERROR_KEY = "mgpukit/error/{rank}"  # value: "<time_ns>\n<traceback>"
 _PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+# CPU-side checks of the GPU path, off by default: environment switches so that a whole test run
+# can turn them on; read once by `launch` in the parent, seen by workers as `ctx.options[key]`
+_CHECK_SWITCHES = {"device_guard": "MGPUKIT_DEVICE_GUARD",  # measure/device_guard.py
+                   "strict_p2p": "MGPUKIT_STRICT_P2P"}  # measure/p2p_strict.py
 BAD_FORK = ("CUDA was initialised in the parent before fork; restart the kernel and keep CUDA "
             "calls inside the launched function.")
 
@@ -124,7 +128,9 @@ def launch(
     "gpu", or "emulated" (CPU workers whose timings come from a virtual clock of `profile`).
     timeout_s: the whole launch's limit; a hung rank ends in `LaunchTimeout`, not a hang.
     echo: print what workers printed (prefixed by rank) once they finish.
-    options: free-form settings handed to every worker's context (`mgpukit.current().options`).
+    options: free-form settings handed to every worker's context (`mgpukit.current().options`);
+    `device_guard` and `strict_p2p` (default: env MGPUKIT_DEVICE_GUARD / MGPUKIT_STRICT_P2P = 1)
+    turn on the CPU checks of the GPU path.
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise LaunchError(f"world_size must be a positive integer, got {world_size!r}.")
@@ -145,9 +151,12 @@ def launch(
             stacklevel=2,
         )
     threads = threads_per_worker or max(1, cores // world_size)
+    options = dict(options or {})
+    for key, var in _CHECK_SWITCHES.items():  # read once, here, and handed to every worker
+        options.setdefault(key, os.environ.get(var) == "1")
     spec = WorkerSpec(
         world_size=world_size, mode=mode, profile=profile, threads=threads,
-        timeout_s=timeout_s, t0=time.perf_counter(), options=dict(options or {}),
+        timeout_s=timeout_s, t0=time.perf_counter(), options=options,
         log_dir=tempfile.mkdtemp(prefix="mgpukit-launch-"),
     )
     try:
