@@ -214,3 +214,43 @@ def test_strategies_are_clean_under_the_device_guard(strategy, monkeypatch):
     monkeypatch.setenv("MGPUKIT_DEVICE_GUARD", "1")  # read by launch(), handed to the workers
     rec = mgpukit.run(strategy, workers=2, steps=2, mode="cpu")
     assert rec["parity"]["ok"], rec["parity"]
+
+
+# ---------------------------------------------------------------- strict point-to-point
+
+
+def _strict_worker(impl: str, batched: bool):
+    from mgpukit.measure.recorder import Recorder
+    from mgpukit.strategies.communication import collectives as C
+
+    ctx = mgpukit.current()
+    rec = Recorder(ctx)
+    if not batched:  # the pre-issue-18 exchange: a separate isend, then irecv
+        def unbatched(rec, send, dst, recv, src, group):
+            handles = [rec.isend(send, dst, group=group), rec.irecv(recv, src, group=group)]
+            for h in handles:
+                h.wait()
+        C._exchange = unbatched
+    t = torch.arange(7, dtype=torch.float32) * (ctx.rank + 1)
+    C.all_reduce_fn(impl)(rec, t)
+    n = ctx.world_size
+    return bool(torch.equal(t, torch.arange(7, dtype=torch.float32) * n * (n + 1) / 2))
+
+
+@pytest.mark.parametrize("impl,n", [("ring", 2), ("ring", 3), ("ring", 4), ("tree", 2),
+                                    ("tree", 4), ("naive", 3)])
+def test_all_reduces_finish_under_strict_p2p(impl, n):
+    """NCCL's rendezvous rules (measure/p2p_strict.py) on gloo: the batched exchange passes."""
+    assert all(_launch(_strict_worker, n, impl, True, options={"strict_p2p": True}))
+
+
+@pytest.mark.parametrize("impl,n", [("ring", 2), ("ring", 3)])
+def test_strict_p2p_catches_the_unbatched_exchange(impl, n):
+    """The test of the test: isend-then-irecv passes on plain gloo and hangs under strict mode
+    — n = 2: both ranks' sends wait behind each other on the pair; n = 3: the ring of pair
+    communicators, each waiting for its other rank to arrive."""
+    from mgpukit.runtime.launcher import LaunchTimeout
+
+    assert all(_launch(_strict_worker, n, impl, False))
+    with pytest.raises(LaunchTimeout):
+        _launch(_strict_worker, n, impl, False, options={"strict_p2p": True}, timeout_s=4)
