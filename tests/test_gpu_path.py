@@ -51,17 +51,21 @@ def _late_wait_worker():
         ("exchange", lambda: rec.exchange(sends=[(torch.ones(1000), peer)],
                                           recvs=[(torch.empty(1000), peer)])),
     ]:
-        torch.distributed.barrier()
-        handle = post()
-        time.sleep(0.05)
-        handle.wait()
-        ev = rec.events[-1]
-        out[name] = ev["end"] - ev["start"]
+        seconds = []
+        for _ in range(3):  # the best of 3: a busy 2-core host can delay the peer's post
+            torch.distributed.barrier()
+            handle = post()
+            time.sleep(0.05)
+            handle.wait()
+            ev = rec.events[-1]
+            seconds.append(ev["end"] - ev["start"])
+        out[name] = min(seconds)
     return out
 
 
 def test_async_work_is_stamped_when_it_finished_not_when_waited():
-    """An end stamped at wait() would read >= 50 ms; the work itself takes a few ms on gloo."""
+    """An end stamped at wait() would read >= 50 ms every time; the work itself takes a few ms
+    on gloo (measured: 1-8 ms here, vs 50-53 ms when stamped at wait)."""
     for rank, durations in enumerate(_launch(_late_wait_worker, 2)):
         for name, seconds in durations.items():
             assert seconds < 0.02, f"rank {rank}: {name} recorded {seconds * 1e3:.1f} ms"
