@@ -141,6 +141,15 @@ def run_rank(name: str, cfg: RunConfig):
 
 
 def _train(strat: Strategy, ctx, rec, cfg) -> dict | None:
+    if ctx.options.get("device_guard"):  # factory calls without device= become meta tensors
+        from mgpukit.measure.device_guard import DeviceGuard
+
+        with DeviceGuard():
+            return _train_unguarded(strat, ctx, rec, cfg)
+    return _train_unguarded(strat, ctx, rec, cfg)
+
+
+def _train_unguarded(strat: Strategy, ctx, rec, cfg) -> dict | None:
     if strat.worker is not None:
         return (strat.worker(ctx, rec, cfg) or {}).get("weights")
     parts = parallelize(build_model(cfg), cfg, ctx, rec, strat)

@@ -37,6 +37,14 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
     # validated before the process group exists: a bad configuration costs no rendezvous
     prepared = [prepare(n, workers=world_size, mode="cpu", config=cfg, layout=layout) for n in names]
     state = PartialState(cpu=not gpu)
+    # `accelerate launch --mixed_precision bf16` exports ACCELERATE_MIXED_PRECISION. The kit's
+    # strategies train in fp32 and build their Accelerator with mixed_precision="no", so the
+    # flag is not applied: say so, rather than let the record and the launch line disagree.
+    requested = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if requested != "no" and state.process_index == 0:
+        warnings.warn(f"accelerate launch asked for mixed_precision={requested!r}; mgpukit's "
+                      f"strategies run in fp32 (mixed_precision='no'), so it is not applied.",
+                      stacklevel=2)
     if state.num_processes != world_size:
         raise RuntimeError(f"Accelerate sees {state.num_processes} processes but WORLD_SIZE={world_size}.")
     for p in prepared:

@@ -90,6 +90,13 @@ def optimizer_bytes(optimizer) -> int:
                         if isinstance(v, torch.Tensor) and v.dim() > 0)
 
 
+def reset_device_peak(device=None) -> None:
+    """Start a run's peak from now: the CUDA allocator's high-water mark outlives a run in the
+    same process (a reference run, then the strategy), so `peak` would report the larger one."""
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
 def memory_breakdown(model, optimizer, meter: ActivationMeter | None, device=None) -> dict:
     """Bytes by category on this rank; `peak` measured on GPUs, their sum on CPU workers."""
     params = list(model.parameters())

@@ -17,6 +17,7 @@ the tensors handed to the backend — what compression shrinks.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections import Counter
 
@@ -24,26 +25,64 @@ import torch
 import torch.distributed as dist
 
 from mgpukit.costmodel.comm import bus_factor
+from mgpukit.measure.p2p_strict import StrictP2P
 from mgpukit.runtime.context import WorkerContext
 
 
 class WallClock:
     """Measured time: seconds since the launch began (the parent's perf_counter origin).
 
-    On GPUs the clock synchronises the device before reading, so an event's end is when its
-    kernels finished, not when they were queued. That costs overlap; it buys honest numbers.
+    `now()` is host time and never synchronises. On GPUs a region's bounds are `mark()`s:
+    CUDA events recorded in stream order, turned into seconds at the step's end (`sync()`, the
+    one `torch.cuda.synchronize()` per step boundary), so an event's end is when its kernels
+    finished, not when they were queued — and backward, its hooks and DDP's comm hook keep
+    overlapping as they would without the kit.
     """
 
     emulated = False
 
     def __init__(self, t0: float, device: torch.device):
         self.t0 = t0
-        self.sync = device.type == "cuda"
+        self.cuda = torch.device(device).type == "cuda"
+        self._ref: tuple[float, object] | None = None  # (host seconds, CUDA event) at the last sync
 
     def now(self) -> float:
-        if self.sync:
-            torch.cuda.synchronize()
         return time.perf_counter() - self.t0
+
+    def sync(self) -> None:
+        """A step boundary: wait for the device, and pin device time to host time."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            ev.synchronize()
+            self._ref = (self.now(), ev)
+
+    def mark(self):
+        """"Here", in stream order: seconds on CPU; on GPUs a CUDA event read at the next `sync()`."""
+        if not self.cuda:
+            return self.now()
+        if self._ref is None:
+            self.sync()
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return _CudaMark(ev, self._ref)
+
+    def completion(self, work):
+        """A callable that waits for `work` and returns when it *finished* (not when it was waited for)."""
+        works = getattr(work, "works", [work])
+        try:
+            futures = [w.get_future() for w in works]
+        except RuntimeError:  # gloo's send/recv have no future
+            if self.cuda:  # an event after wait(): in stream order, no earlier than the end
+                return lambda: (work.wait(), self.mark())[1]
+            return _Waiter(work, self.t0).result  # a thread waits and stamps
+        if self.cuda:  # the callback runs on streams that follow the work's kernels
+            marked = torch.futures.collect_all(futures).then(lambda _: self.mark())
+            return lambda: (work.wait(), marked.wait())[1]
+        # the callback may run on gloo's thread: it only reads the clock
+        stamped = torch.futures.collect_all(futures).then(lambda _: time.perf_counter())
+        return lambda: (work.wait(), stamped.wait() - self.t0)[1]
 
     def counting(self):
         return contextlib.nullcontext()
@@ -52,18 +91,60 @@ class WallClock:
         return contextlib.nullcontext()
 
 
-class Handle:
-    """What an async collective returns: `wait()` finishes it (and records its end)."""
+class _CudaMark:
+    """A CUDA event and the (host time, event) pair it is measured from."""
 
-    def __init__(self, work, on_done):
-        self._work, self._on_done, self._done = work, on_done, False
+    def __init__(self, event, ref):
+        self.event, self.ref = event, ref
+
+    def seconds(self) -> float:
+        host, ev = self.ref
+        return host + ev.elapsed_time(self.event) / 1e3
+
+
+class _Waiter:
+    """Waits for a future-less work on a thread and notes the time it finished."""
+
+    def __init__(self, work, t0: float):
+        self.work, self.t0, self.end, self.error = work, t0, None, None
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self):
+        try:
+            for w in getattr(self.work, "works", [self.work]):
+                w.wait()
+            self.end = time.perf_counter() - self.t0
+        except BaseException as e:  # re-raised by the thread that asked
+            self.error = e
+
+    def result(self) -> float:
+        self.thread.join()  # gloo's wait() must not run twice on one work: only the thread waits
+        if self.error is not None:
+            raise self.error
+        return self.end
+
+
+class Handle:
+    """What an async operation returns: `wait()` finishes it and records its end.
+
+    `end`, when given, waits for the work and returns when it finished (`WallClock.completion`);
+    `on_done(end)` is called once, with that time (or None).
+    """
+
+    def __init__(self, work, on_done, end=None):
+        self._work, self._on_done, self._end, self._done = work, on_done, end, False
 
     def wait(self):
         if not self._done:
-            if self._work is not None:
-                self._work.wait()
             self._done = True
-            self._on_done()
+            if self._end is not None:
+                t = self._end()
+            else:
+                if self._work is not None:
+                    self._work.wait()
+                t = None
+            self._on_done(t)
         return None
 
     def get_future(self):
@@ -96,31 +177,59 @@ class Recorder:
         self.comm_counted = True
         self._step: int | None = None
         self._pending: list[Handle] = []
+        self._unresolved: list[dict] = []  # events whose times are CUDA marks (GPU only)
+        # NCCL's point-to-point rules on gloo, to catch on CPU what would hang on GPUs (p2p_strict.py)
+        self._strict = StrictP2P(self.rank) if ctx.options.get("strict_p2p") else None
 
     # ---- time --------------------------------------------------------------------------
     def now(self) -> float:
         return self.clock.now()
 
-    def event(self, stream: str, kind: str, start: float, end: float, **fields):
-        self.events.append({"rank": self.rank, "stream": stream, "kind": kind,
-                            "microbatch": fields.get("microbatch"), "stage": fields.get("stage"),
-                            "step": self._step, "start": start, "end": end})
+    def _mark(self):
+        mark = getattr(self.clock, "mark", None)  # the virtual clock's time is already in order
+        return mark() if mark is not None else self.clock.now()
+
+    def _sync(self):
+        sync = getattr(self.clock, "sync", None)
+        if sync is not None:
+            sync()
+
+    def event(self, stream: str, kind: str, start, end, **fields):
+        ev = {"rank": self.rank, "stream": stream, "kind": kind,
+              "microbatch": fields.get("microbatch"), "stage": fields.get("stage"),
+              "step": self._step, "start": start, "end": end}
+        self.events.append(ev)
+        if not isinstance(start, float | int) or not isinstance(end, float | int):
+            self._unresolved.append(ev)
+
+    def _resolve(self):
+        """CUDA marks -> seconds (after a sync: every recorded event has happened)."""
+        for ev in self._unresolved:
+            for k in ("start", "end"):
+                if hasattr(ev[k], "seconds"):
+                    ev[k] = ev[k].seconds()
+        self._unresolved = []
 
     @contextlib.contextmanager
     def compute(self, kind: str, *, microbatch: int | None = None, stage: int | None = None):
         """A compute region (fwd, bwd, opt, …). Emulated: the ops inside advance the clock."""
-        start = self.clock.now()
+        start = self._mark()
         with self.clock.counting():
             yield
-        self.event("compute", kind, start, self.clock.now(), microbatch=microbatch, stage=stage)
+        self.event("compute", kind, start, self._mark(), microbatch=microbatch, stage=stage)
 
     @contextlib.contextmanager
     def step(self, index: int):
-        """One optimizer step; its duration becomes `step_time_s[index]`."""
+        """One optimizer step; its duration becomes `step_time_s[index]`.
+
+        The step's bounds are the only places a GPU run synchronises (`WallClock.sync`)."""
         self._step = index
+        self._sync()
         start = self.clock.now()
         yield
         self.wait_all()
+        self._sync()
+        self._resolve()
         self.step_times.append(self.clock.now() - start)
         self._step = None
 
@@ -155,9 +264,21 @@ class Recorder:
         self.bytes_sent += sent
         self.bytes_received += received
 
+    def _check_device(self, name: str, *tensors):
+        """Every tensor handed to the backend lives on this rank's device: NCCL takes no CPU
+        tensor, and a meta tensor is a factory call without `device=` (see `device_guard`)."""
+        want = torch.device(self.ctx.device)
+        for t in tensors:
+            d = t.device
+            if d.type != want.type or (d.index is not None and want.index is not None
+                                       and d.type != "cpu" and d.index != want.index):
+                hint = (" — made by a factory call without device= (caught by the device guard)"
+                        if d.type == "meta" else "")
+                raise RuntimeError(f"{name} on rank {self.rank}: a tensor on {d}, but this "
+                                   f"rank's device is {want}{hint}. Create it with device=ctx.device.")
+
     def _collective(self, name, run, nbytes: int, group, async_op: bool, factor: float):
         ranks = group_ranks(group)
-        n = len(ranks)
         self._count(name, nbytes, factor * nbytes, factor * nbytes)
         if self.clock.emulated:
             with self.clock.paused():
@@ -169,25 +290,27 @@ class Recorder:
                     work.wait()
                 self.clock.join(end)
                 return None
-            handle = Handle(work, lambda: self.clock.join(end))
+            handle = Handle(work, lambda _: self.clock.join(end))
         else:
-            start = self.clock.now()
+            start = self._mark()
             work = run(async_op)
             if not async_op:
-                self.event("comm", name, start, self.clock.now())
+                self.event("comm", name, start, self._mark())
                 return None
-            handle = Handle(work, lambda: self.event("comm", name, start, self.clock.now()))
-        del n
+            handle = Handle(work, lambda t: self.event("comm", name, start, t),
+                            end=self.clock.completion(work))
         self._pending.append(handle)
         return handle
 
     def all_reduce(self, tensor, *, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        self._check_device("all_reduce", tensor)
         n = len(group_ranks(group))
         return self._collective(
             "all_reduce", lambda a: dist.all_reduce(tensor, op=op, group=group, async_op=a),
             _nbytes(tensor), group, async_op, bus_factor("all_reduce", n))
 
     def reduce_scatter(self, output, input, *, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        self._check_device("reduce_scatter", output, input)
         n = len(group_ranks(group))
         return self._collective(
             "reduce_scatter",
@@ -195,6 +318,7 @@ class Recorder:
             _nbytes(input), group, async_op, bus_factor("reduce_scatter", n))
 
     def all_gather(self, output, input, *, group=None, async_op=False):
+        self._check_device("all_gather", output, input)
         n = len(group_ranks(group))
         return self._collective(
             "all_gather",
@@ -202,6 +326,7 @@ class Recorder:
             _nbytes(output), group, async_op, bus_factor("all_gather", n))
 
     def broadcast(self, tensor, src: int, *, group=None, async_op=False):
+        self._check_device("broadcast", tensor)
         n = len(group_ranks(group))
         return self._collective(
             "broadcast", lambda a: dist.broadcast(tensor, src, group=group, async_op=a),
@@ -217,33 +342,59 @@ class Recorder:
     def recv(self, tensor, src: int, *, group=None):
         self.irecv(tensor, src, group=group).wait()
 
+    def _stamp(self, value: float = 0.0) -> torch.Tensor:
+        """The float64 timestamp an emulated message carries beside its payload."""
+        return torch.tensor([value], dtype=torch.float64, device=self.ctx.device)
+
+    def _comm_done(self, kind: str, start):
+        """on_done of a measured message: its event, ending when the work finished (or now)."""
+        return lambda end: self.event("comm", kind, start, end if end is not None else self._mark())
+
     def isend(self, tensor, dst: int, *, group=None) -> Handle:
-        """Point-to-point send (global ranks). Emulated: the send time travels with the data."""
+        """Point-to-point send (global ranks). Emulated: the send time travels with the data.
+
+        Two ranks that send to and receive from each other at once (a ring step, a pair swap)
+        should use `exchange`: NCCL runs unbatched messages between two ranks in order, so
+        "isend, then irecv" on both sides waits forever on GPUs, although gloo lets it pass."""
+        self._check_device("send", tensor)
         nbytes = _nbytes(tensor)
         self._count("send", nbytes, nbytes, 0)
+        strict = self._strict
+        if strict is not None:
+            strict.before_unbatched(group, dst)
         if self.clock.emulated:
             with self.clock.paused():
                 start, arrival = self.clock.send_times(nbytes, dst)
-                stamp = torch.tensor([start], dtype=torch.float64)
-                works = [dist.isend(stamp, dst, group=group), dist.isend(tensor, dst, group=group)]
+                works = [dist.isend(self._stamp(start), dst, group=group),
+                         dist.isend(tensor, dst, group=group)]
             self.event("comm", "send", start, arrival)
-            handle = Handle(_Works(works), lambda: self.clock.join(arrival))
+            work, on_done = _Works(works), (lambda _: self.clock.join(arrival))
         else:
-            start = self.clock.now()
-            work = dist.isend(tensor, dst, group=group)
-            handle = Handle(work, lambda: self.event("comm", "send", start, self.clock.now()))
+            start = self._mark()
+            work, on_done = dist.isend(tensor, dst, group=group), self._comm_done("send", start)
+        if strict is not None:  # stamped at wait(): strict mode checks correctness, not time
+            handle = Handle(strict.send(work, group, dst), on_done)
+            strict.posted(group, dst, handle)
+        else:
+            end = None if self.clock.emulated else self.clock.completion(work)
+            handle = Handle(work, on_done, end=end)
         self._pending.append(handle)
         return handle
 
     def irecv(self, tensor, src: int, *, group=None) -> Handle:
+        self._check_device("recv", tensor)
         nbytes = _nbytes(tensor)
         self._count("recv", nbytes, 0, nbytes)
+        strict = self._strict
+        if strict is not None:
+            strict.before_unbatched(group, src)
+            strict.recv_posted(group, src)
         if self.clock.emulated:
             with self.clock.paused():
-                stamp = torch.zeros(1, dtype=torch.float64)
+                stamp = self._stamp()
                 works = [dist.irecv(stamp, src, group=group), dist.irecv(tensor, src, group=group)]
 
-            def done():
+            def done(_):
                 start = self.clock.now()
                 arrival = self.clock.arrival(float(stamp.item()), nbytes, src)
                 self.clock.join(arrival)
@@ -251,9 +402,70 @@ class Recorder:
 
             handle = Handle(_Works(works), done)
         else:
-            start = self.clock.now()
+            start = self._mark()
             work = dist.irecv(tensor, src, group=group)
-            handle = Handle(work, lambda: self.event("comm", "recv", start, self.clock.now()))
+            handle = Handle(work, self._comm_done("recv", start),
+                            end=None if strict is not None else self.clock.completion(work))
+        if strict is not None:
+            strict.posted(group, src, handle)
+        self._pending.append(handle)
+        return handle
+
+    def exchange(self, *, sends=(), recvs=(), group=None) -> Handle:
+        """Post sends `[(tensor, dst)]` and receives `[(tensor, src)]` together, as one batch
+        (`dist.batch_isend_irecv`, as torch.distributed.pipelining does for each step).
+
+        NCCL launches a batch as one grouped operation on the group's communicator, so a ring
+        step (send right, receive left) or a pair swap cannot deadlock, and no per-pair
+        communicator is created on the fly. The clock is read once for the whole batch; in
+        emulated mode each message carries its send time beside it, as with `isend`/`irecv`.
+        Empty tensors are skipped."""
+        sends = [(t, p) for t, p in sends if t.numel()]
+        recvs = [(t, p) for t, p in recvs if t.numel()]
+        self._check_device("exchange", *(t for t, _ in sends + recvs))
+        for t, _ in sends:
+            self._count("send", _nbytes(t), _nbytes(t), 0)
+        for t, _ in recvs:
+            self._count("recv", _nbytes(t), 0, _nbytes(t))
+        if not sends and not recvs:
+            return Handle(None, lambda _: None)
+        after_ready = self._strict.batch(group, sends, recvs) if self._strict is not None else None
+        emulated = self.clock.emulated
+        ops, stamps, arrivals = [], [], []
+        with self.clock.paused():
+            for t, dst in sends:
+                if emulated:
+                    start, arrival = self.clock.send_times(_nbytes(t), dst)
+                    arrivals.append(arrival)
+                    self.event("comm", "send", start, arrival)
+                    ops.append(dist.P2POp(dist.isend, self._stamp(start), dst, group=group))
+                ops.append(dist.P2POp(dist.isend, t, dst, group=group))
+            for t, src in recvs:
+                if emulated:
+                    stamps.append(self._stamp())
+                    ops.append(dist.P2POp(dist.irecv, stamps[-1], src, group=group))
+                ops.append(dist.P2POp(dist.irecv, t, src, group=group))
+            start = None if emulated else self._mark()
+            work = _Works(dist.batch_isend_irecv(ops))
+
+        def done(end):
+            if not emulated:
+                for kind, items in (("send", sends), ("recv", recvs)):
+                    for _ in items:
+                        self.event("comm", kind, start, end if end is not None else self._mark())
+                return
+            for arrival in arrivals:  # the sends' handles, then the receives', as isend/irecv
+                self.clock.join(arrival)
+            recv_start = self.clock.now()
+            for stamp, (t, src) in zip(stamps, recvs):
+                arrival = self.clock.arrival(float(stamp.item()), _nbytes(t), src)
+                self.clock.join(arrival)
+                self.event("comm", "recv", recv_start, max(recv_start, arrival))
+
+        if after_ready is not None:
+            handle = Handle(after_ready(work), done)
+        else:
+            handle = Handle(work, done, end=None if emulated else self.clock.completion(work))
         self._pending.append(handle)
         return handle
 
@@ -266,6 +478,9 @@ class Recorder:
     # ---- result ------------------------------------------------------------------------------
     def result(self) -> dict:
         """This rank's part of the result record."""
+        if self._unresolved:
+            self._sync()
+            self._resolve()
         return {
             "rank": self.rank,
             "losses": self.losses,

@@ -228,8 +228,9 @@ class VirtualClock:
     # ---- communication ---------------------------------------------------------------
     def collective(self, name: str, nbytes: int, ranks: list[int], group) -> tuple[float, float]:
         """(start, end) of a collective: the latest participant's ready time + its cost."""
-        ready = torch.tensor([max(self.compute, self.comm)], dtype=torch.float64)
-        every = [torch.zeros(1, dtype=torch.float64) for _ in ranks]
+        # emulated workers are CPU workers over gloo: these tensors are on the CPU by design
+        ready = torch.tensor([max(self.compute, self.comm)], dtype=torch.float64, device="cpu")
+        every = [torch.zeros(1, dtype=torch.float64, device="cpu") for _ in ranks]
         dist.all_gather(every, ready, group=group)
         start = max(float(t.item()) for t in every)
         end = start + collective_time(name, nbytes, ranks, self.profile)

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -48,6 +49,12 @@ MODES = ("auto", "cpu", "gpu", "emulated")
 _FINISHED_KEY = "mgpukit/finished/{rank}"  # fn returned; waiting for the others to return too
 _ERROR_KEY = "mgpukit/error/{rank}"  # value: "<time_ns>\n<traceback>"
 _PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+# CPU-side checks of the GPU path, off by default: environment switches so that a whole test run
+# can turn them on; read once by `launch` in the parent, seen by workers as `ctx.options[key]`
+_CHECK_SWITCHES = {"device_guard": "MGPUKIT_DEVICE_GUARD",  # measure/device_guard.py
+                   "strict_p2p": "MGPUKIT_STRICT_P2P"}  # measure/p2p_strict.py
+BAD_FORK = ("CUDA was initialised in the parent before fork; restart the kernel and keep CUDA "
+            "calls inside the launched function.")
 
 
 class LaunchError(RuntimeError):
@@ -127,6 +134,8 @@ def launch(
     options: free-form settings handed to every worker's context (`mgpukit.current().options`).
     dims: how the workers are cut into (pp, dp, tp) — every worker's context carries the
     `DeviceMesh` built from it (`ctx.mesh`, `ctx.group("dp")`); default: all data parallel.
+    `device_guard` and `strict_p2p` in options (default: env MGPUKIT_DEVICE_GUARD /
+    MGPUKIT_STRICT_P2P = 1) turn on the CPU checks of the GPU path.
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise LaunchError(f"world_size must be a positive integer, got {world_size!r}.")
@@ -138,11 +147,9 @@ def launch(
     if mode == "emulated" and not profile:
         raise LaunchError("mode='emulated' needs a hardware profile, e.g. profile='h100-nvlink'.")
     if mode == "gpu" and torch.cuda.is_initialized():
-        raise LaunchError(
-            "CUDA was already initialised in this process, and forked workers cannot use it. "
-            "Restart the kernel and keep every CUDA call (model.cuda(), torch.randn(device='cuda'), "
-            "torch.cuda.* queries) inside the function you launch."
-        )
+        raise LaunchError(f"{BAD_FORK} (This process already created a CUDA context — e.g. "
+                          f"model.cuda(), torch.randn(device='cuda') or a torch.cuda.* query — and "
+                          f"forked workers cannot use it.)")
     cores = usable_cores()
     if mode == "cpu" and world_size > cores:  # emulated timings don't depend on the cores
         warnings.warn(
@@ -153,9 +160,12 @@ def launch(
             stacklevel=2,
         )
     threads = threads_per_worker or max(1, cores // world_size)
+    options = dict(options or {})
+    for key, var in _CHECK_SWITCHES.items():  # read once, here, and handed to every worker
+        options.setdefault(key, os.environ.get(var) == "1")
     spec = WorkerSpec(
         world_size=world_size, mode=mode, profile=profile, threads=threads,
-        timeout_s=timeout_s, t0=time.perf_counter(), options=dict(options or {}),
+        timeout_s=timeout_s, t0=time.perf_counter(), options=options,
         log_dir=tempfile.mkdtemp(prefix="mgpukit-launch-"), dims=dims,
     )
     try:
@@ -247,11 +257,29 @@ def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
         # before the process group is torn down, since tearing it down wakes the peers.
         store.set(_ERROR_KEY.format(rank=rank), f"{time.time_ns()}\n{traceback.format_exc()}")
 
-    return _run_in_worker(fn, args, kwargs, spec, rank, report_failure, store)
+    # tensors cross to the parent by pickling: CUDA ones would need CUDA in the parent (the
+    # very thing a notebook must not initialise), so they come back as CPU copies
+    return _to_cpu(_run_in_worker(fn, args, kwargs, spec, rank, report_failure, store))
+
+
+def _to_cpu(value):
+    """`value` with every tensor inside dicts, lists and tuples moved to the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value if value.device.type == "cpu" else value.detach().cpu()
+    if isinstance(value, dict):
+        out = {k: _to_cpu(v) for k, v in value.items()}
+        return type(value)(out) if type(value) in (dict, OrderedDict) else out
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(_to_cpu(v) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
 
 
 def _run_in_worker(fn, args, kwargs, spec: WorkerSpec, rank: int, report_failure, store):
     try:
+        if spec.mode == "gpu" and torch.cuda._is_in_bad_fork():  # before Accelerate touches CUDA
+            raise LaunchError(BAD_FORK)
         value = _setup_and_call(fn, args, kwargs, spec, rank)
         # Leave together: a rank that tore its process group down while a slower peer was
         # still connecting would fail that peer. A store barrier, not a collective, so it can

@@ -9,8 +9,8 @@ SGD") measure the tail of worker times and add backup workers instead.
 
 The knob `options["straggler"] = {"rank": 1, "factor": 3}` makes one rank that much slower:
 
-- **measured**: a dispatch mode times every aten op the rank runs and sleeps `(factor - 1)`×
-  its duration (pooled into ≥ 1 ms sleeps), so forward, backward and the optimizer all stretch
+- **measured**: a dispatch mode times every aten op the rank runs (on GPUs with CUDA events,
+  since a launch returns before its kernel ran) and sleeps `(factor - 1)`× its duration (pooled into ≥ 1 ms sleeps), so forward, backward and the optimizer all stretch
   evenly — gradient hooks in backward fire at the stretched times, as on a slow GPU;
 - **emulated**: the rank's virtual clock runs on a profile with `factor`× less FLOP/s and
   memory bandwidth (its links unchanged), so its compute takes `factor`× longer, exactly.
@@ -49,22 +49,38 @@ class Straggler:
 class _SlowDown(TorchDispatchMode):
     """Sleeps `(factor - 1)`× the duration of every aten op (measured mode's straggler)."""
 
-    def __init__(self, factor: float):
+    def __init__(self, factor: float, device=None):
         super().__init__()
         self.extra = factor - 1.0
         self.debt = 0.0  # seconds of sleep owed; paid in chunks so sleep overshoot stays small
+        self.cuda = device is not None and torch.device(device).type == "cuda"
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace != "aten":  # collectives (c10d) are not this rank's compute
             return func(*args, **(kwargs or {}))
-        start = time.perf_counter()
-        out = func(*args, **(kwargs or {}))
-        self.debt += self.extra * (time.perf_counter() - start)
+        if self.cuda:
+            out, seconds = self._timed_on_device(func, args, kwargs)
+        else:
+            start = time.perf_counter()
+            out = func(*args, **(kwargs or {}))
+            seconds = time.perf_counter() - start
+        self.debt += self.extra * seconds
         if self.debt >= 1e-3:
             slept = time.perf_counter()
             time.sleep(self.debt)
             self.debt -= time.perf_counter() - slept
         return out
+
+    @staticmethod
+    def _timed_on_device(func, args, kwargs):
+        """On a GPU the op only queues a kernel: time the kernel with CUDA events (and wait for
+        this one event — a slow GPU holds its host back just as much)."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = func(*args, **(kwargs or {}))
+        end.record()
+        end.synchronize()
+        return out, start.elapsed_time(end) / 1e3
 
 
 def apply_straggler(rec, ctx, options: dict):
@@ -80,7 +96,7 @@ def apply_straggler(rec, ctx, options: dict):
         rec.clock.profile = dataclasses.replace(p, peak_flops=peak,
                                                 memory_bandwidth=p.memory_bandwidth / s.factor)
         return contextlib.nullcontext
-    mode = _SlowDown(s.factor)
+    mode = _SlowDown(s.factor, ctx.device)
 
     @contextlib.contextmanager
     def slowed():
@@ -102,9 +118,11 @@ class IdleMarker:
             return
         rec = self.rec
         ready = rec.now()
-        every = [torch.zeros(1, dtype=torch.float64) for _ in range(self.n)]
+        device = rec.ctx.device  # NCCL takes only tensors on the rank's GPU
+        every = [torch.zeros(1, dtype=torch.float64, device=device) for _ in range(self.n)]
+        mine = torch.tensor([ready], dtype=torch.float64, device=device)
         with rec.clock.paused():  # bookkeeping: not timed, not counted
-            dist.all_gather(every, torch.tensor([ready], dtype=torch.float64), group=self.group)
+            dist.all_gather(every, mine, group=self.group)
         latest = max(float(t.item()) for t in every)
         if latest > ready:
             rec.event("compute", "idle", ready, latest)

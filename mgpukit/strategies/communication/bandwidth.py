@@ -36,6 +36,8 @@ def _measure_worker(sizes: list[int], impls: list[str], repeats: int) -> dict | 
     rec = Recorder(ctx)
     n = ctx.world_size
     times = {impl: [] for impl in impls}
+    # on GPUs the clock reads host time: wait for the device around each timed all-reduce
+    sync = getattr(rec.clock, "sync", lambda: None)
     for size in sizes:
         tensor = torch.empty(max(1, size // 4), dtype=torch.float32, device=ctx.device)
         per = {impl: [] for impl in impls}
@@ -46,12 +48,16 @@ def _measure_worker(sizes: list[int], impls: list[str], repeats: int) -> dict | 
                     tensor.fill_(float(ctx.rank + 1))
                     dist.barrier()
                     if rec.clock.emulated:  # start every rank's virtual clock together
-                        ready = torch.tensor([rec.now()], dtype=torch.float64)
+                        ready = torch.tensor([rec.now()], dtype=torch.float64, device=ctx.device)
                         dist.all_reduce(ready, op=dist.ReduceOp.MAX)
                         rec.clock.join(float(ready.item()))
+                    sync()
                 start = rec.now()
                 fn(rec, tensor)
-                elapsed = torch.tensor([rec.now() - start], dtype=torch.float64)
+                rec.wait_all()
+                sync()
+                # NCCL reduces only tensors on the rank's GPU
+                elapsed = torch.tensor([rec.now() - start], dtype=torch.float64, device=ctx.device)
                 with rec.clock.paused():
                     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
                 if rep == 0 and not bool((tensor == n * (n + 1) / 2).all()):

@@ -59,15 +59,10 @@ def chunks(tensor: torch.Tensor, n: int) -> list[torch.Tensor]:
 
 
 def _exchange(rec, send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group) -> None:
-    """Send `send` to `dst` while receiving `recv` from `src`: both posted before either waits,
-    which is what keeps a ring from deadlocking (every rank sends and receives at once)."""
-    handles = []
-    if send.numel():
-        handles.append(rec.isend(send, dst, group=group))
-    if recv.numel():
-        handles.append(rec.irecv(recv, src, group=group))
-    for h in handles:
-        h.wait()
+    """Send `send` to `dst` while receiving `recv` from `src`, posted together as one batch
+    (`Recorder.exchange`): every rank of a ring sends and receives at once, which gloo allows
+    with a separate isend and irecv but NCCL only as a batch (otherwise: a deadlock)."""
+    rec.exchange(sends=[(send, dst)], recvs=[(recv, src)], group=group).wait()
 
 
 # ---------------------------------------------------------------- naive: through rank 0

@@ -102,7 +102,8 @@ def apply_powersgd(module, ctx, rec, cfg):
     from accelerate import Accelerator
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
-    accelerator = Accelerator()
+    accelerator = Accelerator(mixed_precision="no")  # not ACCELERATE_MIXED_PRECISION's (see ddp)
+    rec.extra["mixed_precision"] = accelerator.mixed_precision
     model = accelerator.prepare(module)
     if hasattr(model, "register_comm_hook"):  # DDP-wrapped (more than one worker)
         state = PowerSGDState(process_group=RecordedGroup(rec), matrix_approximation_rank=

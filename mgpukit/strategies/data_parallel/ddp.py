@@ -44,8 +44,11 @@ def apply_ddp(module, ctx, rec, cfg):
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs
 
-    accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(
+    # explicit: `accelerate launch --mixed_precision bf16` exports ACCELERATE_MIXED_PRECISION, and
+    # Accelerator() would silently run forward in autocast while the record says fp32
+    accelerator = Accelerator(mixed_precision="no", kwargs_handlers=[DistributedDataParallelKwargs(
         bucket_cap_mb=STRATEGY.option(cfg, "bucket_mb"))])
+    rec.extra["mixed_precision"] = accelerator.mixed_precision
     model = accelerator.prepare(module)
     if hasattr(model, "register_comm_hook"):
         model.register_comm_hook(rec, recorder_hook)
