@@ -103,7 +103,8 @@ def test_debug_shows_the_traceback(where):
 def test_a_failing_rank_shows_its_traceback_not_ours():
     """A rank that raised is not a usage error: its traceback is the message, exit code 1; the
     parent's own frames (cli.py, launcher's raise) are left out."""
-    proc = _cli(["run", "ddp", "--workers", "2", "--steps", "1", "--no-parity", "-o", "bucket_mb=\"x\""])
+    proc = _cli(["run", "ddp", "--workers", "2", "--steps", "1", "--no-parity", "-o",
+                 'straggler={"rank": 5, "factor": 2}'])  # checked by the rank that would slow down
     assert proc.returncode == 1, proc.stderr
     err = proc.stderr[proc.stderr.index("mgpukit: error: "):]
     assert err.startswith("mgpukit: error: rank ") and "Traceback" in err
