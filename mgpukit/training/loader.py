@@ -76,7 +76,7 @@ class BatchLoader:
             if isinstance(batch, BaseException):
                 raise RuntimeError("the prefetch thread failed to load a batch") from batch
             return batch
-        with rec.clock.paused():  # building the batch is host work, not accelerator time
+        with rec.untimed():  # building the batch is host work, not accelerator time
             batch = self._load(step)
         if self.emulated and self.delay:
             rec.clock.join(self._virtual_ready(rec.now()))

@@ -121,7 +121,7 @@ class IdleMarker:
         device = rec.ctx.device  # NCCL takes only tensors on the rank's GPU
         every = [torch.zeros(1, dtype=torch.float64, device=device) for _ in range(self.n)]
         mine = torch.tensor([ready], dtype=torch.float64, device=device)
-        with rec.clock.paused():  # bookkeeping: not timed, not counted
+        with rec.untimed():  # bookkeeping: not timed, not counted
             dist.all_gather(every, mine, group=self.group)
         latest = max(float(t.item()) for t in every)
         if latest > ready:

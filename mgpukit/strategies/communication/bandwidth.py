@@ -44,7 +44,7 @@ def _measure_worker(sizes: list[int], impls: list[str], repeats: int) -> dict | 
         for rep in range(repeats + 1):  # repeat 0 warms up (connections, allocations)
             for impl in impls:
                 fn = all_reduce_fn(impl)
-                with rec.clock.paused():
+                with rec.untimed():
                     tensor.fill_(float(ctx.rank + 1))
                     dist.barrier()
                     if rec.clock.emulated:  # start every rank's virtual clock together
@@ -58,7 +58,7 @@ def _measure_worker(sizes: list[int], impls: list[str], repeats: int) -> dict | 
                 sync()
                 # NCCL reduces only tensors on the rank's GPU
                 elapsed = torch.tensor([rec.now() - start], dtype=torch.float64, device=ctx.device)
-                with rec.clock.paused():
+                with rec.untimed():
                     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
                 if rep == 0 and not bool((tensor == n * (n + 1) / 2).all()):
                     raise RuntimeError(f"{impl} all-reduce of {size} bytes gave a wrong sum.")
