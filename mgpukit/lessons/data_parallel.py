@@ -30,10 +30,18 @@ def warm_parent() -> None:
 def compare_strategies(strategies=("dp-naive", "dp-bucketed", "ddp"), *, workers: int = 2,
                        steps: int = 4, mode: str = "cpu", profile: str | None = None,
                        **overrides) -> dict[str, dict]:
-    """One record per strategy, same config (parity is checked against `single`)."""
+    """One record per strategy, same config (parity is checked against `single`); each gets
+    the `options` its own knobs accept (`bucket_mb` means nothing to dp-naive)."""
+    from mgpukit.strategies import get
+
     warm_parent()
-    return {name: run(name, workers=workers, steps=steps, mode=mode, profile=profile, **overrides)
-            for name in strategies}
+    options = overrides.pop("options", {}) or {}
+    out = {}
+    for name in strategies:
+        knobs = {k.name for k in get(name).all_knobs()}
+        out[name] = run(name, workers=workers, steps=steps, mode=mode, profile=profile,
+                        options={k: v for k, v in options.items() if k in knobs}, **overrides)
+    return out
 
 
 def scaling_records(workers=(1, 2), *, scaling: str = "strong", strategy: str = "dp-bucketed",
