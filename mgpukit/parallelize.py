@@ -75,9 +75,10 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
         if "v" in overrides and overrides["v"] != 1:
             raise ValueError(f"v={overrides['v']} (model chunks per pipeline rank) needs pp > 1.")
         m, v = cfg.micro_batches, 1
-    rows = cfg.global_batch // (degrees["dp"] * m) if cfg.global_batch % (degrees["dp"] * m) == 0 else 1
+    # rows per micro-batch (whether they divide evenly is checked with the batch, in `prepare`)
+    rows = max(1, cfg.global_batch // (degrees["dp"] * m))
     return dataclasses.replace(base, **degrees, schedule=schedule if pp > 1 else base.schedule, v=v,
-                               micro_batch=max(1, rows), num_micro_batches=m)
+                               micro_batch=rows, num_micro_batches=m)
 
 
 def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:

@@ -8,9 +8,7 @@ test. Calls with an explicit `device=` and `*_like` factories (they follow their
 left alone, as is code outside the package.
 
 Exempt by design: modules that build on the CPU and move afterwards — `models/` (seeded CPU
-init, then `.to(device)`) and `data.py` (batches made on the CPU, moved by the loop) — and two
-functions the core redesign replaces (`strategies/common.py:global_mean`,
-`strategies/pipeline/train.py:_log_steps`; see `_REPLACED`).
+init, then `.to(device)`) and `data.py` (batches made on the CPU, moved by the trainer).
 
 Off by default. `launch(..., options={"device_guard": True})` (or `MGPUKIT_DEVICE_GUARD=1` when
 the launch starts) asks for it; `mgpukit.experiment` turns it on around the strategy.
@@ -25,8 +23,6 @@ from torch.overrides import TorchFunctionMode
 
 _PACKAGE = str(Path(__file__).resolve().parents[1]) + "/"
 _CPU_BY_DESIGN = ("models/", "data.py", "measure/device_guard.py")
-# CPU float64 bookkeeping that the core redesign rewrites (Recorder.reduce_values); remove then
-_REPLACED = {("strategies/common.py", "global_mean"), ("strategies/pipeline/train.py", "_log_steps")}
 FACTORIES = {torch.zeros, torch.ones, torch.empty, torch.full, torch.tensor, torch.arange,
              torch.rand, torch.randn, torch.randint, torch.as_tensor, torch.linspace,
              torch.eye, torch.empty_strided}
@@ -39,7 +35,7 @@ def _guarded_caller(depth: int = 2) -> bool:
     if not path.startswith(_PACKAGE):
         return False
     rel = path[len(_PACKAGE):]
-    return not rel.startswith(_CPU_BY_DESIGN) and (rel, code.co_name) not in _REPLACED
+    return not rel.startswith(_CPU_BY_DESIGN)
 
 
 class DeviceGuard(TorchFunctionMode):

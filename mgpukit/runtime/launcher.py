@@ -34,7 +34,7 @@ import tempfile
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -43,40 +43,21 @@ import torch.distributed as dist
 
 from mgpukit.runtime import context as _context
 from mgpukit.runtime.dims import ParallelDims
+from mgpukit.runtime.failures import (ERROR_KEY, LaunchError, LaunchTimeout, WorkerError, tail_logs,
+                                      worker_error)
+
+__all__ = ["launch", "resolve_mode", "build_mesh", "LaunchError", "LaunchTimeout", "WorkerError",
+           "OversubscribedWarning"]
 from mgpukit.runtime.hardware import cuda_device_count, usable_cores
 
 MODES = ("auto", "cpu", "gpu", "emulated")
 _FINISHED_KEY = "mgpukit/finished/{rank}"  # fn returned; waiting for the others to return too
-_ERROR_KEY = "mgpukit/error/{rank}"  # value: "<time_ns>\n<traceback>"
-_PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
 # CPU-side checks of the GPU path, off by default: environment switches so that a whole test run
 # can turn them on; read once by `launch` in the parent, seen by workers as `ctx.options[key]`
 _CHECK_SWITCHES = {"device_guard": "MGPUKIT_DEVICE_GUARD",  # measure/device_guard.py
                    "strict_p2p": "MGPUKIT_STRICT_P2P"}  # measure/p2p_strict.py
 BAD_FORK = ("CUDA was initialised in the parent before fork; restart the kernel and keep CUDA "
             "calls inside the launched function.")
-
-
-class LaunchError(RuntimeError):
-    """A launch could not start, or a worker failed. The message says what to change."""
-
-
-class WorkerError(LaunchError):
-    """A rank raised (or died). `rank` is the root cause, `traceback` its formatted traceback."""
-
-    def __init__(self, message: str, *, rank: int, traceback: str, exitcode: int | None):
-        super().__init__(message)
-        self.rank = rank
-        self.traceback = traceback
-        self.exitcode = exitcode
-
-
-class LaunchTimeout(LaunchError):
-    """The launch ran past its time limit; `ranks` never finished."""
-
-    def __init__(self, message: str, *, ranks: Sequence[int]):
-        super().__init__(message)
-        self.ranks = list(ranks)
 
 
 class OversubscribedWarning(UserWarning):
@@ -224,11 +205,11 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
                 f"the launch ran past timeout_s={spec.timeout_s:g}s; rank(s) {unfinished} never "
                 f"finished. Usually a collective or recv that the other ranks never joined "
                 f"(ranks must call collectives in the same order). Raise timeout_s if the work "
-                f"is just slow.{_tail_logs(spec.log_dir, unfinished)}",
+                f"is just slow.{tail_logs(spec.log_dir, unfinished)}",
                 ranks=unfinished,
             )
         if result.is_failed():
-            raise _worker_error(spec.log_dir, result, store, n)
+            raise worker_error(spec.log_dir, result, store, n)
         if echo:
             _echo(spec.log_dir, n)
         return [result.return_values[r] for r in range(n)]
@@ -255,7 +236,7 @@ def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
         # Timestamped in the store, so the parent can tell the first failure from the peers
         # that failed because of it (the elastic error files only keep whole seconds). Written
         # before the process group is torn down, since tearing it down wakes the peers.
-        store.set(_ERROR_KEY.format(rank=rank), f"{time.time_ns()}\n{traceback.format_exc()}")
+        store.set(ERROR_KEY.format(rank=rank), f"{time.time_ns()}\n{traceback.format_exc()}")
 
     # tensors cross to the parent by pickling: CUDA ones would need CUDA in the parent (the
     # very thing a notebook must not initialise), so they come back as CPU copies
@@ -324,67 +305,6 @@ def build_mesh(dims: ParallelDims, device: torch.device):
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return None
     return dims.build_mesh(device.type)
-
-
-def _worker_error(log_dir: str, result, store, n: int) -> WorkerError:
-    """Find the root cause among the failed ranks; the others are listed, not blamed.
-
-    Ranks that torch terminated after the first failure (SignalException) are not failures. Root cause, in
-    order: the earliest rank that raised an error of its own; else a rank that died without
-    raising (segfault, os._exit, OOM kill); else the earliest "peer closed the connection".
-    """
-    raised = {}
-    for r in range(n):
-        key = _ERROR_KEY.format(rank=r)
-        if store.check([key]):
-            stamp, trace = store.get(key).decode(errors="replace").split("\n", 1)
-            if "SignalException" not in trace:  # terminated by us after the first failure
-                raised[r] = (int(stamp), trace.rstrip())
-    terminated = {r for r in range(n) if store.check([_ERROR_KEY.format(rank=r)])} - set(raised)
-    died = sorted(r for r in result.failures if r not in raised and r not in terminated)
-    own = {r: v for r, v in raised.items() if not any(p in v[1] for p in _PEER_GONE)}
-    if own:
-        rank = min(own, key=lambda r: own[r][0])
-    elif died:
-        rank = died[0]
-    else:
-        rank = min(raised, key=lambda r: raised[r][0])
-    if rank in raised:
-        how, trace = "raised", raised[rank][1]
-        if rank not in own:
-            trace += ("\n(A peer left while this rank waited on it: a rank died, or ranks called "
-                      "different collectives. Ranks must call the same collectives in the same order.)")
-    else:
-        code = result.failures[rank].exitcode
-        how = f"died with exit code {code}{_signal_name(code)}"
-        trace = "(no Python traceback: the process ended without raising an exception)"
-        trace += _tail_logs(log_dir, [rank])
-    others = sorted(r for r in {*raised, *died} if r != rank)
-    also = f" (rank(s) {others} failed after it)" if others else ""
-    exitcode = result.failures[rank].exitcode if rank in result.failures else None
-    return WorkerError(f"rank {rank} {how}{also}:\n{trace}", rank=rank, traceback=trace,
-                       exitcode=exitcode)
-
-
-def _signal_name(exitcode: int | None) -> str:
-    if exitcode is not None and exitcode < 0:
-        try:
-            return f" (signal {signal.Signals(-exitcode).name})"
-        except ValueError:
-            pass
-    return ""
-
-
-def _tail_logs(log_dir: str, ranks, lines: int = 20) -> str:
-    out = []
-    for r in ranks:
-        path = os.path.join(log_dir, f"{r}.log")
-        if os.path.isfile(path):
-            with open(path, errors="replace") as f:
-                text = f.read().rstrip().splitlines()[-lines:]
-            if text:
-                out.append(f"\n--- rank {r} output (last {len(text)} lines) ---\n" + "\n".join(text))
-    return "".join(out)
 
 
 def _echo(log_dir: str, n: int) -> None:

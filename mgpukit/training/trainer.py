@@ -24,10 +24,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-import torch
 import torch.distributed as dist
 
-from mgpukit.measure.memory import memory_breakdown
+from mgpukit.measure.memory import memory_breakdown, reset_device_peak
 from mgpukit.training.building import grad_sq_norm
 from mgpukit.training.loader import BatchLoader
 from mgpukit.training.lr_scaling import lr_schedule, set_lr
@@ -47,6 +46,7 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
           checkpoint: Checkpointing | None = None) -> dict | None:
     """Train `cfg.steps` steps; returns the full weights on rank 0 (None elsewhere)."""
     ckpt = checkpoint or Checkpointing()
+    reset_device_peak(ctx.device)  # a GPU's high-water mark would outlive the previous run
     dp_size, dp_rank = ctx.size("dp"), ctx.coords["dp"]
     loader = loader or BatchLoader(cfg, dp_rank, dp_size, rec)
     slowed = apply_straggler(rec, ctx, cfg.options)

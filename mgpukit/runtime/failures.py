@@ -1,0 +1,98 @@
+"""Why a launch failed: the errors it raises, and how the root cause is found among the ranks.
+
+Every failing rank writes a timestamped traceback into the launch's store (`ERROR_KEY`), so the
+parent can tell the first failure from the peers that failed because of it; a rank that died
+without raising (a segfault, `os._exit`, the out-of-memory killer) is found from its exit code
+and the tail of its output.
+"""
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Sequence
+
+ERROR_KEY = "mgpukit/error/{rank}"  # value: "<time_ns>\n<traceback>"
+PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+
+
+class LaunchError(RuntimeError):
+    """A launch could not start, or a worker failed. The message says what to change."""
+
+
+class WorkerError(LaunchError):
+    """A rank raised (or died). `rank` is the root cause, `traceback` its formatted traceback."""
+
+    def __init__(self, message: str, *, rank: int, traceback: str, exitcode: int | None):
+        super().__init__(message)
+        self.rank = rank
+        self.traceback = traceback
+        self.exitcode = exitcode
+
+
+class LaunchTimeout(LaunchError):
+    """The launch ran past its time limit; `ranks` never finished."""
+
+    def __init__(self, message: str, *, ranks: Sequence[int]):
+        super().__init__(message)
+        self.ranks = list(ranks)
+
+
+def worker_error(log_dir: str, result, store, n: int) -> WorkerError:
+    """Find the root cause among the failed ranks; the others are listed, not blamed.
+
+    Ranks that torch terminated after the first failure (SignalException) are not failures. Root cause, in
+    order: the earliest rank that raised an error of its own; else a rank that died without
+    raising (segfault, os._exit, OOM kill); else the earliest "peer closed the connection".
+    """
+    raised = {}
+    for r in range(n):
+        key = ERROR_KEY.format(rank=r)
+        if store.check([key]):
+            stamp, trace = store.get(key).decode(errors="replace").split("\n", 1)
+            if "SignalException" not in trace:  # terminated by us after the first failure
+                raised[r] = (int(stamp), trace.rstrip())
+    terminated = {r for r in range(n) if store.check([ERROR_KEY.format(rank=r)])} - set(raised)
+    died = sorted(r for r in result.failures if r not in raised and r not in terminated)
+    own = {r: v for r, v in raised.items() if not any(p in v[1] for p in PEER_GONE)}
+    if own:
+        rank = min(own, key=lambda r: own[r][0])
+    elif died:
+        rank = died[0]
+    else:
+        rank = min(raised, key=lambda r: raised[r][0])
+    if rank in raised:
+        how, trace = "raised", raised[rank][1]
+        if rank not in own:
+            trace += ("\n(A peer left while this rank waited on it: a rank died, or ranks called "
+                      "different collectives. Ranks must call the same collectives in the same order.)")
+    else:
+        code = result.failures[rank].exitcode
+        how = f"died with exit code {code}{_signal_name(code)}"
+        trace = "(no Python traceback: the process ended without raising an exception)"
+        trace += tail_logs(log_dir, [rank])
+    others = sorted(r for r in {*raised, *died} if r != rank)
+    also = f" (rank(s) {others} failed after it)" if others else ""
+    exitcode = result.failures[rank].exitcode if rank in result.failures else None
+    return WorkerError(f"rank {rank} {how}{also}:\n{trace}", rank=rank, traceback=trace,
+                       exitcode=exitcode)
+
+
+def _signal_name(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f" (signal {signal.Signals(-exitcode).name})"
+        except ValueError:
+            pass
+    return ""
+
+
+def tail_logs(log_dir: str, ranks, lines: int = 20) -> str:
+    out = []
+    for r in ranks:
+        path = os.path.join(log_dir, f"{r}.log")
+        if os.path.isfile(path):
+            with open(path, errors="replace") as f:
+                text = f.read().rstrip().splitlines()[-lines:]
+            if text:
+                out.append(f"\n--- rank {r} output (last {len(text)} lines) ---\n" + "\n".join(text))
+    return "".join(out)
