@@ -51,9 +51,6 @@ class Recorder:
         self.collectives: Counter = Counter()
         self.memory: dict = {}
         self.extra: dict = {}
-        # False when a library moved the data itself (e.g. torch.distributed.pipelining):
-        # the record then says "not counted" instead of showing a misleading zero
-        self.comm_counted = True
         self._step: int | None = None
         self._pending: list[Handle] = []
         self._unresolved: list[dict] = []  # events whose times are CUDA marks (GPU only)
@@ -137,6 +134,10 @@ class Recorder:
             self.grad_norms.append(float(grad_norm))
 
     # ---- communication ---------------------------------------------------------------------
+    def count(self, name: str, payload: int, sent: float, received: float):
+        """Count one operation someone else issued (a library's), as the recorder counts its own."""
+        self._count(name, payload, sent, received)
+
     def _count(self, name: str, payload: int, sent: float, received: float):
         self.collectives[name] += 1
         self.payload_bytes += payload
@@ -216,10 +217,10 @@ class Recorder:
                                 0, group, False, 0.0)
 
     def send(self, tensor, dst: int, *, group=None):
-        self.isend(tensor, dst, group=group).wait()
+        self.isend(tensor, dst, group=group, waited_now=True).wait()
 
     def recv(self, tensor, src: int, *, group=None):
-        self.irecv(tensor, src, group=group).wait()
+        self.irecv(tensor, src, group=group, waited_now=True).wait()
 
     def _stamp(self, value: float = 0.0) -> torch.Tensor:
         """The float64 timestamp an emulated message carries beside its payload."""
@@ -229,12 +230,14 @@ class Recorder:
         """on_done of a measured message: its event, ending when the work finished (or now)."""
         return lambda end: self.event("comm", kind, start, end if end is not None else self._mark())
 
-    def isend(self, tensor, dst: int, *, group=None) -> Handle:
+    def isend(self, tensor, dst: int, *, group=None, waited_now: bool = False) -> Handle:
         """Point-to-point send (global ranks). Emulated: the send time travels with the data.
 
         Two ranks that send to and receive from each other at once (a ring step, a pair swap)
         should use `exchange`: NCCL runs unbatched messages between two ranks in order, so
-        "isend, then irecv" on both sides waits forever on GPUs, although gloo lets it pass."""
+        "isend, then irecv" on both sides waits forever on GPUs, although gloo lets it pass.
+        `waited_now`: the caller waits at once (`send`), so the wait itself stamps the end —
+        no watcher needed for the moment it completed."""
         self._check_device("send", tensor)
         nbytes = _nbytes(tensor)
         self._count("send", nbytes, nbytes, 0)
@@ -255,12 +258,12 @@ class Recorder:
             handle = Handle(strict.send(work, group, dst), on_done)
             strict.posted(group, dst, handle)
         else:
-            end = None if self.clock.emulated else self.clock.completion(work)
+            end = None if self.clock.emulated or waited_now else self.clock.completion(work, future=False)
             handle = Handle(work, on_done, end=end)
         self._pending.append(handle)
         return handle
 
-    def irecv(self, tensor, src: int, *, group=None) -> Handle:
+    def irecv(self, tensor, src: int, *, group=None, waited_now: bool = False) -> Handle:
         self._check_device("recv", tensor)
         nbytes = _nbytes(tensor)
         self._count("recv", nbytes, 0, nbytes)
@@ -284,7 +287,8 @@ class Recorder:
             start = self._mark()
             work = dist.irecv(tensor, src, group=group)
             handle = Handle(work, self._comm_done("recv", start),
-                            end=None if strict is not None else self.clock.completion(work))
+                            end=None if strict is not None or waited_now
+                            else self.clock.completion(work, future=False))
         if strict is not None:
             strict.posted(group, src, handle)
         self._pending.append(handle)
@@ -368,8 +372,7 @@ class Recorder:
             "timeline": self.events,
             "memory": self.memory,
             "comm": {"bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received,
-                     "payload_bytes": self.payload_bytes, "collectives": dict(self.collectives)}
-            if self.comm_counted else None,
+                     "payload_bytes": self.payload_bytes, "collectives": dict(self.collectives)},
             "extra": self.extra,
         }
 

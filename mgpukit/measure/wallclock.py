@@ -57,10 +57,13 @@ class WallClock:
         ev.record()
         return _CudaMark(ev, self._ref)
 
-    def completion(self, work):
-        """A callable that waits for `work` and returns when it *finished* (not when it was waited for)."""
+    def completion(self, work, *, future: bool = True):
+        """A callable that waits for `work` and returns when it *finished* (not when it was
+        waited for). `future=False`: the work is known to have no future (point-to-point)."""
         works = getattr(work, "works", [work])
         try:
+            if not future:
+                raise RuntimeError("no future")
             futures = [w.get_future() for w in works]
         except RuntimeError:  # gloo's send/recv have no future
             if self.cuda:  # an event after wait(): in stream order, no earlier than the end

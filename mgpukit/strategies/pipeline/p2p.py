@@ -68,5 +68,5 @@ class StageLinks:
         if src == self.rank:
             return self._mailbox.pop((kind, to_stage, microbatch))
         buf = torch.empty(self.shape, dtype=self.dtype, device=self.device)
-        self.rec.irecv(buf, src, group=self.groups[kind]).wait()
+        self.rec.recv(buf, src, group=self.groups[kind])
         return buf
