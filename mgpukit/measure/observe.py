@@ -20,6 +20,13 @@ While active, the observer hands each collective and point-to-point op to a *sin
   broadcast, all-to-all (n-1)/n·B, send B out, recv B in; ``n`` is the op's process group size.
 - ``sink.event("comm", name, start, end)`` with times from the sink's clock (``sink.now()``).
 
+**Its price.** A Python dispatch mode runs *every* op through Python while it is active, not
+only the collectives: around a whole `torch.distributed.pipelining` step it took pp-native-1f1b
+from 96 to 180-210 ms per step (gpt-tiny, 4 CPU workers, m=8). Measured runs therefore keep
+it away from compute (the native pipelines count their messages from the ops
+``PipelineStage`` hands its schedule instead); it is the tool for emulated and shape-mode runs,
+where time is virtual, and for counting what a library sends.
+
 **Measured mode** (wall clock). ``start`` is when the op was issued; ``end`` is when it
 completed: the ``Work``'s future where the backend has one (gloo: all-reduce, all-gather,
 broadcast, barrier — the callback runs on the backend's thread the moment the op finishes, so
