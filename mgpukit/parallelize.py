@@ -15,6 +15,7 @@ prediction describe the same thing by construction.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch.nn as nn
 
@@ -29,7 +30,7 @@ from mgpukit.training.local import LocalEngine
 from mgpukit.training.parts import NoSync, Parts
 
 LAYOUT_FIELDS = ("dp", "tp", "pp", "schedule", "v", "zero", "sp", "checkpointing", "dtype")
-NOT_YET = {"tp": 1, "zero": 0, "sp": False, "checkpointing": "none", "dtype": "fp32"}
+NOT_YET = {"zero": 0, "checkpointing": "none", "dtype": "fp32"}
 
 
 def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | None = None) -> Layout:
@@ -46,17 +47,23 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
                              f"use {name}={default!r}.")
     if workers is None:
         dims = {k: overrides.get(k, 1) for k in ("dp", "tp", "pp")}
-        workers = (dims["dp"] * dims["tp"] * dims["pp"] if {"dp", "pp"} & set(overrides)
+        workers = (dims["dp"] * dims["tp"] * dims["pp"] if {"dp", "tp", "pp"} & set(overrides)
                    else strat.default_workers)
     base = strat.layout(workers)
     degrees = {k: overrides.get(k, getattr(base, k)) for k in ("dp", "tp", "pp")}
-    # one degree left out is inferred from the worker count (e.g. pp-1f1b --dp 2 on 4 workers)
+    # the strategy's own degree, if left out, is inferred from the worker count
+    # (pp-1f1b --dp 2 on 4 workers: pp=2; dp-naive --tp 2 on 4: dp=2; tp --dp 2 on 4: tp=2)
     if degrees["dp"] * degrees["tp"] * degrees["pp"] != workers:
-        free = [k for k in ("dp", "pp") if k not in overrides]
-        if len(free) == 1:
-            rest = workers // (degrees["tp"] * degrees[{"dp": "pp", "pp": "dp"}[free[0]]])
-            degrees[free[0]] = max(1, rest)
+        free = [k for k in ("dp", "tp", "pp") if k not in overrides]
+        own = [k for k in free if getattr(base, k) > 1]
+        pick = own if len(own) == 1 else free if len(free) == 1 else []
+        if pick:
+            others = math.prod(d for k, d in degrees.items() if k != pick[0])
+            degrees[pick[0]] = max(1, workers // others)
     ParallelDims(**degrees, world_size=workers)  # raises with what to change
+    if base.tp > 1 and degrees["tp"] == 1:
+        raise ValueError(f"{strat.name} splits layers over tensor-parallel ranks; it needs tp >= 2 "
+                         f"(got tp=1 on {workers} workers). Give --tp 2 (or more workers).")
     schedule = overrides.get("schedule", base.schedule)
     if strat.schedule and schedule != strat.schedule:
         raise ValueError(f"{strat.name} runs the {strat.schedule!r} schedule; for {schedule!r} run the "
@@ -65,6 +72,19 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
         raise ValueError(f"{strat.name} cannot be combined with pipeline parallelism (pp={degrees['pp']}); "
                          f"composable with pp: dp-naive, dp-bucketed, allreduce-ring, the hand-written "
                          f"compressors, or a pipeline strategy with --dp.")
+    if degrees["tp"] > 1 and not base.tp > 1 and "tp" not in strat.composes:
+        raise ValueError(f"{strat.name} cannot be combined with tensor parallelism (tp={degrees['tp']}); "
+                         f"composable with tp: dp-naive, dp-bucketed, or a tensor-parallel strategy "
+                         f"(tp, tp-sp, tp-native) with --dp.")
+    if degrees["tp"] > 1 and degrees["pp"] > 1:
+        raise ValueError(f"tp={degrees['tp']} with pp={degrees['pp']} is hybrid 3D parallelism, not "
+                         f"available in runs yet; use tp or pp (each with --dp).")
+    sp = bool(overrides.get("sp", base.sp))
+    if sp and degrees["tp"] == 1:
+        raise ValueError("sequence parallelism (sp) splits the tensor-parallel group's work; it needs tp > 1.")
+    if degrees["tp"] > 1 and not cfg.is_gpt:
+        raise ValueError(f"tensor parallelism splits the GPT's attention heads and MLP; model "
+                         f"{cfg.model!r} is not a GPT (use gpt-tiny or gpt-small).")
     if degrees["dp"] > 1 and strat.schedule is None and "dp" not in strat.composes:
         raise ValueError(f"{strat.name} runs on one replica; it cannot take dp={degrees['dp']}.")
     pp = degrees["pp"]
@@ -78,13 +98,15 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
     # rows per micro-batch (whether they divide evenly is checked with the batch, in `prepare`)
     rows = max(1, cfg.global_batch // (degrees["dp"] * m))
     return dataclasses.replace(base, **degrees, schedule=schedule if pp > 1 else base.schedule, v=v,
-                               micro_batch=rows, num_micro_batches=m)
+                               sp=sp, micro_batch=rows, num_micro_batches=m)
 
 
 def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
     """This rank's `Parts` of `model` under `cfg.layout` (module docstring for the order)."""
     layout = cfg.layout
-    # 1. tensor parallel, 2. activation checkpointing: not yet (refused by resolve_layout)
+    # 1. tensor parallel
+    tp = _tensor_parallel(model, ctx, rec, strat, layout) if layout.tp > 1 else None
+    # 2. activation checkpointing: not yet (refused by resolve_layout)
     # 3. pipeline split
     if layout.pp > 1:
         return _pipeline_parts(model, cfg, ctx, rec, strat, layout)
@@ -92,10 +114,25 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
     model.to(ctx.device)
     module, sync = _grad_sync(strat, model, cfg, ctx, rec)
     params = list(module.parameters())
-    engine = LocalEngine(rec, module, sync=sync, loss_fn=loss_fn(cfg), micro_batches=cfg.micro_batches,
-                         params=params)
-    return Parts(module=module, engine=engine, sync=sync, params=params,
-                 state_dict=lambda: full_state_dict(module))
+    if tp is None:
+        engine = LocalEngine(rec, module, sync=sync, loss_fn=loss_fn(cfg), micro_batches=cfg.micro_batches,
+                             params=params)
+        return Parts(module=module, engine=engine, sync=sync, params=params,
+                     state_dict=lambda: full_state_dict(module))
+    sync = tp.wrap_sync(sync)
+    engine = LocalEngine(rec, module, sync=sync, loss_fn=tp.loss, micro_batches=cfg.micro_batches,
+                         params=params, around=tp.around)
+    return Parts(module=module, engine=engine, sync=sync, params=params, holds_loss=tp.holds_loss,
+                 grad_sq=lambda: tp.grad_sq(params), state_dict=lambda: tp.state_dict(module))
+
+
+def _tensor_parallel(model, ctx, rec, strat: Strategy, layout: Layout):
+    """Split the layers over the tp axis, ours (Megatron-style) or DTensor's."""
+    from mgpukit.strategies.tensor_parallel.apply import apply_tp
+    from mgpukit.strategies.tensor_parallel.native import apply_tp_native
+
+    apply = apply_tp_native if strat.tensor == "native" else apply_tp
+    return apply(model, ctx, rec, sp=layout.sp)
 
 
 def _grad_sync(strat: Strategy, module, cfg, ctx, rec):

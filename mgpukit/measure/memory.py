@@ -33,10 +33,10 @@ class ActivationMeter:
         self.live = 0
         self.peak = 0
         self._refs: dict[int, list] = {}  # storage ptr -> [refcount, nbytes]
-        self._skip = {p.untyped_storage().data_ptr() for p in params}
+        self._skip = {_local(p).untyped_storage().data_ptr() for p in params}
 
     def _pack(self, tensor):
-        storage = tensor.untyped_storage()
+        storage = _local(tensor).untyped_storage()  # a DTensor's bytes are its local shard
         key = storage.data_ptr()
         if key in self._skip or key == 0:  # weights are parameters, not activations
             return tensor

@@ -50,6 +50,9 @@ class Parts:
     engine: Engine
     sync: GradSync
     params: list  # the parameters the optimizer steps and the gradient norm counts
-    holds_loss: bool = True  # this rank computes the loss (the last pipeline stage)
+    holds_loss: bool = True  # this rank logs the loss (the last pipeline stage, tp rank 0)
+    # this rank's share of the full gradient's Σ‖g‖² (default: of `params`; tensor parallel
+    # counts a replicated parameter 1/t on each of its t ranks)
+    grad_sq: Callable[[], float] | None = None
     state_dict: Callable[[], dict] | None = None  # this rank's weights, full-model names
     extra: dict = dataclasses.field(default_factory=dict)  # figures for rec.extra

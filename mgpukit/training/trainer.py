@@ -65,7 +65,7 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
             if idle is not None:
                 idle.mark()
             parts.sync.sync(step)
-            sq_norm = grad_sq_norm(parts.params)
+            sq_norm = parts.grad_sq() if parts.grad_sq else grad_sq_norm(parts.params)
             if lr_at is not None:
                 set_lr(optimizer, lr_at(step))
                 rec.extra["lr"].append(lr_at(step))
