@@ -25,6 +25,8 @@ from mgpukit.strategies.data_parallel.naive import apply_allreduce_dp
 from mgpukit.strategies.pipeline.engine import apply_pipeline
 from mgpukit.strategies.pipeline.plan import plan_for
 from mgpukit.strategies.registry import Strategy
+from mgpukit.strategies.tensor_parallel.apply import apply_tp, check_divides
+from mgpukit.strategies.tensor_parallel.native import apply_tp_native
 from mgpukit.training.building import full_state_dict, loss_fn
 from mgpukit.training.local import LocalEngine
 from mgpukit.training.parts import NoSync, Parts
@@ -68,10 +70,6 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
     if strat.schedule and schedule != strat.schedule:
         raise ValueError(f"{strat.name} runs the {strat.schedule!r} schedule; for {schedule!r} run the "
                          f"pipeline strategy of that schedule (`mgpukit list`).")
-    if degrees["pp"] > 1 and not strat.schedule and "pp" not in strat.composes:
-        raise ValueError(f"{strat.name} cannot be combined with pipeline parallelism (pp={degrees['pp']}); "
-                         f"composable with pp: dp-naive, dp-bucketed, allreduce-ring, the hand-written "
-                         f"compressors, or a pipeline strategy with --dp.")
     if degrees["tp"] > 1 and not base.tp > 1 and "tp" not in strat.composes:
         raise ValueError(f"{strat.name} cannot be combined with tensor parallelism (tp={degrees['tp']}); "
                          f"composable with tp: dp-naive, dp-bucketed, or a tensor-parallel strategy "
@@ -85,6 +83,12 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
     if degrees["tp"] > 1 and not cfg.is_gpt:
         raise ValueError(f"tensor parallelism splits the GPT's attention heads and MLP; model "
                          f"{cfg.model!r} is not a GPT (use gpt-tiny or gpt-small).")
+    if degrees["tp"] > 1:
+        check_divides(cfg.model_config(), degrees["tp"], sp=sp)
+    if degrees["pp"] > 1 and not strat.schedule and "pp" not in strat.composes:
+        raise ValueError(f"{strat.name} cannot be combined with pipeline parallelism (pp={degrees['pp']}); "
+                         f"composable with pp: dp-naive, dp-bucketed, allreduce-ring, the hand-written "
+                         f"compressors, or a pipeline strategy with --dp.")
     if degrees["dp"] > 1 and strat.schedule is None and "dp" not in strat.composes:
         raise ValueError(f"{strat.name} runs on one replica; it cannot take dp={degrees['dp']}.")
     pp = degrees["pp"]
@@ -128,9 +132,6 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
 
 def _tensor_parallel(model, ctx, rec, strat: Strategy, layout: Layout):
     """Split the layers over the tp axis, ours (Megatron-style) or DTensor's."""
-    from mgpukit.strategies.tensor_parallel.apply import apply_tp
-    from mgpukit.strategies.tensor_parallel.native import apply_tp_native
-
     apply = apply_tp_native if strat.tensor == "native" else apply_tp
     return apply(model, ctx, rec, sp=layout.sp)
 
