@@ -100,6 +100,9 @@ def add_run_arguments(p):
                    help="strategy knob, e.g. -o bucket_mb=1 (typed; unknown keys are refused)")
     layout = p.add_argument_group("parallel layout (default: the strategy's)")
     layout.add_argument("--dp", type=positive_int, default=None, help="data-parallel degree")
+    layout.add_argument("--tp", type=positive_int, default=None, help="tensor-parallel degree")
+    layout.add_argument("--sp", action="store_true", default=None,
+                        help="sequence parallelism in the tensor-parallel group (with --tp)")
     layout.add_argument("--pp", type=positive_int, default=None, help="pipeline-parallel degree")
     layout.add_argument("--schedule", default=None,
                         help="pipeline schedule with --pp: naive | gpipe | 1f1b | interleaved | zb-h1")
@@ -108,7 +111,7 @@ def add_run_arguments(p):
 
 
 def layout_from_args(args) -> dict:
-    return {k: getattr(args, k, None) for k in ("dp", "pp", "schedule", "v")}
+    return {k: getattr(args, k, None) for k in ("dp", "tp", "sp", "pp", "schedule", "v")}
 
 
 def config_from_args(args):

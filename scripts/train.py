@@ -51,6 +51,8 @@ def main():
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
     parser.add_argument("--dp", type=int, default=None, help="data-parallel degree")
+    parser.add_argument("--tp", type=int, default=None, help="tensor-parallel degree")
+    parser.add_argument("--sp", action="store_true", default=None, help="sequence parallelism (with --tp)")
     parser.add_argument("--pp", type=int, default=None, help="pipeline-parallel degree")
     parser.add_argument("--schedule", default=None, help="pipeline schedule (with --pp)")
     parser.add_argument("--v", type=int, default=None, help="model chunks per pipeline rank")
@@ -59,7 +61,8 @@ def main():
     parser.add_argument("--json", default=None, help="write the result record here (rank 0)")
     parser.add_argument("--no-parity", action="store_true")
     args = parser.parse_args()
-    layout = {"dp": args.dp, "pp": args.pp, "schedule": args.schedule, "v": args.v}
+    layout = {"dp": args.dp, "tp": args.tp, "sp": args.sp, "pp": args.pp, "schedule": args.schedule,
+              "v": args.v}
     ok = True
     try:
         for name, record in training_function(args.strategy, get_config(args), layout=layout,
