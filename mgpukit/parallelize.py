@@ -109,7 +109,7 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
     """This rank's `Parts` of `model` under `cfg.layout` (module docstring for the order)."""
     layout = cfg.layout
     # 1. tensor parallel
-    tp = _tensor_parallel(model, ctx, rec, strat, layout) if layout.tp > 1 else None
+    tp = _tensor_parallel(model, cfg, ctx, rec, strat, layout) if layout.tp > 1 else None
     # 2. activation checkpointing: not yet (refused by resolve_layout)
     # 3. pipeline split
     if layout.pp > 1:
@@ -130,10 +130,11 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
                  grad_sq=lambda: tp.grad_sq(params), state_dict=lambda: tp.state_dict(module))
 
 
-def _tensor_parallel(model, ctx, rec, strat: Strategy, layout: Layout):
+def _tensor_parallel(model, cfg, ctx, rec, strat: Strategy, layout: Layout):
     """Split the layers over the tp axis, ours (Megatron-style) or DTensor's."""
-    apply = apply_tp_native if strat.tensor == "native" else apply_tp
-    return apply(model, ctx, rec, sp=layout.sp)
+    if strat.tensor == "native":
+        return apply_tp_native(model, ctx, rec, sp=layout.sp, count_comm=strat.option(cfg, "count_comm"))
+    return apply_tp(model, ctx, rec, sp=layout.sp)
 
 
 def _grad_sync(strat: Strategy, module, cfg, ctx, rec):

@@ -30,6 +30,11 @@ from mgpukit.runtime.context import WorkerContext
 __all__ = ["Recorder", "Handle", "WallClock", "make_clock", "group_ranks"]
 
 
+# torch 2.13 renamed the tensor collectives (the old names warn); older torch has only the old
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 def group_ranks(group) -> list[int]:
     if group is None:
         return list(range(dist.get_world_size()))
@@ -194,7 +199,7 @@ class Recorder:
         n = len(group_ranks(group))
         return self._collective(
             "reduce_scatter",
-            lambda a: dist.reduce_scatter_tensor(output, input, op=op, group=group, async_op=a),
+            lambda a: _REDUCE_SCATTER(output, input, op=op, group=group, async_op=a),
             _nbytes(input), group, async_op, bus_factor("reduce_scatter", n))
 
     def all_gather(self, output, input, *, group=None, async_op=False):
@@ -202,7 +207,7 @@ class Recorder:
         n = len(group_ranks(group))
         return self._collective(
             "all_gather",
-            lambda a: dist.all_gather_into_tensor(output, input, group=group, async_op=a),
+            lambda a: _ALL_GATHER(output, input, group=group, async_op=a),
             _nbytes(output), group, async_op, bus_factor("all_gather", n))
 
     def broadcast(self, tensor, src: int, *, group=None, async_op=False):

@@ -12,6 +12,7 @@ with data parallelism (`mgpukit run tp --tp 2 --dp 2`), and `dp-naive` / `dp-buc
 `--tp` (Megatron-style layers under their gradient sync).
 """
 from mgpukit.costmodel.layout import Layout
+from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.registry import register
 from mgpukit.strategies.tensor_parallel.theory import tp_theory
 
@@ -29,5 +30,7 @@ register("tp-sp", family="tensor-parallel",
          description="tensor + sequence parallelism: all-reduces become reduce-scatter / all-gather pairs",
          layout=_tp(True), models=GPT_ONLY, theory=tp_theory, min_workers=2)
 register("tp-native", family="tensor-parallel", tensor="native", emulation=False,
+         knobs=(Knob("count_comm", bool, True, "count and time DTensor's collectives (CommObserver, "
+                     "a dispatch mode that slows every op; the benchmark turns it off)"),),
          description="PyTorch's DTensor parallelize_module (Colwise/Rowwise, --sp: SequenceParallel)",
          layout=_tp(False), models=GPT_ONLY, theory=tp_theory, min_workers=2)

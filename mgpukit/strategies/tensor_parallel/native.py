@@ -17,13 +17,18 @@ sequence-sharded tensor, so the lookup is all-reduced and then sliced to the ran
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 
 from mgpukit.strategies.tensor_parallel.apply import TensorParallel, check_divides
 
 
-def apply_tp_native(model: nn.Module, ctx, rec, *, sp: bool = False) -> TensorParallel:
+def apply_tp_native(model: nn.Module, ctx, rec, *, sp: bool = False, count_comm: bool = True) -> TensorParallel:
+    """DTensor's tensor parallelism on the tp axis. `count_comm`: count and time DTensor's
+    collectives with the `CommObserver` (a dispatch mode: it slows every op it sees, so the
+    benchmark turns it off)."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
                                                    PrepareModuleOutput, RowwiseParallel,
@@ -57,10 +62,22 @@ def apply_tp_native(model: nn.Module, ctx, rec, *, sp: bool = False) -> TensorPa
                                            use_local_output=False)
     parallelize_module(model, mesh, plan)
     t = ctx.size("tp")
+    observed = _observing(rec) if count_comm else contextlib.nullcontext
+
+    @contextlib.contextmanager
+    def around():
+        with observed(), loss_parallel():
+            yield
     return TensorParallel(
         model=model, loss=_loss, state_dict=lambda m: _full_state(m, rec), grad_sq=lambda ps: _grad_sq(ps, t),
-        holds_loss=ctx.coords["tp"] == 0, around=loss_parallel,
-        wrap_sync=lambda sync: PendingSumSync(sync, list(model.parameters())))
+        holds_loss=ctx.coords["tp"] == 0, around=around,
+        wrap_sync=lambda sync: PendingSumSync(sync, list(model.parameters()), observed))
+
+
+def _observing(rec):
+    from mgpukit.measure.observe import CommObserver
+
+    return lambda: CommObserver(rec)
 
 
 class PendingSumSync:
@@ -71,8 +88,8 @@ class PendingSumSync:
     (the optimizer would do it implicitly, the gradient norm would not). Redistributing to
     `Replicate` here is the all-reduce `apply_tp`'s `SequenceParallelGradSync` does by hand."""
 
-    def __init__(self, inner, params):
-        self.inner, self.params = inner, params
+    def __init__(self, inner, params, observed=contextlib.nullcontext):
+        self.inner, self.params, self.observed = inner, params, observed
 
     def no_sync(self):
         return self.inner.no_sync()
@@ -81,10 +98,11 @@ class PendingSumSync:
         from torch.distributed.tensor import Replicate
 
         self.inner.sync(step)
-        for p in self.params:
-            g = p.grad
-            if g is not None and any(pl.is_partial() for pl in getattr(g, "placements", ())):
-                p.grad = g.redistribute(placements=[Replicate()] * len(g.placements))
+        with self.observed():
+            for p in self.params:
+                g = p.grad
+                if g is not None and any(pl.is_partial() for pl in getattr(g, "placements", ())):
+                    p.grad = g.redistribute(placements=[Replicate()] * len(g.placements))
 
 
 def _loss(logits, targets):
