@@ -49,7 +49,9 @@ class TPGroup:
         shard = x.transpose(0, 1).contiguous()  # (T/t, B, C)
         out = torch.empty((shard.shape[0] * self.size, *shard.shape[1:]), dtype=x.dtype, device=x.device)
         self.rec.all_gather(out, shard, group=self.group)
-        return out.transpose(0, 1)  # (B, T, C)
+        # contiguous once here: q, k and v (or fc1) would each copy a strided input — and
+        # save their copy for backward, three full activations instead of one
+        return out.transpose(0, 1).contiguous()  # (B, T, C)
 
     def scatter_seq(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, C) partial sums on each rank -> (B, T/t, C): the sum, this rank's tokens."""
@@ -59,7 +61,7 @@ class TPGroup:
                              f"use a sequence length divisible by {self.size}.")
         out = torch.empty((full.shape[0] // self.size, *full.shape[1:]), dtype=x.dtype, device=x.device)
         self.rec.reduce_scatter(out, full, group=self.group)
-        return out.transpose(0, 1)  # (B, T/t, C)
+        return out.transpose(0, 1).contiguous()  # (B, T/t, C)
 
     def split_seq(self, x: torch.Tensor) -> torch.Tensor:
         """This rank's tokens of a replicated (B, T, C): a slice, no communication."""
