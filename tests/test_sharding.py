@@ -118,3 +118,24 @@ def test_averaging_sharded_grad_norms_is_caught(monkeypatch):
     monkeypatch.setattr(Zero1, "sharded_parts", averaged)
     rec = run("zero2", workers=2, steps=3, mode="cpu")
     assert rec["parity"]["grad_norms_max_abs_diff"] > 1e-3 and not rec["parity"]["ok"]
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_fsdp2_parity_memory_and_bytes(workers):
+    """PyTorch's fully_shard on the same GPT: parity, ZeRO-3's memory, ~1.5× DDP's bytes
+    (its collectives run through the recorder)."""
+    rec = run("fsdp2", workers=workers, steps=STEPS, mode="cpu")
+    assert rec["parity"]["ok"], rec["parity"]
+    want = predicted_model_states(PSI, dp=workers, zero=3, optimizer="sgd")
+    for category in ("params", "grads", "optimizer"):
+        assert rec["memory"]["0"][category] == pytest.approx(want["memory"][category], rel=0.05)
+    # the root (embedding + head) stays gathered between forward and backward: a little less
+    assert rec["comm"]["0"]["bytes_sent"] / STEPS == pytest.approx(want["comm_bytes"], rel=0.05)
+
+
+def test_fsdp2_with_cpu_offload_and_emulated():
+    rec = run("fsdp2", workers=2, steps=3, mode="cpu", options={"offload": True})
+    assert rec["parity"]["ok"], rec["parity"]
+    emu = run("fsdp2", workers=2, steps=3, mode="emulated", profile="h100-nvlink")
+    assert emu["parity"]["ok"], emu["parity"]
+    assert emu["comm"]["0"]["collectives"]["all_gather"] > 0

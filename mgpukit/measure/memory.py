@@ -33,7 +33,7 @@ class ActivationMeter:
         self.live = 0
         self.peak = 0
         self._refs: dict[int, list] = {}  # storage ptr -> [refcount, nbytes]
-        self._skip = {p.untyped_storage().data_ptr() for p in params}
+        self._skip = {_local(p).untyped_storage().data_ptr() for p in params}
 
     def skip(self, tensor, skipped: bool = True) -> None:
         """Treat `tensor`'s storage as weights, not activations (ZeRO-3 gathers its parameters

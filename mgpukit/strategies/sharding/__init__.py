@@ -10,6 +10,7 @@ trainer which tensors the optimizer steps (this rank's shards; `Parts.params`):
 - `zero1.py`  `zero1`: optimizer states sharded (reduce-scatter grads, all-gather params)
 - `zero2.py`  `zero2`: + gradients sharded (reduce-scatter each block during backward)
 - `zero3.py`  `zero3`: + parameters sharded (all-gather each block before use, free after)
+- `fsdp2.py`  `fsdp2`: PyTorch's `fully_shard` per block then root (ZeRO-3 as torch ships it)
 - `theory.py` predicted bytes per rank and bytes sent, from `mgpukit.costmodel`
 """
-from mgpukit.strategies.sharding import zero1, zero2, zero3  # noqa: F401  (registers)
+from mgpukit.strategies.sharding import fsdp2, zero1, zero2, zero3  # noqa: F401  (registers)
