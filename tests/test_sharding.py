@@ -139,3 +139,14 @@ def test_fsdp2_with_cpu_offload_and_emulated():
     emu = run("fsdp2", workers=2, steps=3, mode="emulated", profile="h100-nvlink")
     assert emu["parity"]["ok"], emu["parity"]
     assert emu["comm"]["0"]["collectives"]["all_gather"] > 0
+
+
+def test_bench_memory_prints_measured_next_to_the_formulas(capsys):
+    import argparse
+
+    from mgpukit.bench.memory import bench_memory
+    out = bench_memory(argparse.Namespace(quick=True, workers=2, repeats=1))
+    text = capsys.readouterr().out
+    assert [r["strategy"] for r in out["rows"]] == ["ddp", "zero1", "zero2", "zero3", "fsdp2"]
+    assert all(r["memory_ok"] and r["comm_ok"] for r in out["rows"]), text
+    assert "zero3 / fsdp2 step time" in text and out["step_time_ratio"]["ratio"] > 0

@@ -108,6 +108,15 @@ def model_state_bytes(psi: float, layout: Layout, *, gather_bytes: float = 0.0,
     }
 
 
+def offload_traffic_bytes(psi: float, layout: Layout) -> float:
+    """Bytes crossing the host link per GPU per step under ZeRO-3 with CPU offload (PyTorch
+    FSDP2's ``CPUOffloadPolicy``; the idea of Ren et al. 2021, "ZeRO-Offload", §4): the
+    sharded parameters, gradients and optimizer states live in host memory and the optimizer
+    steps there, so each step copies this GPU's parameter shard to the device before its
+    forward and its backward all-gather (``2·Ψ/N``) and its gradient shard back (``Ψ/N``)."""
+    return 3 * psi * layout.dtype_bytes / layout.dp
+
+
 def stage_memory(shape: ModelShape, layout: Layout, stage: int, *, micro_batch: int | None = None) -> dict[str, float]:
     """Bytes per GPU of pipeline ``stage``, by category, plus ``total``."""
     b = micro_batch or layout.micro_batch
