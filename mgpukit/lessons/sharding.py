@@ -60,7 +60,7 @@ def sharding_study(strategies=STRATEGIES, *, workers: int = 2, steps: int = 3, m
 
 
 def step_time_ratio(a: str = "zero3", b: str = "fsdp2", *, workers: int = 2, steps: int = 8,
-                    repeats: int = 3, warmup: int = 2, options_b: dict | None = None, **kw) -> dict:
+                    repeats: int = 3, warmup: int = 4, options_b: dict | None = None, **kw) -> dict:
     """Median step time of `a` over `b` (measured, CPU workers), runs interleaved a, b, a, b …
     and the first `warmup` steps of every run dropped (FSDP2 initialises lazily)."""
     from mgpukit.experiment import run
@@ -75,7 +75,7 @@ def step_time_ratio(a: str = "zero3", b: str = "fsdp2", *, workers: int = 2, ste
         tb.append(median_step(b, options_b))
     ratio = statistics.median(x / y for x, y in zip(ta, tb))
     return {"a": a, "b": b, "a_step_s": ta, "b_step_s": tb, "ratio": ratio, "workers": workers,
-            "steps": steps, "repeats": repeats}
+            "steps": steps, "repeats": repeats, "warmup": warmup}
 
 
 def model_state_table(psi: float, *, dp: int = 8, dtype: str = "bf16", optimizer: str = "adamw") -> list[dict]:
