@@ -150,3 +150,20 @@ def test_bench_memory_prints_measured_next_to_the_formulas(capsys):
     assert [r["strategy"] for r in out["rows"]] == ["ddp", "zero1", "zero2", "zero3", "fsdp2"]
     assert all(r["memory_ok"] and r["comm_ok"] for r in out["rows"]), text
     assert "zero3 / fsdp2 step time" in text and out["step_time_ratio"]["ratio"] > 0
+
+
+def test_the_formulas_reproduce_the_zero_papers_figure_1():
+    """Rajbhandari et al. 2020, Figure 1: Ψ = 7.5B, K = 12 (mixed-precision Adam), N_d = 64:
+    120 GB, 31.4 GB, 16.6 GB and 1.9 GB per GPU for DDP, P_os, P_os+g, P_os+g+p."""
+    from mgpukit.lessons.sharding import model_state_table
+    totals = [row["total"] / 1e9 for row in model_state_table(7.5e9, dp=64, dtype="bf16")]
+    assert totals == pytest.approx([120, 31.4, 16.6, 1.9], abs=0.05)
+
+
+def test_zero_explorer_draws_headless_and_says_what_fits():
+    from mgpukit.costmodel import get_shape, param_count
+    from mgpukit.widgets.sharding import fits, zero_explorer
+    psi = param_count(get_shape("7b"))
+    assert fits(psi, dp=64, dtype="bf16", optimizer="adamw") == ["ZeRO-1", "ZeRO-2", "ZeRO-3"]
+    assert fits(psi, dp=1, dtype="bf16", optimizer="adamw") == []  # 16Ψ = 108 GB > 80 GB
+    zero_explorer(model="70b", dp=64)

@@ -53,7 +53,7 @@ class RecordedAllGather(_Alloc, AllGather):
 
     def __call__(self, output_tensor, input_tensor, group, async_op=False):
         handle = self.rec.all_gather(output_tensor, input_tensor, group=group, async_op=async_op)
-        return handle._work if handle is not None else None  # FSDP2 waits on the dist.Work
+        return handle.work if handle is not None else None  # FSDP2 waits on the dist.Work
 
 
 class RecordedReduceScatter(_Alloc, ReduceScatter):
@@ -65,7 +65,7 @@ class RecordedReduceScatter(_Alloc, ReduceScatter):
     def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
         handle = self.rec.reduce_scatter(output_tensor, input_tensor, op=op, group=group,
                                          async_op=async_op)
-        return handle._work if handle is not None else None
+        return handle.work if handle is not None else None
 
 
 def layers(module: nn.Module) -> list[nn.Module]:

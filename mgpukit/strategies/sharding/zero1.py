@@ -125,12 +125,15 @@ class Zero1:
 
 
 def apply_zero(cls, module, ctx, rec, cfg, **options):
-    """The registry's applier for every stage: `cls` over the dp group of `ctx`."""
+    """`cls` (a ZeRO stage) over the dp group of `ctx`: the registry's appliers call this."""
     return module, cls(module, rec, group=ctx.group("dp"), rank=ctx.coords["dp"], n=ctx.size("dp"),
                        **options)
 
 
+def apply_zero1(module, ctx, rec, cfg):
+    return apply_zero(Zero1, module, ctx, rec, cfg)
+
+
 register("zero1", family="sharding",
          description="ZeRO-1: optimizer states sharded; reduce-scatter grads, all-gather params",
-         layout=zero_layout(1), grad_sync=lambda m, ctx, rec, cfg: apply_zero(Zero1, m, ctx, rec, cfg),
-         composes=("dp", "pp"), theory=zero_theory(1))
+         layout=zero_layout(1), grad_sync=apply_zero1, composes=("dp", "pp"), theory=zero_theory(1))

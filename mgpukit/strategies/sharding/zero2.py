@@ -91,7 +91,10 @@ class Zero2(Zero1):
             self.rec.all_gather(unit.full, unit.shard.detach().clone(), group=self.group)
 
 
+def apply_zero2(module, ctx, rec, cfg):
+    return apply_zero(Zero2, module, ctx, rec, cfg)
+
+
 register("zero2", family="sharding",
          description="ZeRO-2: + gradients sharded; reduce-scatter each block's grads during backward",
-         layout=zero_layout(2), grad_sync=lambda m, ctx, rec, cfg: apply_zero(Zero2, m, ctx, rec, cfg),
-         theory=zero_theory(2))
+         layout=zero_layout(2), grad_sync=apply_zero2, theory=zero_theory(2))
