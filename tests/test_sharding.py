@@ -167,3 +167,10 @@ def test_zero_explorer_draws_headless_and_says_what_fits():
     assert fits(psi, dp=64, dtype="bf16", optimizer="adamw") == ["ZeRO-1", "ZeRO-2", "ZeRO-3"]
     assert fits(psi, dp=1, dtype="bf16", optimizer="adamw") == []  # 16Ψ = 108 GB > 80 GB
     zero_explorer(model="70b", dp=64)
+
+
+def test_the_accelerate_plugin_a_gpu_user_would_write_builds():
+    from mgpukit.strategies.sharding.fsdp2 import accelerate_plugin
+    plugin = accelerate_plugin()
+    assert plugin.fsdp_version == 2 and plugin.reshard_after_forward is True
+    assert plugin.transformer_cls_names_to_wrap == ["Block"]

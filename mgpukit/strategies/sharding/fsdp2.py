@@ -149,6 +149,18 @@ def _weights_are_not_activations(module: nn.Module, meter) -> None:
         mod.register_forward_hook(after)
 
 
+def accelerate_plugin(*, offload: bool = False):
+    """The same sharding as Accelerate configures it — what a user writes on GPUs:
+    ``Accelerator(fsdp_plugin=accelerate_plugin())`` under ``accelerate launch``: FSDP2, one
+    unit per GPT `Block` (then the root), parameters resharded after forward. Accelerate
+    refuses FSDP on CPU workers, so the kit's runs call `fully_shard` directly (same units)."""
+    from accelerate import FullyShardedDataParallelPlugin
+
+    return FullyShardedDataParallelPlugin(
+        fsdp_version=2, reshard_after_forward=True, auto_wrap_policy="transformer_based_wrap",
+        transformer_cls_names_to_wrap=["Block"], cpu_offload=offload)
+
+
 def apply_fsdp2(module, ctx, rec, cfg):
     """The registry's applier: `fully_shard` over `ctx.mesh["dp"]`, `offload` knob."""
     module = apply_fully_shard(module, ctx.mesh["dp"], rec, offload=STRATEGY.option(cfg, "offload"))
