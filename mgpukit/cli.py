@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-parity", action="store_true", help="skip the single-process reference")
     p.set_defaults(func=_run)
 
-    p = sub.add_parser("bench", help="benchmarks (ratios in one run): launch, emulation, dp, comm, pipeline, all")
+    p = sub.add_parser("bench", help="benchmarks (ratios in one run): launch, emulation, dp, comm, pipeline, memory, all")
     p.add_argument("name", nargs="?", default="all")
     p.add_argument("--workers", type=positive_int, default=None)
     p.add_argument("--repeats", type=positive_int, default=None)

@@ -1,7 +1,8 @@
 """Apply a run's parallel layout to an unmodified model, in one documented order.
 
     tensor parallel (tp)  ->  activation checkpointing  ->  pipeline split (pp)
-        ->  data-parallel gradient sync (dp)          [mixed precision: a policy, later]
+        ->  data-parallel gradient sync (dp), or sharding over dp (ZeRO / FSDP)
+                                                      [mixed precision: a policy, later]
 
 the order torchtitan's `parallelize_*` uses: TP rewrites the layers themselves, checkpointing
 wraps whole blocks, the pipeline cuts the (wrapped) blocks into stages, and data parallelism
@@ -88,7 +89,7 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
     if degrees["pp"] > 1 and not strat.schedule and "pp" not in strat.composes:
         raise ValueError(f"{strat.name} cannot be combined with pipeline parallelism (pp={degrees['pp']}); "
                          f"composable with pp: dp-naive, dp-bucketed, allreduce-ring, the hand-written "
-                         f"compressors, or a pipeline strategy with --dp.")
+                         f"compressors, zero1, or a pipeline strategy with --dp.")
     if degrees["dp"] > 1 and strat.schedule is None and "dp" not in strat.composes:
         raise ValueError(f"{strat.name} runs on one replica; it cannot take dp={degrees['dp']}.")
     pp = degrees["pp"]
@@ -121,8 +122,8 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
     if tp is None:
         engine = LocalEngine(rec, module, sync=sync, loss_fn=loss_fn(cfg), micro_batches=cfg.micro_batches,
                              params=params)
-        return Parts(module=module, engine=engine, sync=sync, params=params,
-                     state_dict=lambda: full_state_dict(module))
+        return _sharded(Parts(module=module, engine=engine, sync=sync, params=params,
+                              state_dict=lambda: full_state_dict(module)))
     sync = tp.wrap_sync(sync)
     engine = LocalEngine(rec, module, sync=sync, loss_fn=tp.loss, micro_batches=cfg.micro_batches,
                          params=params, around=tp.around)
@@ -144,6 +145,13 @@ def _grad_sync(strat: Strategy, module, cfg, ctx, rec):
     return apply(module, ctx, rec, cfg)
 
 
+def _sharded(parts: Parts) -> Parts:
+    """4b. sharding over dp (ZeRO, FSDP): a sharded sync says which tensors the optimizer
+    steps (this rank's shards) and what runs after its step (`strategies.sharding`)."""
+    shard = getattr(parts.sync, "sharded_parts", None)
+    return shard(parts) if shard is not None else parts
+
+
 def _pipeline_parts(model, cfg, ctx, rec, strat: Strategy, layout: Layout) -> Parts:
-    return apply_pipeline(ctx, rec, model, layout, loss_fn(cfg), runtime=strat.pipeline,
-                          grad_sync=lambda holder: _grad_sync(strat, holder, cfg, ctx, rec))
+    return _sharded(apply_pipeline(ctx, rec, model, layout, loss_fn(cfg), runtime=strat.pipeline,
+                                   grad_sync=lambda holder: _grad_sync(strat, holder, cfg, ctx, rec)))

@@ -7,12 +7,16 @@ so the modules underneath can move without a notebook noticing.
 - `compression`    notebook 03: `run_compressed`, `fp32_reference`
 - `pipeline_lab`   notebook 04: equal-cost stages, several schedules in one launch
 - `tensor_parallel` notebook 05: the matmul by hand, bytes vs the table, SP's memory, links
+- `sharding`       notebook 06: ZeRO stages measured vs formulas, zero3 vs fsdp2, offload
 """
 from mgpukit.lessons.compression import fp32_reference, run_compressed
 from mgpukit.lessons.data_parallel import (compare_strategies, lr_scaling_study, scaling_records,
                                            warm_parent)
 from mgpukit.lessons.pipeline_lab import run_lab
 from mgpukit.lessons import tensor_parallel
+from mgpukit.lessons.sharding import (model_state_table, offload_trade, sharding_study,
+                                      step_time_ratio)
 
 __all__ = ["run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
-           "lr_scaling_study", "warm_parent", "run_lab", "tensor_parallel"]
+           "lr_scaling_study", "warm_parent", "run_lab", "tensor_parallel", "sharding_study",
+           "step_time_ratio", "model_state_table", "offload_trade"]

@@ -35,6 +35,12 @@ class ActivationMeter:
         self._refs: dict[int, list] = {}  # storage ptr -> [refcount, nbytes]
         self._skip = {_local(p).untyped_storage().data_ptr() for p in params}
 
+    def skip(self, tensor, skipped: bool = True) -> None:
+        """Treat `tensor`'s storage as weights, not activations (ZeRO-3 gathers its parameters
+        into fresh buffers each time; `skipped=False` when it frees them again)."""
+        key = tensor.untyped_storage().data_ptr()
+        (self._skip.add if skipped else self._skip.discard)(key)
+
     def _pack(self, tensor):
         storage = _local(tensor).untyped_storage()  # a DTensor's bytes are its local shard
         key = storage.data_ptr()
@@ -75,7 +81,18 @@ class ActivationMeter:
 
 
 def tensor_bytes(tensors) -> int:
-    return int(sum(t.numel() * t.element_size() for t in tensors if t is not None))
+    """Bytes of the storages behind `tensors`, each storage counted once: views into one flat
+    buffer (bucket views, ZeRO's parameters and their shard) are one allocation."""
+    storages, loose = {}, 0
+    for t in tensors:
+        if t is None:
+            continue
+        try:
+            storage = t.untyped_storage()
+            storages[storage.data_ptr() or id(storage)] = storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # no storage (fake / meta tensors)
+            loose += t.numel() * t.element_size()
+    return int(sum(storages.values()) + loose)
 
 
 def _local(t):

@@ -5,7 +5,7 @@ Per step, on every rank:
     data   -> the rank's slice of the global batch, by its data-parallel coordinate
     engine -> forward + backward (micro-batches, or a pipeline schedule)  [parts.engine]
     sync   -> gradients averaged over the dp group                        [parts.sync]
-    opt    -> optimizer step
+    opt    -> optimizer step, then `parts.after_step` (ZeRO: gather shards)
 
 and around the loop the seams every strategy shares: the input pipeline (`loader.py`:
 `loader_delay_s`, `prefetch`), a straggler rank (`straggler.py`), the learning-rate rule
@@ -72,6 +72,8 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
             with rec.compute("opt"), slowed():
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=False)  # keep .grad tensors (bucket views)
+            if parts.after_step is not None:
+                parts.after_step(step)  # e.g. ZeRO-1/2: all-gather the updated shards
         logs.append((float(loss) if loss is not None else 0.0, sq_norm))
         if ckpt.on_step_end is not None:
             ckpt.on_step_end(step)
@@ -88,11 +90,13 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
 def log_steps(rec, ctx, parts: Parts, logs: list[tuple[float, float]]) -> None:
     """Per step: loss of the global batch (held by the last stage of each replica, averaged
     over replicas) and the full gradient norm (squares summed over the stages; replicas hold
-    the same gradient, so their mean). One untimed reduction over the world."""
+    the same gradient, so their mean — unless each holds a disjoint shard of it, ZeRO, then
+    their sum). One untimed reduction over the world."""
     dp = ctx.size("dp")
+    replicas = 1 if parts.grads_sharded else dp
     flat = []
     for loss, sq in logs:
-        flat += [loss / dp if parts.holds_loss else 0.0, sq / dp]
+        flat += [loss / dp if parts.holds_loss else 0.0, sq / replicas]
     world = dist.group.WORLD if dist.is_initialized() and ctx.world_size > 1 else None
     total = rec.reduce_values(flat, group=world)
     for i in range(0, len(total), 2):
