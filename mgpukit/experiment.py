@@ -64,7 +64,8 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers={workers!r}: use a positive number of workers.")
     if cfg.layout is not None:  # a full layout given: its fields are the overrides
-        layout = {**{k: getattr(cfg.layout, k) for k in ("dp", "tp", "pp", "schedule", "v")},
+        layout = {**{k: getattr(cfg.layout, k) for k in ("dp", "tp", "pp", "schedule", "v",
+                                                         "checkpointing", "dtype")},
                   **(layout or {})}
     resolved = resolve_layout(strat, cfg, workers, layout)
     workers = resolved.world_size
@@ -173,7 +174,7 @@ def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool
     if strat.reference is None:
         record["parity"] = None
         record["reference"] = "is the reference" if strat.name == "single" else "no reference"
-        if strat.name == "single":
+        if strat.name == "single" and is_reference_layout(cfg.layout):
             _REFERENCE_CACHE.setdefault(_ref_key(cfg, p.mode), {"record": record, "weights": weights})
     elif parity:
         ref = reference(strat.reference, cfg, mode=p.mode, timeout_s=timeout_s, in_process=in_process)
@@ -220,6 +221,12 @@ def check_batch(cfg: RunConfig, ranks: int) -> None:
             f"global_batch={cfg.global_batch} does not split into {ranks} data ranks × "
             f"micro_batches={cfg.micro_batches}; use a global batch that is a multiple of {per} "
             f"(e.g. {good}), or change the number of workers or micro-batches.")
+
+
+def is_reference_layout(layout) -> bool:
+    """The reference trains at torch's fp32 defaults with every activation kept; a `single` run
+    with a policy (checkpointing, bf16) is a run like any other, never the cached reference."""
+    return layout is None or (layout.dtype == "fp32" and layout.checkpointing == "none")
 
 
 def _reference_config(cfg: RunConfig) -> RunConfig:

@@ -23,13 +23,14 @@ from mgpukit.runtime.dims import ParallelDims
 from mgpukit.strategies.data_parallel.naive import apply_allreduce_dp
 from mgpukit.strategies.pipeline.engine import apply_pipeline
 from mgpukit.strategies.pipeline.plan import plan_for
+from mgpukit.strategies.policies.checkpointing import apply_checkpointing, check_checkpointing
 from mgpukit.strategies.registry import Strategy
 from mgpukit.training.building import full_state_dict, loss_fn
 from mgpukit.training.local import LocalEngine
 from mgpukit.training.parts import NoSync, Parts
 
 LAYOUT_FIELDS = ("dp", "tp", "pp", "schedule", "v", "zero", "sp", "checkpointing", "dtype")
-NOT_YET = {"tp": 1, "zero": 0, "sp": False, "checkpointing": "none", "dtype": "fp32"}
+NOT_YET = {"tp": 1, "zero": 0, "sp": False, "dtype": "fp32"}
 
 
 def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | None = None) -> Layout:
@@ -77,14 +78,19 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
         m, v = cfg.micro_batches, 1
     # rows per micro-batch (whether they divide evenly is checked with the batch, in `prepare`)
     rows = max(1, cfg.global_batch // (degrees["dp"] * m))
-    return dataclasses.replace(base, **degrees, schedule=schedule if pp > 1 else base.schedule, v=v,
-                               micro_batch=rows, num_micro_batches=m)
+    policies = {k: overrides[k] for k in ("checkpointing", "dtype") if k in overrides}
+    layout = dataclasses.replace(base, **degrees, schedule=schedule if pp > 1 else base.schedule, v=v,
+                                 micro_batch=rows, num_micro_batches=m, **policies)
+    check_checkpointing(layout.checkpointing, cfg, strat)
+    return layout
 
 
 def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
     """This rank's `Parts` of `model` under `cfg.layout` (module docstring for the order)."""
     layout = cfg.layout
-    # 1. tensor parallel, 2. activation checkpointing: not yet (refused by resolve_layout)
+    # 1. tensor parallel: not yet (refused by resolve_layout)
+    # 2. activation checkpointing (a policy: every strategy)
+    apply_checkpointing(model, layout.checkpointing)
     # 3. pipeline split
     if layout.pp > 1:
         return _pipeline_parts(model, cfg, ctx, rec, strat, layout)
