@@ -1,7 +1,8 @@
 """Apply a run's parallel layout to an unmodified model, in one documented order.
 
     tensor parallel (tp)  ->  activation checkpointing  ->  pipeline split (pp)
-        ->  data-parallel gradient sync (dp)          [mixed precision: a policy, later]
+        ->  data-parallel gradient sync (dp)
+    [mixed precision: a policy applied with checkpointing, `strategies.policies.precision`]
 
 the order torchtitan's `parallelize_*` uses: TP rewrites the layers themselves, checkpointing
 wraps whole blocks, the pipeline cuts the (wrapped) blocks into stages, and data parallelism
@@ -24,13 +25,14 @@ from mgpukit.strategies.data_parallel.naive import apply_allreduce_dp
 from mgpukit.strategies.pipeline.engine import apply_pipeline
 from mgpukit.strategies.pipeline.plan import plan_for
 from mgpukit.strategies.policies.checkpointing import apply_checkpointing, check_checkpointing
+from mgpukit.strategies.policies.precision import apply_mixed_precision, check_precision
 from mgpukit.strategies.registry import Strategy
 from mgpukit.training.building import full_state_dict, loss_fn
 from mgpukit.training.local import LocalEngine
 from mgpukit.training.parts import NoSync, Parts
 
 LAYOUT_FIELDS = ("dp", "tp", "pp", "schedule", "v", "zero", "sp", "checkpointing", "dtype")
-NOT_YET = {"tp": 1, "zero": 0, "sp": False, "dtype": "fp32"}
+NOT_YET = {"tp": 1, "zero": 0, "sp": False}
 
 
 def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | None = None) -> Layout:
@@ -82,6 +84,10 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
     layout = dataclasses.replace(base, **degrees, schedule=schedule if pp > 1 else base.schedule, v=v,
                                  micro_batch=rows, num_micro_batches=m, **policies)
     check_checkpointing(layout.checkpointing, cfg, strat)
+    check_precision(layout.dtype)
+    if layout.dtype != "fp32" and strat.worker is not None:
+        raise ValueError(f"{strat.name} runs its own worker loop, outside the appliers; it cannot take "
+                         f"dtype={layout.dtype!r}. Use dtype='fp32'.")
     return layout
 
 
@@ -89,7 +95,9 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
     """This rank's `Parts` of `model` under `cfg.layout` (module docstring for the order)."""
     layout = cfg.layout
     # 1. tensor parallel: not yet (refused by resolve_layout)
-    # 2. activation checkpointing (a policy: every strategy)
+    # 2. the policies: mixed precision (autocast per piece, fp32 master weights), then
+    #    activation checkpointing (its recomputation replays the autocast state)
+    apply_mixed_precision(model, layout.dtype, ctx.device.type)
     apply_checkpointing(model, layout.checkpointing)
     # 3. pipeline split
     if layout.pp > 1:

@@ -93,8 +93,8 @@ def model_state_bytes(psi: float, layout: Layout, *, gather_bytes: float = 0.0) 
     """ZeRO table (module docstring) for ``psi`` local parameters; ``gather_bytes``: ZeRO-3's
     temporarily gathered full layers, counted under params."""
     n = layout.dp
-    if layout.dtype == "bf16":
-        p, g, k = 2, 2, 12  # bf16 weights, bf16 grads, fp32 master + Adam m + v
+    if layout.dtype in ("bf16", "fp16"):
+        p, g, k = 2, 2, 12  # 16-bit weights, 16-bit grads, fp32 master + Adam m + v
     else:
         p, g, k = 4, 4, 8  # fp32 weights, fp32 grads, Adam m + v
     z = layout.zero

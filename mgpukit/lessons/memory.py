@@ -14,7 +14,6 @@ from mgpukit.costmodel.memory import memory_per_rank
 from mgpukit.costmodel.shapes import ModelShape
 from mgpukit.experiment import run
 
-BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 def gpt_shape(cfg) -> ModelShape:
