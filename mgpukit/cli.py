@@ -107,7 +107,7 @@ def add_run_arguments(p):
     layout.add_argument("--checkpointing", default=None, choices=["none", "full", "selective"],
                         help="activation checkpointing: every block (full) or the attention core (selective)")
     layout.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
-                        help="bf16: autocast with fp32 master weights (fp16: refused, needs a loss scaler)")
+                        help="bf16 / fp16: autocast with fp32 master weights (fp16 with dynamic loss scaling)")
     p.add_argument("--timeout", type=positive_float, default=600.0, help="seconds (default 600)")
 
 

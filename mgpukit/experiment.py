@@ -13,7 +13,7 @@ Parity: the strategy's logged losses and gradient norms (per step) and its final
 compared with the `single` reference trained on the same global batches, at torch's default
 fp32 tolerances (`torch.testing.assert_close`: rtol 1.3e-6, atol 1e-5) unless the strategy
 states its own (pipelines: PyTorch's pipelining tolerances; lossy compression: a loss-curve
-check) or the layout trains in bf16 (every step's loss within 5% of the fp32 reference's). The gradient norm is what catches a missing average: Adam's update barely changes if
+check) or the layout trains in bf16 / fp16 (every step's loss within 5% of the fp32 reference's). The gradient norm is what catches a missing average: Adam's update barely changes if
 every gradient is doubled, but the norm does. A run *is* the reference (`single`, no parity) or
 *has no* reference (`ps-async`): the record says which.
 """

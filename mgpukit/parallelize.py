@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch.distributed as dist
 import torch.nn as nn
 
 from mgpukit.costmodel.layout import Layout
@@ -25,7 +26,7 @@ from mgpukit.strategies.data_parallel.naive import apply_allreduce_dp
 from mgpukit.strategies.pipeline.engine import apply_pipeline
 from mgpukit.strategies.pipeline.plan import plan_for
 from mgpukit.strategies.policies.checkpointing import apply_checkpointing, check_checkpointing
-from mgpukit.strategies.policies.precision import apply_mixed_precision, check_precision
+from mgpukit.strategies.policies.precision import LossScaler, apply_mixed_precision, check_precision
 from mgpukit.strategies.registry import Strategy
 from mgpukit.training.building import full_state_dict, loss_fn
 from mgpukit.training.local import LocalEngine
@@ -99,17 +100,26 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
     #    activation checkpointing (its recomputation replays the autocast state)
     apply_mixed_precision(model, layout.dtype, ctx.device.type)
     apply_checkpointing(model, layout.checkpointing)
+    scaler = LossScaler(rec, _world(ctx)) if layout.dtype == "fp16" else None
+    loss = scaler.scaled(loss_fn(cfg)) if scaler is not None else loss_fn(cfg)
     # 3. pipeline split
     if layout.pp > 1:
-        return _pipeline_parts(model, cfg, ctx, rec, strat, layout)
+        parts = _pipeline_parts(model, cfg, ctx, rec, strat, layout, loss)
+        parts.scaler = scaler
+        return parts
     # 4. data-parallel gradient sync
     model.to(ctx.device)
     module, sync = _grad_sync(strat, model, cfg, ctx, rec)
     params = list(module.parameters())
-    engine = LocalEngine(rec, module, sync=sync, loss_fn=loss_fn(cfg), micro_batches=cfg.micro_batches,
+    engine = LocalEngine(rec, module, sync=sync, loss_fn=loss, micro_batches=cfg.micro_batches,
                          params=params)
-    return Parts(module=module, engine=engine, sync=sync, params=params,
+    return Parts(module=module, engine=engine, sync=sync, params=params, scaler=scaler,
                  state_dict=lambda: full_state_dict(module))
+
+
+def _world(ctx):
+    """The group fp16's overflow flag is agreed on: every rank (None when alone)."""
+    return dist.group.WORLD if ctx.world_size > 1 and dist.is_initialized() else None
 
 
 def _grad_sync(strat: Strategy, module, cfg, ctx, rec):
@@ -119,6 +129,6 @@ def _grad_sync(strat: Strategy, module, cfg, ctx, rec):
     return apply(module, ctx, rec, cfg)
 
 
-def _pipeline_parts(model, cfg, ctx, rec, strat: Strategy, layout: Layout) -> Parts:
-    return apply_pipeline(ctx, rec, model, layout, loss_fn(cfg), runtime=strat.pipeline,
+def _pipeline_parts(model, cfg, ctx, rec, strat: Strategy, layout: Layout, loss) -> Parts:
+    return apply_pipeline(ctx, rec, model, layout, loss, runtime=strat.pipeline,
                           grad_sync=lambda holder: _grad_sync(strat, holder, cfg, ctx, rec))

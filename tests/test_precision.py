@@ -67,10 +67,43 @@ def test_memory_includes_the_fp32_master_copy():
     assert mem["params"] + mem["grads"] + mem["optimizer"] == sum(predicted.values()) == 16 * psi
 
 
-def test_fp16_is_refused_with_what_to_change():
-    with pytest.raises(ValueError, match="loss scaler.*use dtype='bf16'"):
-        experiment.prepare("dp-naive", workers=2, layout={"dtype": "fp16"})
+@pytest.mark.parametrize("strategy", ["dp-naive", "pp-1f1b"])
+def test_fp16_with_loss_scaling_follows_the_fp32_curve(strategy):
+    rec = mgpukit.run(strategy, workers=2, steps=10, layout={"dtype": "fp16"})
+    assert rec["parity"]["ok"] and rec["parity"]["dtype"] == "fp16", rec["parity"]
+    assert rec["extra"]["0"]["loss_scale"]["final"] > 1
+    assert rec["comm"]["0"]["collectives"]["all_reduce"] >= 10  # the overflow flag, every step
+
+
+def test_loss_scaler_skips_an_overflowing_step_and_backs_off():
+    from mgpukit.strategies.policies.precision import LossScaler
+
+    scaler = LossScaler(None, None, init_scale=8.0, growth_interval=2)
+    p = torch.nn.Parameter(torch.ones(3))
+    p.grad = torch.tensor([8.0, 16.0, 24.0])
+    assert scaler.unscale_([p]) and torch.equal(p.grad, torch.tensor([1.0, 2.0, 3.0]))
+    scaler.update(True)
+    p.grad = torch.tensor([1.0, float("inf"), 0.0])
+    assert not scaler.unscale_([p])
+    scaler.update(False)
+    assert scaler.scale == 4.0 and scaler.skipped == 1
+    scaler.update(True), scaler.update(True)
+    assert scaler.scale == 8.0  # doubled after growth_interval clean steps
 
 
 def test_cli_takes_dtype():
     assert main(["run", "dp-naive", "--dtype", "bf16", "--steps", "3", "--workers", "2"]) == 0
+
+
+def test_notebook_07_answers_come_from_the_cost_model():
+    from mgpukit.costmodel.shapes import get_shape, param_count
+    from mgpukit.lessons import memory as lab
+
+    psi = param_count(get_shape("7b"))
+    assert lab.model_state_gb("7b") == pytest.approx(16 * psi / 1e9)
+    shape = get_shape("7b")
+    assert lab.activations_per_layer_gb("7b", checkpointing="full") == pytest.approx(
+        2 * shape.seq_len * shape.d_model / 1e9)
+    assert lab.smallest_zero_stage_that_fits("7b", 8) == 1  # DDP: 16Ψ ≈ 108 GB > 72 GB usable
+    rows = {r["layout"]: r for r in lab.memory_table("70b", 64)}
+    assert not rows["DDP"]["fits"] and rows["tp 8 × pp 8"]["fits"]

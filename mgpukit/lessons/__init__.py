@@ -6,10 +6,13 @@ so the modules underneath can move without a notebook noticing.
 - `data_parallel`  notebook 01's studies: strategies compared, scaling, the learning-rate rule
 - `compression`    notebook 03: `run_compressed`, `fp32_reference`
 - `pipeline_lab`   notebook 04: equal-cost stages, several schedules in one launch
+- `memory`         notebook 07: activations measured vs predicted, checkpointing's trade,
+                   precision curves, what fits (and the exercises' answers)
 """
 from mgpukit.lessons.compression import fp32_reference, run_compressed
 from mgpukit.lessons.data_parallel import (compare_strategies, lr_scaling_study, scaling_records,
                                            warm_parent)
+from mgpukit.lessons import memory  # noqa: F401  (notebook 07 uses it as a module)
 from mgpukit.lessons.pipeline_lab import run_lab
 
 __all__ = ["run_compressed", "fp32_reference", "compare_strategies", "scaling_records",

@@ -114,3 +114,85 @@ def activation_sweep(*, seq_lens=(32, 64, 128), batches=(4, 8, 16), checkpointin
         rows.append({"seq_len": s, "batch": b, "checkpointing": checkpointing, "measured": measured,
                      "predicted": predicted, "ratio": measured / predicted})
     return rows
+
+
+def candidate_layouts(gpus: int, *, checkpointing: str = "selective", dtype: str = "bf16",
+                      micro_batch: int = 1) -> dict[str, Layout]:
+    """A handful of layouts of `gpus` GPUs to compare (name -> Layout): plain DP, the ZeRO
+    stages, tensor parallelism inside an 8-GPU node, and tp × pp."""
+    tp = min(8, gpus)
+    kw = dict(checkpointing=checkpointing, dtype=dtype, micro_batch=micro_batch)
+    out = {"DDP": Layout(dp=gpus, **kw)}
+    for z in (1, 2, 3):
+        out[f"ZeRO-{z}"] = Layout(dp=gpus, zero=z, **kw)
+    if gpus % tp == 0 and tp > 1:
+        out[f"tp {tp} + ZeRO-1"] = Layout(dp=gpus // tp, tp=tp, zero=1, sp=True, **kw)
+        if gpus // tp >= 2:
+            pp = gpus // tp
+            out[f"tp {tp} × pp {pp}"] = Layout(tp=tp, pp=pp, sp=True, num_micro_batches=2 * pp, **kw)
+    return out
+
+
+def memory_table(model: str | ModelShape, gpus: int, *, capacity_gb: float = 80.0, seq_len: int | None = None,
+                 **layout_kw) -> list[dict]:
+    """Predicted bytes per GPU by category for each candidate layout, and whether it fits in
+    `capacity_gb` × the usable fraction of an H100's memory (the profile's 90 %)."""
+    import dataclasses
+
+    from mgpukit.costmodel.layout import LayoutError, check_layout
+    from mgpukit.costmodel.shapes import get_shape
+
+    shape = get_shape(model) if isinstance(model, str) else model
+    if seq_len:
+        shape = dataclasses.replace(shape, seq_len=seq_len)
+    usable = capacity_gb * 1e9 * 0.9
+    rows = []
+    for name, layout in candidate_layouts(gpus, **layout_kw).items():
+        try:
+            check_layout(shape, layout, gpus=gpus)
+        except LayoutError as e:
+            rows.append({"layout": name, "describe": layout.describe(), "error": str(e), "fits": False})
+            continue
+        mem = memory_per_rank(shape, layout)
+        rows.append({"layout": name, "describe": layout.describe(), **mem, "usable": usable,
+                     "fits": mem["total"] <= usable})
+    return rows
+
+
+def smallest_zero_stage_that_fits(model: str, gpus: int, *, capacity_gb: float = 80.0, **layout_kw) -> int | None:
+    """Exercise answer: the lowest ZeRO stage (0 = plain DDP) whose predicted memory fits."""
+    names = {"DDP": 0, "ZeRO-1": 1, "ZeRO-2": 2, "ZeRO-3": 3}
+    for row in memory_table(model, gpus, capacity_gb=capacity_gb, **layout_kw):
+        if row["layout"] in names and row["fits"]:
+            return names[row["layout"]]
+    return None
+
+
+def model_state_gb(model: str, *, dtype: str = "bf16") -> float:
+    """Exercise answer: GB of params + grads + Adam state of `model` on one GPU, no sharding."""
+    from mgpukit.costmodel.memory import model_state_bytes
+    from mgpukit.costmodel.shapes import get_shape, param_count
+
+    return sum(model_state_bytes(param_count(get_shape(model)), Layout(dtype=dtype)).values()) / 1e9
+
+
+def activations_per_layer_gb(model: str, *, checkpointing: str, micro_batch: int = 1) -> float:
+    """Exercise answer: GB one layer keeps for backward (16-bit, no tp) at the model's sequence length."""
+    from mgpukit.costmodel.memory import activation_bytes_per_layer
+    from mgpukit.costmodel.shapes import get_shape
+
+    return activation_bytes_per_layer(get_shape(model), micro_batch=micro_batch, checkpointing=checkpointing) / 1e9
+
+
+def precision_curves(*, steps: int = 40, workers: int = 2, dtypes=("bf16",)) -> dict[str, dict]:
+    """dtype -> record: `dp-naive` in each reduced precision (its parity: the loss curve against
+    the fp32 reference) and "fp32": the reference itself (the `single` run, relabelled)."""
+    from mgpukit import experiment
+
+    out = {}
+    for dtype in dtypes:
+        rec = run("dp-naive", workers=workers, steps=steps, layout={"dtype": dtype})
+        out[dtype] = {**rec, "strategy": f"dp-naive ({dtype})"}
+    p = experiment.prepare("dp-naive", workers=workers, steps=steps)
+    ref = experiment.reference("single", p.cfg)["record"]
+    return {"fp32": {**ref, "strategy": "single (fp32 reference)"}, **out}

@@ -53,3 +53,4 @@ class Parts:
     holds_loss: bool = True  # this rank computes the loss (the last pipeline stage)
     state_dict: Callable[[], dict] | None = None  # this rank's weights, full-model names
     extra: dict = dataclasses.field(default_factory=dict)  # figures for rec.extra
+    scaler: Any = None  # fp16's loss scaler (`policies.precision.LossScaler`), else None

@@ -14,9 +14,13 @@ has no persistent 16-bit weight copy; it casts each weight once per forward regi
 that copy for backward, so the "2Ψ" of 16-bit weights shows up among the saved activations,
 per micro-batch in flight. The activations themselves are mostly 16-bit.
 
-bf16 keeps fp32's exponent range: no loss scaling. fp16 (5 exponent bits) underflows small
-gradients and needs a loss scaler; the kit refuses it until one is wired into the trainer.
-Collectives: none.
+bf16 keeps fp32's exponent range: no loss scaling. fp16 (5 exponent bits) flushes small
+gradients to zero, so its loss is multiplied by a scale S before backward and the gradients
+divided by S before the step (`LossScaler`, dynamic: halve S and skip the step when a gradient
+overflows, double it after `growth_interval` clean steps — Micikevicius et al. 2018 §3.2, the
+rule of `torch.amp.GradScaler`). Collectives: none for bf16; fp16 adds one 4-byte all-reduce
+(max) of the overflow flag per step over the world, so every rank — every pipeline stage —
+skips the same steps.
 """
 from __future__ import annotations
 
@@ -33,10 +37,47 @@ def check_precision(dtype: str) -> None:
     """Refuse, saying what to change, a precision this run cannot apply."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}; choose one of {', '.join(DTYPES)}.")
-    if dtype == "fp16":
-        raise ValueError("dtype='fp16' needs a loss scaler (fp16 underflows small gradients), which "
-                         "the trainer does not have yet; use dtype='bf16' (same memory, fp32's range, "
-                         "no scaling) or 'fp32'.")
+
+
+class LossScaler:
+    """Dynamic loss scaling for fp16 (module docstring). The engines backpropagate
+    `scaled(loss_fn)`; the trainer calls `unscale_` after the gradient sync (False: skip the
+    optimizer step) and `update` after the step."""
+
+    def __init__(self, rec, group, *, init_scale: float = 2.0 ** 16, growth_interval: int = 2000,
+                 growth: float = 2.0, backoff: float = 0.5):
+        self.rec, self.group = rec, group
+        self.scale, self.growth_interval, self.growth, self.backoff = init_scale, growth_interval, growth, backoff
+        self.clean_steps, self.skipped = 0, 0
+
+    def scaled(self, loss_fn):
+        def loss(output, target):
+            return loss_fn(output, target) * self.scale
+
+        return loss
+
+    def unscale_(self, params) -> bool:
+        """Divide every gradient by the scale; True when all are finite on every rank."""
+        inf = 0.0
+        grads = [p.grad for p in params if p.grad is not None]
+        for g in grads:
+            g.mul_(1.0 / self.scale)
+            inf = max(inf, float(not torch.isfinite(g).all()))
+        if self.group is not None:
+            flag = torch.tensor([inf], device=grads[0].device if grads else "cpu")
+            self.rec.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=self.group)
+            inf = float(flag.item())
+        return inf == 0.0
+
+    def update(self, finite: bool) -> None:
+        if not finite:
+            self.scale *= self.backoff
+            self.clean_steps = 0
+            self.skipped += 1
+            return
+        self.clean_steps += 1
+        if self.clean_steps % self.growth_interval == 0:
+            self.scale *= self.growth
 
 
 def accelerate_precision(dtype: str) -> str:
