@@ -107,3 +107,13 @@ def test_notebook_07_answers_come_from_the_cost_model():
     assert lab.smallest_zero_stage_that_fits("7b", 8) == 1  # DDP: 16Ψ ≈ 108 GB > 72 GB usable
     rows = {r["layout"]: r for r in lab.memory_table("70b", 64)}
     assert not rows["DDP"]["fits"] and rows["tp 8 × pp 8"]["fits"]
+
+
+def test_memory_explorer_draws_a_predicted_breakdown_headless():
+    from mgpukit.widgets.memory import memory_explorer
+
+    box = memory_explorer(model="70b", gpus=64)
+    out = box.children[-1]
+    text, figure = out.outputs[0]["text"], out.outputs[1]
+    assert "predicted" in text and "fits with" in text and "tp 8" in text
+    assert "predicted" in str(figure["data"]["text/plain"])
