@@ -107,11 +107,16 @@ def add_run_arguments(p):
     layout.add_argument("--schedule", default=None,
                         help="pipeline schedule with --pp: naive | gpipe | 1f1b | interleaved | zb-h1")
     layout.add_argument("--v", type=positive_int, default=None, help="model chunks per pipeline rank")
+    layout.add_argument("--checkpointing", default=None, choices=["none", "full", "selective"],
+                        help="activation checkpointing: every block (full) or the attention core (selective)")
+    layout.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
+                        help="bf16 / fp16: autocast with fp32 master weights (fp16 with dynamic loss scaling)")
     p.add_argument("--timeout", type=positive_float, default=600.0, help="seconds (default 600)")
 
 
 def layout_from_args(args) -> dict:
-    return {k: getattr(args, k, None) for k in ("dp", "tp", "sp", "pp", "schedule", "v")}
+    return {k: getattr(args, k, None) for k in ("dp", "tp", "sp", "pp", "schedule", "v", "checkpointing",
+                                                "dtype")}
 
 
 def config_from_args(args):

@@ -2,7 +2,7 @@
 
     tensor parallel (tp)  ->  activation checkpointing  ->  pipeline split (pp)
         ->  data-parallel gradient sync (dp), or sharding over dp (ZeRO / FSDP)
-                                                      [mixed precision: a policy, later]
+    [mixed precision: a policy applied with checkpointing, `strategies.policies.precision`]
 
 the order torchtitan's `parallelize_*` uses: TP rewrites the layers themselves, checkpointing
 wraps whole blocks, the pipeline cuts the (wrapped) blocks into stages, and data parallelism
@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import torch.distributed as dist
 import torch.nn as nn
 
 from mgpukit.costmodel.layout import Layout
@@ -25,6 +26,8 @@ from mgpukit.runtime.dims import ParallelDims
 from mgpukit.strategies.data_parallel.naive import apply_allreduce_dp
 from mgpukit.strategies.pipeline.engine import apply_pipeline
 from mgpukit.strategies.pipeline.plan import plan_for
+from mgpukit.strategies.policies.checkpointing import apply_checkpointing, check_checkpointing
+from mgpukit.strategies.policies.precision import LossScaler, apply_mixed_precision, check_precision
 from mgpukit.strategies.registry import Strategy
 from mgpukit.strategies.tensor_parallel.apply import apply_tp, check_divides
 from mgpukit.strategies.tensor_parallel.native import apply_tp_native
@@ -33,7 +36,6 @@ from mgpukit.training.local import LocalEngine
 from mgpukit.training.parts import NoSync, Parts
 
 LAYOUT_FIELDS = ("dp", "tp", "pp", "schedule", "v", "zero", "sp", "checkpointing", "dtype")
-NOT_YET = {"zero": 0, "checkpointing": "none", "dtype": "fp32"}
 
 
 def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | None = None) -> Layout:
@@ -43,11 +45,9 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
     unknown = set(overrides) - set(LAYOUT_FIELDS)
     if unknown:
         raise ValueError(f"unknown layout field(s) {sorted(unknown)}; use {', '.join(LAYOUT_FIELDS)}.")
-    for name, default in NOT_YET.items():
-        if name in overrides and overrides[name] != default:
-            raise ValueError(f"{name}={overrides[name]!r} is not available in runs yet (tensor parallelism, "
-                             f"ZeRO, checkpointing and mixed precision come with their own strategies); "
-                             f"use {name}={default!r}.")
+    if overrides.get("zero", 0) != 0:
+        raise ValueError(f"zero={overrides['zero']!r} is not available as a layout override: the ZeRO "
+                         f"stage comes with its strategy — run zero1, zero2, zero3 or fsdp2.")
     if workers is None:
         dims = {k: overrides.get(k, 1) for k in ("dp", "tp", "pp")}
         workers = (dims["dp"] * dims["tp"] * dims["pp"] if {"dp", "tp", "pp"} & set(overrides)
@@ -102,8 +102,15 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
         m, v = cfg.micro_batches, 1
     # rows per micro-batch (whether they divide evenly is checked with the batch, in `prepare`)
     rows = max(1, cfg.global_batch // (degrees["dp"] * m))
-    return dataclasses.replace(base, **degrees, schedule=schedule if pp > 1 else base.schedule, v=v,
-                               sp=sp, micro_batch=rows, num_micro_batches=m)
+    policies = {k: overrides[k] for k in ("checkpointing", "dtype") if k in overrides}
+    layout = dataclasses.replace(base, **degrees, schedule=schedule if pp > 1 else base.schedule, v=v,
+                                 sp=sp, micro_batch=rows, num_micro_batches=m, **policies)
+    check_checkpointing(layout.checkpointing, cfg, strat)
+    check_precision(layout.dtype)
+    if layout.dtype != "fp32" and strat.worker is not None:
+        raise ValueError(f"{strat.name} runs its own worker loop, outside the appliers; it cannot take "
+                         f"dtype={layout.dtype!r}. Use dtype='fp32'.")
+    return layout
 
 
 def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
@@ -111,24 +118,32 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
     layout = cfg.layout
     # 1. tensor parallel
     tp = _tensor_parallel(model, cfg, ctx, rec, strat, layout) if layout.tp > 1 else None
-    # 2. activation checkpointing: not yet (refused by resolve_layout)
+    # 2. the policies: mixed precision (autocast per piece, fp32 master weights), then
+    #    activation checkpointing (its recomputation replays the autocast state)
+    apply_mixed_precision(model, layout.dtype, ctx.device.type)
+    apply_checkpointing(model, layout.checkpointing)
+    scaler = LossScaler(rec, _world(ctx)) if layout.dtype == "fp16" else None
+    loss = tp.loss if tp is not None else loss_fn(cfg)
+    loss = scaler.scaled(loss) if scaler is not None else loss
     # 3. pipeline split
     if layout.pp > 1:
-        return _pipeline_parts(model, cfg, ctx, rec, strat, layout)
+        parts = _pipeline_parts(model, cfg, ctx, rec, strat, layout, loss)
+        parts.scaler = scaler
+        return parts
     # 4. data-parallel gradient sync
     model.to(ctx.device)
     module, sync = _grad_sync(strat, model, cfg, ctx, rec)
     params = list(module.parameters())
     if tp is None:
-        engine = LocalEngine(rec, module, sync=sync, loss_fn=loss_fn(cfg), micro_batches=cfg.micro_batches,
+        engine = LocalEngine(rec, module, sync=sync, loss_fn=loss, micro_batches=cfg.micro_batches,
                              params=params)
-        return _sharded(Parts(module=module, engine=engine, sync=sync, params=params,
+        return _sharded(Parts(module=module, engine=engine, sync=sync, params=params, scaler=scaler,
                               state_dict=lambda: full_state_dict(module)))
     sync = tp.wrap_sync(sync)
-    engine = LocalEngine(rec, module, sync=sync, loss_fn=tp.loss, micro_batches=cfg.micro_batches,
+    engine = LocalEngine(rec, module, sync=sync, loss_fn=loss, micro_batches=cfg.micro_batches,
                          params=params, around=tp.around)
     return Parts(module=module, engine=engine, sync=sync, params=params, holds_loss=tp.holds_loss,
-                 grad_sq=lambda: tp.grad_sq(params), state_dict=lambda: tp.state_dict(module))
+                 scaler=scaler, grad_sq=lambda: tp.grad_sq(params), state_dict=lambda: tp.state_dict(module))
 
 
 def _tensor_parallel(model, cfg, ctx, rec, strat: Strategy, layout: Layout):
@@ -136,6 +151,11 @@ def _tensor_parallel(model, cfg, ctx, rec, strat: Strategy, layout: Layout):
     if strat.tensor == "native":
         return apply_tp_native(model, ctx, rec, sp=layout.sp, count_comm=strat.option(cfg, "count_comm"))
     return apply_tp(model, ctx, rec, sp=layout.sp)
+
+
+def _world(ctx):
+    """The group fp16's overflow flag is agreed on: every rank (None when alone)."""
+    return dist.group.WORLD if ctx.world_size > 1 and dist.is_initialized() else None
 
 
 def _grad_sync(strat: Strategy, module, cfg, ctx, rec):
@@ -152,6 +172,6 @@ def _sharded(parts: Parts) -> Parts:
     return shard(parts) if shard is not None else parts
 
 
-def _pipeline_parts(model, cfg, ctx, rec, strat: Strategy, layout: Layout) -> Parts:
-    return _sharded(apply_pipeline(ctx, rec, model, layout, loss_fn(cfg), runtime=strat.pipeline,
+def _pipeline_parts(model, cfg, ctx, rec, strat: Strategy, layout: Layout, loss) -> Parts:
+    return _sharded(apply_pipeline(ctx, rec, model, layout, loss, runtime=strat.pipeline,
                                    grad_sync=lambda holder: _grad_sync(strat, holder, cfg, ctx, rec)))

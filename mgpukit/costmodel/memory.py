@@ -96,8 +96,8 @@ def model_state_bytes(psi: float, layout: Layout, *, gather_bytes: float = 0.0,
     the optimizer keeps per parameter — 2 for Adam (m, v: the paper's K = 8 in fp32, 12 with
     the master copy), 1 for SGD with momentum, 0 for plain SGD."""
     n = layout.dp
-    if layout.dtype == "bf16":
-        p, g, k = 2, 2, 4 + 4 * optimizer_states  # bf16 weights, bf16 grads, fp32 master + states
+    if layout.dtype in ("bf16", "fp16"):
+        p, g, k = 2, 2, 4 + 4 * optimizer_states  # 16-bit weights and grads, fp32 master + states
     else:
         p, g, k = 4, 4, 4 * optimizer_states  # fp32 weights, fp32 grads, states
     z = layout.zero

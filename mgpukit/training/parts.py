@@ -65,3 +65,4 @@ class Parts:
     after_step: Callable[[int], None] | None = None  # runs right after optimizer.step()
     grads_sharded: bool = False  # `params`' gradients are disjoint shards over dp (ZeRO)
     extra: dict = dataclasses.field(default_factory=dict)  # figures for rec.extra
+    scaler: Any = None  # fp16's loss scaler (`policies.precision.LossScaler`), else None

@@ -5,6 +5,7 @@ Per step, on every rank:
     data   -> the rank's slice of the global batch, by its data-parallel coordinate
     engine -> forward + backward (micro-batches, or a pipeline schedule)  [parts.engine]
     sync   -> gradients averaged over the dp group                        [parts.sync]
+    scale  -> fp16 only: gradients unscaled, an overflowing step skipped [parts.scaler]
     opt    -> optimizer step, then `parts.after_step` (ZeRO: gather shards)
 
 and around the loop the seams every strategy shares: the input pipeline (`loader.py`:
@@ -65,16 +66,21 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
             if idle is not None:
                 idle.mark()
             parts.sync.sync(step)
+            scale = parts.scaler.scale if parts.scaler is not None else 1.0
+            finite = parts.scaler.unscale_(parts.params) if parts.scaler is not None else True
             sq_norm = parts.grad_sq() if parts.grad_sq else grad_sq_norm(parts.params)
             if lr_at is not None:
                 set_lr(optimizer, lr_at(step))
                 rec.extra["lr"].append(lr_at(step))
             with rec.compute("opt"), slowed():
-                optimizer.step()
+                if finite:  # fp16: a step whose gradients overflowed is skipped
+                    optimizer.step()
                 optimizer.zero_grad(set_to_none=False)  # keep .grad tensors (bucket views)
             if parts.after_step is not None:
                 parts.after_step(step)  # e.g. ZeRO-1/2: all-gather the updated shards
-        logs.append((float(loss) if loss is not None else 0.0, sq_norm))
+            if parts.scaler is not None:
+                parts.scaler.update(finite)
+        logs.append((float(loss) / scale if loss is not None else 0.0, sq_norm))
         if ckpt.on_step_end is not None:
             ckpt.on_step_end(step)
     log_steps(rec, ctx, parts, logs)
@@ -84,6 +90,8 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
     if hasattr(parts.engine, "finish"):
         rec.extra.update(parts.engine.finish(cfg.steps))
     rec.extra.update(parts.extra)
+    if parts.scaler is not None:
+        rec.extra["loss_scale"] = {"final": parts.scaler.scale, "skipped_steps": parts.scaler.skipped}
     return gather_weights(rec, ctx, parts)
 
 
