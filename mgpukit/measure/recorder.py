@@ -350,8 +350,8 @@ class Recorder:
         if after_ready is not None:
             handle = Handle(after_ready(work), done)
         else:
-            handle = Handle(work, done, end=None if emulated or waited_now
-                            else self.clock.completion(work))
+            handle = Handle(work, done, end=None if emulated or waited_now  # p2p: no future
+                            else self.clock.completion(work, future=False))
         self._pending.append(handle)
         return handle
 
