@@ -349,6 +349,7 @@ class Recorder:
 
         if after_ready is not None:
             handle = Handle(after_ready(work), done)
+            self._strict.batch_posted(group, handle)
         else:
             handle = Handle(work, done, end=None if emulated or waited_now  # p2p: no future
                             else self.clock.completion(work, future=False))
