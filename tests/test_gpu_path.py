@@ -346,3 +346,18 @@ def test_strict_p2p_catches_a_pipeline_without_batches(monkeypatch):
     monkeypatch.setenv("MGPUKIT_STRICT_P2P", "1")
     with pytest.raises(LaunchTimeout):
         mgpukit.run("pp-1f1b", workers=2, steps=2, mode="cpu", timeout_s=20)
+
+
+def test_strict_p2p_leaves_the_virtual_clock_alone(monkeypatch):
+    """Strict mode checks correctness, not time: an emulated pipeline's timeline is the same
+    with it (its extra waits never reach the virtual clock)."""
+    def run():
+        return mgpukit.run("pp-interleaved", workers=2, steps=2, mode="emulated",
+                           profile="h100-nvlink", timeout_s=STRICT_TIMEOUT)
+
+    plain = run()
+    monkeypatch.setenv("MGPUKIT_STRICT_P2P", "1")
+    strict = run()
+    assert strict["parity"]["ok"]
+    assert strict["step_time_s"] == plain["step_time_s"]
+    assert strict["bubble_fraction"] == plain["bubble_fraction"]

@@ -45,7 +45,7 @@ class StrictP2P:
         self._seq: Counter = Counter()  # (group, src, dst) -> messages posted so far on this side
         self._inited: set = set()  # pairs whose "communicator" exists
         self._stream: dict[tuple, list] = {}  # pair -> its unbatched handles, in posting order
-        self._last_batch: dict[str, object] = {}  # group -> the handle of its latest batch
+        self._last_batch: dict[str, _AfterReady] = {}  # group -> its latest batch's work
 
     def store(self):
         if self._store is None:
@@ -95,15 +95,21 @@ class StrictP2P:
         keys = [self._ready_key(group, self.rank, dst) for _, dst in sends]
         return lambda work: _AfterReady(self.store(), keys, work)
 
-    def batch_posted(self, group, handle) -> None:
-        self._last_batch[self._group(group)] = handle
+    def batch_posted(self, group, work) -> None:
+        self._last_batch[self._group(group)] = work
 
 
 class _AfterReady:
+    """A work that completes once its receivers are ready; waiting twice waits once (rule 4
+    waits for a batch before its owner does)."""
+
     def __init__(self, store, keys: list[str], work):
-        self.store, self.keys, self.work = store, keys, work
+        self.store, self.keys, self.work, self.done = store, keys, work, False
 
     def wait(self):
+        if self.done:
+            return
         if self.keys:
             self.store.wait(self.keys)
         self.work.wait()
+        self.done = True
