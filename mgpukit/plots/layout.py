@@ -82,7 +82,8 @@ def finish(fig: go.Figure, *, title: str, subtitle: str = "", legend: str = "aut
     """
     title_lines = [html.escape(line, quote=False) for line in wrap(title, TITLE_CHARS)]
     sub_lines = [html.escape(line, quote=False) for line in wrap(_dedupe(subtitle), SUBTITLE_CHARS)]
-    top = 24 + TITLE_LINE_PX * len(title_lines) + SUBTITLE_LINE_PX * len(sub_lines) + 12
+    extra = TITLE_LINE_PX * max(len(title_lines) - 1, 0)
+    top = 24 + TITLE_LINE_PX * len(title_lines) + SUBTITLE_LINE_PX * len(sub_lines) + 12 + extra
     n = legend_entries(fig)
     if legend == "auto":
         longest = max((len(t.name) for t in fig.data if t.name and t.showlegend is not False),
@@ -104,9 +105,13 @@ def finish(fig: go.Figure, *, title: str, subtitle: str = "", legend: str = "aut
     else:
         legend_layout = {}
     fig.update_layout(
-        title=dict(text="<br>".join(title_lines), x=0.01, xanchor="left", xref="container", y=1,
-                   yanchor="top", yref="container", pad=dict(t=12),
-                   subtitle=dict(text="<br>".join(sub_lines), font=dict(size=12, color="#555"))),
+        # A multi-line title is anchored at its first line in some renderers (JupyterLab's
+        # drew a 2-line title 15 px higher than a browser page did): start it a line lower per
+        # extra line, and give the top margin that room.
+        title=dict(text="<br>".join(title_lines), x=0.01, xanchor="left", xref="container",
+                   y=1 - extra / (top + plot_px + bottom), yanchor="top", yref="container",
+                   pad=dict(t=12), subtitle=dict(text="<br>".join(sub_lines),
+                                                 font=dict(size=12, color="#555"))),
         margin=dict(t=top, b=bottom),
         height=top + plot_px + bottom,
         showlegend=False if legend == "none" else None,
@@ -137,16 +142,18 @@ def legend_fits(fig: go.Figure) -> bool:
 
 def title_lines(fig: go.Figure) -> list[str]:
     """The title's and subtitle's lines as drawn, for tests: each fits its width."""
+    import re
+
     lines = []
     for text in (fig.layout.title.text, fig.layout.title.subtitle.text):
-        lines += [html.unescape(line) for line in (text or "").split("<br>") if line]
+        lines += [html.unescape(re.sub("<[^>]+>", "", line)) for line in (text or "").split("<br>") if line]
     return lines
 
 
 def title_text(fig: go.Figure) -> str:
     """The title as one line (what `finish` was given)."""
     meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
-    return meta.get("mgpukit_title") or " ".join(html.unescape(fig.layout.title.text or "").split("<br>"))
+    return meta.get("mgpukit_title") or html.unescape(fig.layout.title.text or "")
 
 
 def retitle(fig: go.Figure, title: str, subtitle: str | None = None) -> go.Figure:
