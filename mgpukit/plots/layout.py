@@ -100,8 +100,10 @@ def finish(fig: go.Figure, *, title: str, subtitle: str = "", legend: str = "aut
                              xanchor="left")
     elif legend == "below":
         bottom += legend_px
+        # x in paper units at the plot's left edge: a container x made plotly push the left
+        # margin by the legend's width
         legend_layout = dict(orientation="v", yref="container", y=0, yanchor="bottom",
-                             xref="container", x=0.01, xanchor="left")
+                             xref="paper", x=0, xanchor="left")
     else:
         legend_layout = {}
     fig.update_layout(

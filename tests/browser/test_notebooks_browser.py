@@ -8,8 +8,11 @@ cells run from the Run menu. Then, in the page itself:
   leaves the figure nor lies over the x-axis title;
 - one control of each widget is moved (a dropdown, else a slider; then its Run button if the
   figure waits for one) and the widget's figure must change;
+- nothing new or changed under ~/.cache/mgpukit afterwards (notebooks leave no files behind);
 - screenshots of every figure and of each notebook land in $MGPUKIT_BROWSER_OUT (default: a
   temporary directory, printed).
+
+MGPUKIT_BROWSER_NOTEBOOKS=02,04 runs a subset (by name prefix).
 
 Run: `make test-browser` (MGPUKIT_BROWSER_TEST=1 pytest tests/browser). Chromium: `apt-get install
 chromium`, or MGPUKIT_CHROMIUM=/path/to/chrome. The notebooks run from a temporary copy, so
@@ -32,7 +35,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")
+                   if not os.environ.get("MGPUKIT_BROWSER_NOTEBOOKS")  # e.g. "02,04": a subset
+                   or any(p.name.startswith(k.strip()) for k in os.environ["MGPUKIT_BROWSER_NOTEBOOKS"].split(",")))
+CACHE = Path(os.path.expanduser("~")) / ".cache" / "mgpukit"
 CHROMIUM = os.environ.get("MGPUKIT_CHROMIUM", "/usr/bin/chromium")
 RUN_TIMEOUT_S = float(os.environ.get("MGPUKIT_BROWSER_NB_TIMEOUT", 480))
 
@@ -126,9 +132,14 @@ _FIGURES_JS = """
     fig: box(svg), legend: L.showlegend === false ? null : box(legend),
     scrollbar: scroll ? box(scroll) : null,
     xtitle: box(gd.querySelector('.g-xtitle')), gtitle: box(gd.querySelector('.g-gtitle')),
+    plotw: L._size ? L._size.w : null, width: L.width || null,
   };
 })
 """
+
+
+def _cache_files() -> dict[str, float]:
+    return {str(p): p.stat().st_mtime for p in CACHE.rglob("*") if p.is_file()} if CACHE.is_dir() else {}
 
 
 def _overlap(a, b) -> bool:
@@ -152,6 +163,8 @@ def check_figures(page) -> list[str]:
         if f["fig"] is None or not f["fig"]["w"]:
             problems.append(f"{name}: not drawn")
             continue
+        if f["plotw"] is not None and f["width"] and f["plotw"] < 0.4 * f["width"]:
+            problems.append(f"{name}: the plot is squeezed to {f['plotw']:.0f} of {f['width']:.0f} px (by its legend?)")
         if f["gtitle"] and f["gtitle"]["w"] and not _inside(f["gtitle"], f["fig"]):
             problems.append(f"{name}: title {f['gtitle']} runs outside the figure {f['fig']}")
         if f["legend"] and f["legend"]["w"]:
@@ -205,12 +218,23 @@ def move_one_control(page, box) -> str:
     """Move a control of widget `box`; wait until its figure (or text) changes. Returns what moved."""
     before = widget_signature(box)
 
+    had_figure = box.locator(".js-plotly-plot").count() > 0
+
     def changed(timeout_ms):
+        """True once the widget differs from `before` and has settled: no progress line
+        ("running …", "launching …") left, the same for 3 s, its figure drawn again."""
         deadline = time.time() + timeout_ms / 1000
+        last, since = None, time.time()
         while time.time() < deadline:
             page.wait_for_timeout(500)
-            if widget_signature(box) != before:
-                return True
+            sig = widget_signature(box)
+            if sig != last:
+                last, since = sig, time.time()
+                continue
+            settled = (time.time() - since > 3 and "…" not in sig.split("#", 1)[-1]
+                       and (not had_figure or box.locator(".js-plotly-plot").count() > 0))
+            if settled:
+                return sig != before
         return False
 
     selects = box.locator("select")
@@ -247,6 +271,7 @@ def test_notebook_in_a_real_browser(notebook, lab, browser, out_dir):
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     stem = notebook.removesuffix(".ipynb")
+    cache_before = _cache_files()
     try:
         page.goto(f"{base}/lab/tree/{notebook}?token={token}", wait_until="domcontentloaded", timeout=120_000)
         run_all(page, RUN_TIMEOUT_S)
@@ -285,6 +310,9 @@ def test_notebook_in_a_real_browser(notebook, lab, browser, out_dir):
         problems = check_figures(page)
         assert not problems, f"{notebook} (after moving controls):\n" + "\n".join(problems)
         page.screenshot(path=str(out_dir / f"{stem}-page.png"))
+        after = _cache_files()
+        left = sorted(p for p in after if after[p] != cache_before.get(p))
+        assert not left, f"{notebook} left files in {CACHE}: {left}"
         (out_dir / f"{stem}.txt").write_text(f"figures: {figs.count()}\nwidgets moved: {moved}\n"
                                              f"page errors: {errors}\n")
     except BaseException:
