@@ -168,9 +168,9 @@ _add("01.predict-buckets", lambda: _buckets_at(0.2), rel=0.0, abs_tol=0.0,
 
 _add("01.debug", lambda: _mystery("01"),
      hint="two variants match single to the last bits; look at which difference is large in the third",
-     why="variant A never all-reduces its first parameter tensor (the token embedding): each rank "
-         "updates it from its own half-batch, so the weights drift from step 1 while the bytes "
-         "sent barely change (one tensor of 69).")
+     why="variant A never all-reduces its first parameter tensor (an embedding table): each rank "
+         "updates it from its own half-batch, so gradient norms and weights drift from step 0 "
+         "while the bytes sent barely change (one tensor of 69 is missing).")
 
 # ---------------------------------------------------------------- 02 · communication
 
