@@ -9,7 +9,7 @@ cells run from the Run menu. Then, in the page itself:
 - one control of each widget is moved (a dropdown, else a slider; then its Run button if the
   figure waits for one) and the widget's figure must change;
 - nothing new or changed under ~/.cache/mgpukit afterwards (notebooks leave no files behind);
-- screenshots of every figure and of each notebook land in $MGPUKIT_BROWSER_OUT (default: a
+- screenshots of every figure and of each notebook, and each notebook as run, land in $MGPUKIT_BROWSER_OUT (default: a
   temporary directory, printed).
 
 MGPUKIT_BROWSER_NOTEBOOKS=02,04 runs a subset (by name prefix).
@@ -99,7 +99,7 @@ def lab(tmp_path_factory):
                 if proc.poll() is not None or time.time() > deadline:
                     raise RuntimeError(f"JupyterLab did not start:\n{(root / 'lab.log').read_text()[-3000:]}")
                 time.sleep(0.5)
-        yield base, token
+        yield base, token, nbdir
     finally:
         proc.terminate()
         try:
@@ -117,9 +117,12 @@ def browser():
         b.close()
 
 
+# The notebook on show (other panels, if any, are hidden).
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+
 # Run in the page: one entry per plotly figure with what the checks need.
 _FIGURES_JS = """
-() => [...document.querySelectorAll('.js-plotly-plot')].map((gd, i) => {
+() => [...document.querySelector(PANEL).querySelectorAll('.js-plotly-plot')].map((gd, i) => {
   const L = gd._fullLayout || {};
   const box = e => { if (!e) return null; const r = e.getBoundingClientRect();
                      return {l: r.left, r: r.right, t: r.top, b: r.bottom, w: r.width, h: r.height}; };
@@ -154,7 +157,7 @@ def _inside(inner, outer, slack=2.0) -> bool:
 
 def check_figures(page) -> list[str]:
     problems = []
-    for f in page.evaluate(_FIGURES_JS):
+    for f in page.evaluate(_FIGURES_JS.replace("PANEL", json.dumps(PANEL))):
         name = f"figure {f['i']} ({f['title'][:60]!r})"
         yr = f["yrange"]
         if not (yr and all(isinstance(v, (int, float)) and abs(v) < (20 if f["ytype"] == "log" else 1e15)
@@ -179,7 +182,7 @@ def check_figures(page) -> list[str]:
 
 def run_all(page, timeout_s: float) -> None:
     """Run > Run All Cells, then wait until every code cell has an execution count."""
-    page.locator(".jp-Notebook").first.wait_for(timeout=60_000)
+    page.locator(f"{PANEL} .jp-Notebook").first.wait_for(timeout=60_000)
     # notebooks stored without a kernelspec ask which kernel to start: take the default
     try:
         page.locator(".jp-Dialog button.jp-mod-accept").click(timeout=15_000)
@@ -187,17 +190,19 @@ def run_all(page, timeout_s: float) -> None:
         pass
     page.wait_for_function("() => document.querySelector('.jp-Notebook-ExecutionIndicator') !== null "
                            "|| document.querySelector('.jp-KernelStatus') !== null", timeout=60_000)
+    page.locator(f"{PANEL} .jp-Notebook").first.click(position={"x": 5, "y": 5})
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator('li.lm-Menu-item[data-command="runmenu:run-all"]').click()
     # done when no cell is queued or running ("[*]") for a few seconds; "Run All" stops at an
     # error and leaves the rest unnumbered, which the traceback check then reports
     page.wait_for_function(
-        """() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].some(e => /\\d/.test(e.textContent))""",
+        f"""() => [...document.querySelector('{PANEL}').querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+                  .some(e => /\\d/.test(e.textContent))""",
         timeout=120_000, polling=500)
     idle_since, deadline = None, time.time() + timeout_s
     while time.time() < deadline:
-        busy = page.evaluate("""() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
-                                     .some(e => e.textContent.includes('*'))""")
+        busy = page.evaluate(f"""() => [...document.querySelector('{PANEL}').querySelectorAll(
+                                     '.jp-CodeCell .jp-InputPrompt')].some(e => e.textContent.includes('*'))""")
         if busy:
             idle_since = None
         elif idle_since is None:
@@ -206,6 +211,33 @@ def run_all(page, timeout_s: float) -> None:
             return
         page.wait_for_timeout(1000)
     raise AssertionError(f"cells still running after {timeout_s:.0f} s")
+
+
+def saved_notebook(page, path: Path) -> dict:
+    """File > Save, then the notebook as JupyterLab wrote it: its outputs are the ground truth
+    (the DOM only holds what is drawn)."""
+    before = path.stat().st_mtime
+    page.locator(".lm-MenuBar-itemLabel", has_text="File").first.click()
+    page.locator('li.lm-Menu-item[data-command="docmanager:save"]').click()
+    deadline = time.time() + 60
+    while path.stat().st_mtime == before and time.time() < deadline:
+        time.sleep(0.5)
+    return json.loads(path.read_text())
+
+
+def output_problems(nb: dict) -> list[str]:
+    """Code cells that did not run, and outputs that hold an error or a traceback."""
+    problems = []
+    for k, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
+        if not cell.get("execution_count"):
+            problems.append(f"code cell {k} did not run")
+        for out in cell.get("outputs", []):
+            text = "".join(out.get("text", "")) if out["output_type"] == "stream" else ""
+            if out["output_type"] == "error":
+                problems.append(f"code cell {k}: {out['ename']}: {out['evalue']}")
+            elif "Traceback (most recent call last)" in text:
+                problems.append(f"code cell {k}: a traceback in its output:\n{text[-1500:]}")
+    return problems
 
 
 def widget_signature(box) -> str:
@@ -266,27 +298,29 @@ def move_one_control(page, box) -> str:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_notebook_in_a_real_browser(notebook, lab, browser, out_dir):
-    base, token = lab
+    base, token, nbdir = lab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     stem = notebook.removesuffix(".ipynb")
     cache_before = _cache_files()
     try:
-        page.goto(f"{base}/lab/tree/{notebook}?token={token}", wait_until="domcontentloaded", timeout=120_000)
+        # a workspace of its own, reset: only this notebook open in the page
+        page.goto(f"{base}/lab/workspaces/{stem}/tree/{notebook}?reset&token={token}",
+                  wait_until="domcontentloaded", timeout=120_000)
         run_all(page, RUN_TIMEOUT_S)
         page.wait_for_timeout(3000)  # let the last figures and widgets draw
 
-        outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
-        unrun = page.evaluate("""() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
-                                      .filter(e => !/\\d/.test(e.textContent)).length""")
+        executed = saved_notebook(page, nbdir / notebook)
+        (out_dir / f"{stem}.executed.ipynb").write_text(json.dumps(executed))  # what the learner saw
+        problems = output_problems(executed)
+        assert not problems, f"{notebook}:\n" + "\n".join(problems)
+        panel = page.locator(PANEL)
+        outputs = panel.locator(".jp-OutputArea-output").all_inner_texts()
         tracebacks = [o for o in outputs if "Traceback (most recent call last)" in o or "Error displaying widget" in o]
         assert not tracebacks, f"{notebook}: {tracebacks[0][-3000:]}"
-        assert not unrun, f"{notebook}: {unrun} cells did not run"
-        assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
-                            has_text="Error").count() == 0
 
-        figs = page.locator(".js-plotly-plot")
+        figs = panel.locator(".js-plotly-plot")
         assert figs.count() > 0, f"{notebook}: no plotly figure drawn"
         for i in range(figs.count()):
             figs.nth(i).scroll_into_view_if_needed()
@@ -294,8 +328,8 @@ def test_notebook_in_a_real_browser(notebook, lab, browser, out_dir):
         problems = check_figures(page)
         assert not problems, f"{notebook}:\n" + "\n".join(problems)
 
-        boxes = page.locator(".jp-OutputArea-output > .jupyter-widgets.widget-vbox, "
-                             ".jp-OutputArea-output .jupyter-widgets-view > .widget-vbox")
+        boxes = panel.locator(".jp-OutputArea-output > .jupyter-widgets.widget-vbox, "
+                              ".jp-OutputArea-output .jupyter-widgets-view > .widget-vbox")
         n_widgets = boxes.count()
         code = "".join("".join(c["source"]) for c in json.loads((ROOT / "notebooks" / notebook).read_text())["cells"]
                        if c["cell_type"] == "code")
@@ -320,3 +354,12 @@ def test_notebook_in_a_real_browser(notebook, lab, browser, out_dir):
         raise
     finally:
         page.close()
+        _shutdown_kernels(base, token)
+
+
+def _shutdown_kernels(base: str, token: str) -> None:
+    """Each notebook's kernel ends with its test (idle kernels would hold memory for the rest)."""
+    req = urllib.request.Request(f"{base}/api/kernels?token={token}")
+    for k in json.loads(urllib.request.urlopen(req, timeout=10).read()):
+        urllib.request.urlopen(urllib.request.Request(f"{base}/api/kernels/{k['id']}?token={token}",
+                                                      method="DELETE"), timeout=30)
