@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.mgpukit-installed
 WORKERS ?=
 NB_TIMEOUT ?= 120
 
-.PHONY: install demo test test-unit test-notebooks lab bench clean
+.PHONY: install demo test test-unit test-notebooks test-browser lab bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ test-unit: $(STAMP)
 
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q --nbmake --nbmake-timeout=$(NB_TIMEOUT) notebooks/
+
+## Every notebook run in JupyterLab + Chromium (Playwright): tracebacks, widgets, figures, screenshots.
+## Needs Debian's chromium (apt-get install chromium) or MGPUKIT_CHROMIUM=/path; not part of `make test`.
+test-browser: $(STAMP)
+	MGPUKIT_BROWSER_TEST=1 $(BIN)/python -m pytest -q -s tests/browser
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/

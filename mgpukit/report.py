@@ -17,7 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from .plots import plot_comm_bytes, plot_loss_parity, plot_memory, plot_timeline, table_summary
-from .plots.style import MEMORY_CATEGORIES, format_bytes, record_name, source_label
+from .plots.style import MEMORY_CATEGORIES, format_bytes, format_time, record_name, source_label
 
 Record = Mapping[str, Any]
 
@@ -29,6 +29,8 @@ th { background: #f4f4f4; } td.text, th.text { text-align: left; }
 .measured { color: #1a7f37; } .emulated { color: #9a6700; } .predicted { color: #6639ba; }
 .fail { color: #cf222e; font-weight: bold; }
 .figure { margin: 1rem 0 2rem; }
+nav.toc ul { margin: 0.2rem 0; } nav.toc li { margin: 0.1rem 0; }
+nav.toc > ul { columns: 2; }
 """
 
 # (header, key in table_summary's row, formatter); the "source" column is required by design.
@@ -39,7 +41,7 @@ _COLUMNS = (
     ("world size", "world_size", str),
     ("dims", "dims", str),
     ("final loss", "final_loss", lambda v: f"{v:.4f}"),
-    ("median step", "median_step_time_s", lambda v: f"{v * 1e3:.2f} ms"),
+    ("median step", "median_step_time_s", format_time),
     ("tokens/s", "tokens_per_s", lambda v: f"{v:,.0f}"),
     ("peak memory (max rank)", "peak_memory_bytes", format_bytes),
     ("sent / step (max rank)", "bytes_sent_per_step", format_bytes),
@@ -79,7 +81,23 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     figures = _FigureEmbedder()
+    toc = _Contents()
 
+    body = [
+        toc.heading(2, "Summary"),
+        _table_html(table_summary(records)) if records else "<p>No records.</p>",
+    ]
+    for strategy, group in _by_strategy(records).items():
+        body.append(toc.heading(2, strategy))
+        for heading, fig in _strategy_figures(group, records):
+            body.append(toc.heading(3, heading))
+            body.append(figures.html(fig))
+    extra = list(extra_figures)
+    if extra:
+        body.append(toc.heading(2, "More figures"))
+        for heading, fig in extra:
+            body.append(toc.heading(3, heading))
+            body.append(figures.html(fig))
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -87,25 +105,45 @@ def write_report(
         f"<h1>{html.escape(title)}</h1>",
         _header_html(records),
         *(f"<p>{html.escape(n)}</p>" for n in notes),
-        "<h2>Summary</h2>",
-        _table_html(table_summary(records)) if records else "<p>No records.</p>",
+        toc.html(),
+        *body,
+        "</body></html>",
     ]
-    for strategy, group in _by_strategy(records).items():
-        parts.append(f"<h2>{html.escape(strategy)}</h2>")
-        for heading, fig in _strategy_figures(group, records):
-            parts.append(f"<h3>{html.escape(heading)}</h3>")
-            parts.append(figures.html(fig))
-    extra = list(extra_figures)
-    if extra:
-        parts.append("<h2>More figures</h2>")
-        for heading, fig in extra:
-            parts.append(f"<h3>{html.escape(heading)}</h3>")
-            parts.append(figures.html(fig))
-    parts.append("</body></html>")
 
     path = out / "index.html"
     path.write_text("\n".join(parts), encoding="utf-8")
     return path
+
+
+class _Contents:
+    """Headings with anchors, and the contents list that links to them (a report of 80
+    figures is unreadable without one): one entry per section, its figures nested under it."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, str, str]] = []
+
+    def heading(self, level: int, text: str) -> str:
+        anchor = f"s{len(self.entries) + 1}"
+        self.entries.append((level, text, anchor))
+        return f'<h{level} id="{anchor}">{html.escape(text)}</h{level}>'
+
+    def html(self) -> str:
+        items, open_sub = [], False
+        for level, text, anchor in self.entries:
+            link = f'<a href="#{anchor}">{html.escape(text)}</a>'
+            if level == 2:
+                if open_sub:
+                    items.append("</ul></li>")
+                    open_sub = False
+                items.append(f"<li>{link}")
+                items.append("<ul>")
+                open_sub = True
+            else:
+                items.append(f"<li>{link}</li>")
+        if open_sub:
+            items.append("</ul></li>")
+        text = "".join(items).replace("<ul></ul>", "")
+        return f'<nav class="toc"><h2>Contents</h2><ul>{text}</ul></nav>'
 
 
 class _FigureEmbedder:

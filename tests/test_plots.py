@@ -259,3 +259,114 @@ def test_table_summary_row_per_record():
     assert row["peak_memory_bytes"] == 21 * MiB
     assert row["bytes_sent_per_step"] == pytest.approx(6 * MiB / 3)
     assert row["parity_ok"] is True and rows[1]["parity_ok"] is None
+
+
+# --------------------------------------------------------------------------- layout that reads well
+# (issue 14: legends taller than their plot, titles cut off, log axes, a broken log range, units)
+
+from mgpukit.plots import format_time, legend_fits, retitle  # noqa: E402
+from mgpukit.plots.layout import SUBTITLE_CHARS, TITLE_CHARS, title_lines  # noqa: E402
+
+
+def _all_kinds_record():
+    rec = make_record(**EMULATED)
+    extra = []
+    for kind in ("data", "send", "recv", "reduce_scatter", "all_gather", "broadcast"):
+        extra.append({"rank": 0, "stream": "comm", "kind": kind, "microbatch": None, "stage": None,
+                      "start": 0.1, "end": 0.15, "step": 0})
+    return {**rec, "timeline": rec["timeline"] + extra}
+
+
+def test_timeline_legend_fits_even_with_every_kind_on_two_rows():
+    fig = plot_timeline(_all_kinds_record(), step=0)
+    assert len(fig.data) >= 11  # fwd, bwd, opt, idle, all_reduce, data, send, recv, ...
+    assert legend_fits(fig)
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    assert plot_px >= 20 * len(fig.data)  # a 264-px timeline used to hide all_reduce, data, idle
+
+
+def test_every_figure_legend_fits_and_title_lines_fit():
+    recs = [make_record(), make_record("dp-bucketed", **EMULATED),
+            make_record("a-strategy-with-a-long-name", **EMULATED, world_size=4)]
+    figs = [plot_loss_parity(recs), plot_speedup([make_record(world_size=1), recs[0]]),
+            plot_memory(recs), plot_comm_bytes(recs), plot_timeline(recs[2]),
+            plot_bandwidth([1e3, 1e6], [1e8, 1e9], fit={"alpha": 1e-5, "beta": 1e10}),
+            plot_bubble([1, 2], [0.5, 0.3], lambda m: 3 / (m + 3))]
+    for fig in figs:
+        assert legend_fits(fig), fig.layout.title.text
+        lines = title_lines(fig)
+        assert lines and all(len(line) <= max(TITLE_CHARS, SUBTITLE_CHARS) for line in lines), lines
+        # the x-axis title never sits under a legend drawn below the plot
+        if (fig.layout.meta or {}).get("mgpukit_legend") == "below":
+            assert fig.layout.legend.yref == "container" and fig.layout.legend.yanchor == "bottom"
+
+
+def test_subtitle_parts_are_not_repeated():
+    rec = make_record(parity={"reference": "single", "max_abs_diff": 1e-7, "ok": True})
+    fig = plot_loss_parity([rec, rec])
+    parts = " ".join(title_lines(fig)[1:])
+    assert parts.count("max |Δ|") == 2  # one per record: the two names differ (#2)
+    fig = retitle(plot_timeline(rec), "A new title")
+    assert title_lines(fig)[0] == "A new title" and "gaps = idle" in fig.layout.title.subtitle.text
+
+
+def test_speedup_uses_log_axes_for_1_to_256_workers():
+    recs = [make_record(world_size=1, **EMULATED)] + [
+        make_record("dp", world_size=n, tokens_per_s=1000.0 * n ** 0.8, **EMULATED) for n in (8, 64, 256)]
+    fig = plot_speedup(recs)
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert 256 in fig.layout.xaxis.tickvals
+    small = plot_speedup([make_record(world_size=1), make_record(world_size=2)])
+    assert small.layout.xaxis.type != "log"
+
+
+def test_times_are_shown_in_the_unit_that_suits_them():
+    assert format_time(4e-5) == "40 µs"       # an emulated GPU step, not "0.04 ms"
+    assert format_time(0.0281) == "28.1 ms"
+    assert format_time(2.5) == "2.5 s"
+    assert format_time(None) == "—"
+
+
+def test_memory_leaves_out_what_the_theory_does_not_predict():
+    rec = make_record()
+    fig = plot_memory(rec, theory={"params": 4 * MiB, "grads": 4 * MiB, "optimizer": 8 * MiB})
+    predicted = [t for t in fig.data if t.name.endswith("— predicted")]
+    assert {t.name.split(" — ")[0] for t in predicted} == {"params", "grads", "optimizer"}
+    assert "activations" in fig.layout.title.subtitle.text  # said, not drawn as a 0 bar
+
+
+def _finite_log_range(fig):
+    """Every y value drawn on a log axis is positive and finite, and nothing (a shape or an
+    annotation) sits outside 1e-6 … 1e12 — what add_hline's annotation broke (10^295)."""
+    ys = [y for t in fig.data for y in (t.y or []) if y is not None]
+    ok = all(math.isfinite(y) and y > 0 for y in ys)
+    for ann in fig.layout.annotations or ():
+        ok &= ann.y is None or (math.isfinite(ann.y) and abs(ann.y) < 1e6)
+    for shape in fig.layout.shapes or ():
+        ok &= all(v is None or 1e-6 < v < 1e12 for v in (shape.y0, shape.y1))
+    return ok
+
+
+@pytest.mark.parametrize("profile", ["h100-nvlink", "h100-ib", "a100-nvlink"])
+@pytest.mark.parametrize("n", [2, 8, 64])
+def test_alpha_beta_explorer_keeps_a_finite_log_range(profile, n):
+    from mgpukit.widgets.communication import plot_alpha_beta
+
+    fig = plot_alpha_beta(2**20, n, "ring", profile)
+    assert fig.layout.yaxis.type == "log"
+    assert _finite_log_range(fig)
+    assert not fig.layout.annotations and not fig.layout.shapes
+    assert any(t.name.startswith("link β") for t in fig.data)
+    assert legend_fits(fig)
+
+
+def test_report_has_a_table_of_contents(tmp_path):
+    from mgpukit.report import write_report
+
+    html = write_report([make_record(), make_record("zero2", **EMULATED)], tmp_path).read_text()
+    toc = html[html.index('<nav class="toc">'):html.index("</nav>")]
+    assert 'href="#s1">Summary' in toc and ">ddp<" in toc and ">zero2<" in toc
+    for anchor in ("s1", "s2", "s3"):
+        assert f'id="{anchor}"' in html and f'href="#{anchor}"' in toc
+    assert "40 µs" in write_report([{**make_record(**EMULATED), "step_time_s": [4e-5] * 3}],
+                                   tmp_path / "b").read_text()

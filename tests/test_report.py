@@ -66,9 +66,11 @@ def test_report_has_table_rows_sources_and_plotly_embedded_once(tmp_path):
     assert page.count("Plotly.newPlot") == page.count('<div class="figure">')
     # Per strategy: single → loss + timeline + memory; ddp → loss + 2 timelines + memory + bytes; + extra.
     assert page.count('<div class="figure">') == 3 + 5 + 1
-    assert "<h2>ddp</h2>" in page and "<h3>Planner &lt;check&gt;</h3>" in page
+    assert '">ddp</h2>' in page and '">Planner &lt;check&gt;</h3>' in page  # headings carry anchors
     assert "<p>a note &amp; more</p>" in page
-    assert page.index("<h2>Summary</h2>") < page.index("<h2>single</h2>") < page.index("<h2>More figures</h2>")
+    assert page.index('">Summary</h2>') < page.index('">single</h2>') < page.index('">More figures</h2>')
+    toc = page[page.index('<nav class="toc">'):page.index("</nav>")]
+    assert toc.index(">Summary<") < toc.index(">single<") < toc.index(">More figures<")
 
 
 def test_report_without_figures_has_no_plotly(tmp_path):

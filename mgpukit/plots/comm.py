@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from .layout import finish
 from .style import PREDICTED, Record, as_records, byte_unit, series_color, series_names, sources_title
 
 
@@ -43,12 +44,8 @@ def plot_comm_bytes(records: Record | Sequence[Record], *, per_step: bool = Fals
             )
         )
     what = "per step" if per_step else "over the run"
-    fig.update_layout(
-        title=dict(text=f"Bytes sent per rank — {sources_title(records)}", subtitle=dict(text=what)),
-        barmode="group",
-        yaxis_title=f"bytes sent {what} ({unit})",
-    )
-    return fig
+    fig.update_layout(barmode="group", yaxis_title=f"bytes sent {what} ({unit})")
+    return finish(fig, title=f"Bytes sent per rank — {sources_title(records)}", subtitle=what)
 
 
 def _collectives_text(collectives: Mapping[str, int]) -> str:
@@ -62,12 +59,15 @@ def plot_bandwidth(
     *,
     source: str = "measured",
     title: str = "Bus bandwidth vs message size",
+    fit_label: str | None = None,
 ) -> go.Figure:
     """Log-log bus bandwidth (bytes/s) vs message size (bytes), with an optional alpha-beta fit.
 
     `fit` is {"alpha": seconds, "beta": bytes/s} — drawn as size / (alpha + size / beta): small
     messages pay the latency alpha, large ones approach beta — or a list aligned with `sizes`,
-    or a function size -> bytes/s.
+    or a function size -> bytes/s. `fit_label` names the line: a fit of measured times is
+    not the same claim as the cost model's own prediction ("alpha-beta model", the default for
+    a list or a function).
     """
     sizes = [float(s) for s in sizes]
     gbps = [float(b) / 1e9 for b in measured_bw]
@@ -78,10 +78,10 @@ def plot_bandwidth(
                    hovertemplate="%{x:.3s}B<br>%{y:.3g} GB/s<extra></extra>")
     )
     if fit is not None:
-        name = f"alpha-beta fit — {PREDICTED}"
+        name = fit_label or f"alpha-beta model — {PREDICTED}"
         if isinstance(fit, Mapping):
             alpha, beta = float(fit["alpha"]), float(fit["beta"])
-            name = f"alpha-beta fit (α={alpha * 1e6:.3g} µs, β={beta / 1e9:.3g} GB/s) — predicted"
+            name = fit_label or f"alpha-beta fit (α={alpha * 1e6:.3g} µs, β={beta / 1e9:.3g} GB/s) — predicted"
             fn: Callable[[float], float] = lambda s: s / (alpha + s / beta)  # noqa: E731
         elif callable(fit):
             fn = fit
@@ -99,8 +99,7 @@ def plot_bandwidth(
                        hovertemplate="%{x:.3s}B<br>predicted %{y:.3g} GB/s<extra></extra>")
         )
     fig.update_layout(
-        title=dict(text=f"{title} — {source}" + (" vs predicted" if fit is not None else "")),
         xaxis=dict(title="message size (bytes)", type="log"),
         yaxis=dict(title="bus bandwidth (GB/s)", type="log"),
     )
-    return fig
+    return finish(fig, title=f"{title} — {source}" + (" vs predicted" if fit is not None else ""))

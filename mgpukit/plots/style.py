@@ -179,3 +179,17 @@ def format_bytes(n: float | None) -> str:
         return "—"
     scale, name = byte_unit(abs(n))
     return f"{n / scale:.2f} {name}" if scale > 1 else f"{n:.0f} B"
+
+
+def format_time(seconds: float | None, digits: int = 3) -> str:
+    """A duration with the unit that suits it: 3.2e-5 -> '32 µs', 0.0281 -> '28.1 ms'; None -> '—'.
+
+    An emulated GPU step lasts microseconds and a measured CPU step milliseconds: one fixed
+    unit shows one of them as '0.04 ms'.
+    """
+    if seconds is None:
+        return "—"
+    mult, unit = time_unit(abs(seconds)) if seconds else (1e3, "ms")
+    if unit == "µs" and abs(seconds) < 1e-9:
+        mult, unit = 1e9, "ns"
+    return f"{seconds * mult:.{digits}g} {unit}"

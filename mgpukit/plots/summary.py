@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from .style import Record, as_records, format_dims, source_kind, source_label
+from .style import Record, as_records, format_dims, format_time, source_kind, source_label
 
 
 def table_summary(records: Record | Sequence[Record]) -> list[dict[str, Any]]:
@@ -48,7 +48,7 @@ def format_summary(records: Record | Sequence[Record]) -> str:
     rows = table_summary(records)
     ws = max([len("strategy")] + [len(r["strategy"]) for r in rows])  # columns fit their longest entry
     wl = max([len("source")] + [len(r["source_label"]) for r in rows])
-    header = f"{'strategy':<{ws}} {'source':<{wl}} {'ranks':>5} {'final loss':>10} {'step ms':>9} " \
+    header = f"{'strategy':<{ws}} {'source':<{wl}} {'ranks':>5} {'final loss':>10} {'step':>9} " \
              f"{'tokens/s':>10} {'peak MiB':>9} {'MB sent/step':>12} {'parity':>7}"
     lines = [header, "-" * len(header)]
 
@@ -57,11 +57,10 @@ def format_summary(records: Record | Sequence[Record]) -> str:
 
     for r in rows:
         parity = {True: "ok", False: "FAIL", None: "-"}[r["parity_ok"]]
-        step_ms = r["median_step_time_s"] * 1e3 if r["median_step_time_s"] is not None else None
         peak = r["peak_memory_bytes"] / 2**20 if r["peak_memory_bytes"] is not None else None
         sent = r["bytes_sent_per_step"] / 1e6 if r["bytes_sent_per_step"] is not None else None
         lines.append(f"{r['strategy']:<{ws}} {r['source_label']:<{wl}} {r['world_size']:>5} "
-                     f"{fmt(r['final_loss'], '.4f'):>10} {fmt(step_ms, '.3f'):>9} "
+                     f"{fmt(r['final_loss'], '.4f'):>10} {format_time(r['median_step_time_s']).replace('—', '-'):>9} "
                      f"{fmt(r['tokens_per_s'], '.0f'):>10} {fmt(peak, '.2f'):>9} {fmt(sent, '.3f'):>12} "
                      f"{parity:>7}")
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from .layout import finish
 from .style import KIND_COLORS, PREDICTED, Record, kind_color, record_name, source_kind, source_label, time_unit
 
 # Text drawn on a bar that carries a micro-batch: "F3" = forward of micro-batch 3.
@@ -71,16 +72,16 @@ def plot_timeline(record: Record, *, step: int | None = None) -> go.Figure:
     if step is not None:
         title += f" · step {step}"
     fig.update_layout(
-        title=dict(text=title, subtitle=dict(text=_bubble_note(record))),
         barmode="overlay",
         bargap=0.25,
         xaxis_title=f"time ({unit}) since launch start — {'virtual clock' if emulated else 'wall clock'}",
         yaxis=dict(categoryorder="array", categoryarray=row_names, autorange="reversed"),
         uniformtext=dict(minsize=8, mode="hide"),
-        height=max(260, 120 + 36 * len(rows)),
         legend_title_text="kind",
     )
-    return fig
+    # every kind stays visible in the legend: the plot is at least as tall as the legend
+    return finish(fig, title=title, subtitle=_bubble_note(record), legend="right",
+                  plot_height=40 + 36 * len(rows))
 
 
 def _bar_text(event: Mapping[str, Any]) -> str:
@@ -146,8 +147,7 @@ def plot_bubble(
                    hovertemplate=f"m=%{{x}}<br>{source} %{{y:.1%}}<extra></extra>")
     )
     fig.update_layout(
-        title=dict(text=f"{title} — {source}" + (" vs predicted" if predicted is not None else "")),
         xaxis_title="micro-batches per step (m)",
         yaxis=dict(title="bubble fraction", tickformat=".0%", rangemode="tozero"),
     )
-    return fig
+    return finish(fig, title=f"{title} — {source}" + (" vs predicted" if predicted is not None else ""))

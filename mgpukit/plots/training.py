@@ -11,6 +11,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from .layout import finish
 from .style import (
     MEMORY_CATEGORIES,
     MEMORY_COLORS,
@@ -51,17 +52,9 @@ def plot_loss_parity(records: Record | Sequence[Record]) -> go.Figure:
                 hovertemplate=f"{name}<br>step %{{x}}<br>loss %{{y:.6g}}<extra></extra>",
             )
         )
-    fig.update_layout(
-        title=dict(
-            text=f"Loss per step — {sources_title(records)}",
-            subtitle=dict(text=" · ".join(_parity_notes(records))),
-        ),
-        xaxis_title="step",
-        yaxis_title="loss",
-        hovermode="x unified",
-        legend=dict(orientation="h", yanchor="top", y=-0.2),
-    )
-    return fig
+    fig.update_layout(xaxis_title="step", yaxis_title="loss", hovermode="x unified")
+    return finish(fig, title=f"Loss per step — {sources_title(records)}",
+                  subtitle=" · ".join(_parity_notes(records)), legend="below")
 
 
 def _parity_notes(records: Sequence[Record]) -> list[str]:
@@ -141,13 +134,15 @@ def plot_speedup(
             )
         )
     title = f"Speedup vs workers — {sources_title(records)}" + (" vs predicted" if theory else "")
+    counts = sorted({1, *(r.get("world_size", 1) for r in records), *(int(k) for k in (theory or {}))})
+    # 1 … 256 workers on a linear axis crowd 1–16 into a corner: log axes past 16 workers
+    log = max(counts) >= 16
     fig.update_layout(
-        title=dict(text=title, subtitle=dict(text="tokens/s relative to one worker")),
-        xaxis=dict(title="workers (world size)", tickmode="array",
-                   tickvals=sorted({1, *(r.get("world_size", 1) for r in records)})),
-        yaxis_title="speedup (×)",
+        xaxis=dict(title="workers (world size)" + (", log scale" if log else ""), tickmode="array",
+                   tickvals=counts, type="log" if log else "linear"),
+        yaxis=dict(title="speedup (×)" + (", log scale" if log else ""), type="log" if log else "linear"),
     )
-    return fig
+    return finish(fig, title=title, subtitle="tokens/s relative to one worker")
 
 
 def _baseline_tokens_per_s(strategy: str, label: str, records: Sequence[Record],
@@ -188,9 +183,15 @@ def plot_memory(
     peaks: dict[str, tuple[list[str], list[float]]] = {}
     x_order: list[str] = []
 
+    unpredicted: list[str] = []  # categories a theory leaves out: not drawn as a 0 bar
+
     def add(x: str, cats: Mapping[str, Any], src: str) -> None:
         x_order.append(x)
         for cat in MEMORY_CATEGORIES:
+            if src == "predicted" and cats.get(cat) is None:
+                if cat not in unpredicted:
+                    unpredicted.append(cat)
+                continue
             xs, ys = bars.setdefault((cat, src), ([], []))
             xs.append(x)
             ys.append(float(cats.get(cat) or 0))
@@ -236,12 +237,14 @@ def plot_memory(
     title = f"Memory per rank — {sources_title(records)}" + (
         " vs predicted" if any(t is not None for t in theories) else "")
     fig.update_layout(
-        title=dict(text=title, subtitle=dict(text="stacked: " + ", ".join(MEMORY_CATEGORIES) + " · ◆ peak")),
         barmode="stack",
         xaxis=dict(categoryorder="array", categoryarray=x_order),
         yaxis_title=f"memory ({unit})",
     )
-    return fig
+    subtitle = "stacked: " + ", ".join(MEMORY_CATEGORIES) + " · ◆ peak"
+    if unpredicted:
+        subtitle += " · predicted bars leave out what the formulas do not model: " + ", ".join(unpredicted)
+    return finish(fig, title=title, subtitle=subtitle)
 
 
 def _max_stack(bars: Mapping[tuple[str, str], tuple[list[str], list[float]]]) -> float:

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from mgpukit.costmodel import comm as cost
 from mgpukit.costmodel.hardware import list_profiles, load_profile
+from mgpukit.plots.layout import finish
 from mgpukit.plots.style import PREDICTED, series_color
 from mgpukit.strategies.communication.collectives import predicted_time
 from mgpukit.widgets.output import show
@@ -51,17 +52,19 @@ def plot_alpha_beta(nbytes: float, n: int, algorithm: str = "ring", profile="h10
         p = predict_all_reduce(nbytes, n, algorithm, hw)
         fig.add_trace(go.Scatter(x=[nbytes], y=[p["busbw"] / 1e9], mode="markers", name="your message",
                                  marker=dict(size=12, color="black", symbol="diamond")))
+    # The link's β as a trace, not add_hline(annotation_text=...): on a log axis plotly puts
+    # that annotation at 10**y and the axis range explodes (labels up to 10^295).
     beta = cost.link_for_ranks(range(n), hw).beta
-    fig.add_hline(y=beta / 1e9, line=dict(dash="dot", color="#888888"),
-                  annotation_text=f"link β = {beta / 1e9:.3g} GB/s")
+    fig.add_trace(go.Scatter(x=[_SIZES[0], _SIZES[-1]], y=[beta / 1e9] * 2, mode="lines",
+                             name=f"link β = {beta / 1e9:.3g} GB/s",
+                             line=dict(dash="dot", color="#888888"), hoverinfo="skip"))
     fig.update_layout(
-        title=dict(text=f"All-reduce bus bandwidth on {n} × {hw.name} — {PREDICTED}",
-                   subtitle=dict(text="busbw = 2(n−1)/n · bytes / time (nccl-tests); small messages "
-                                      "pay alpha, large ones approach beta")),
         xaxis=dict(title="message size (bytes)", type="log"),
         yaxis=dict(title="bus bandwidth (GB/s)", type="log"),
     )
-    return fig
+    return finish(fig, title=f"All-reduce bus bandwidth on {n} × {hw.name} — {PREDICTED}",
+                  subtitle="busbw = 2(n−1)/n · bytes / time (nccl-tests); small messages "
+                           "pay alpha, large ones approach beta", legend="right")
 
 
 def describe(p: dict) -> str:

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from mgpukit.config import RunConfig
 from mgpukit.costmodel.hardware import Link
+from mgpukit.plots.layout import finish
 from mgpukit.plots.style import PREDICTED, byte_unit, series_color, source_label
 from mgpukit.strategies.compression import theory
 
@@ -45,14 +46,13 @@ def plot_bytes_vs_ratio(cfg: RunConfig, workers: int, ratio: float) -> go.Figure
                              hovertemplate=f"{at:,.0f} B per step ({dense / at:.1f}× fewer than fp32)"
                                            "<extra></extra>"))
     fig.update_layout(
-        title=dict(text=f"Bytes sent per rank per step — {PREDICTED}",
-                   subtitle=dict(text=f"{cfg.model}, {n} workers · top-k at {ratio:.3g}: "
-                                      f"{at:,.0f} B vs fp32 {dense:,.0f} B ({dense / at:.1f}×) · "
-                                      f"top-k sends more than fp32 above ratio ≈ 1/n = {1 / n:.2g}")),
         xaxis=dict(title="top-k ratio (fraction of gradient entries sent)", type="log"),
         yaxis=dict(title="bytes sent per rank per step", type="log"),
     )
-    return fig
+    return finish(fig, title=f"Bytes sent per rank per step — {PREDICTED}",
+                  subtitle=f"{cfg.model}, {n} workers · top-k at {ratio:.3g}: "
+                           f"{at:,.0f} B vs fp32 {dense:,.0f} B ({dense / at:.1f}×) · "
+                           f"top-k sends more than fp32 above ratio ≈ 1/n = {1 / n:.2g}")
 
 
 def median_step_time(record: dict, *, skip: int = 2) -> float:
@@ -78,13 +78,10 @@ def plot_step_time(records: list[dict], *, skip: int = 2) -> go.Figure:
             text=[f"{base / y:.1f}× vs ddp" if base else "" for y in ys], textposition="outside",
             hovertemplate=f"%{{x}}<br>%{{y:.3g}} {unit} per step<extra>{label}</extra>"))
     kinds = sorted({r["mode"] for r in records})
-    fig.update_layout(
-        title=dict(text=f"Step time by compression method — {', '.join(kinds)}",
-                   subtitle=dict(text=f"median over steps ≥ {skip}; "
-                                      "speed-up relative to fp32 ddp on the same source")),
-        barmode="group", yaxis_title=f"step time ({unit})",
-    )
-    return fig
+    fig.update_layout(barmode="group", yaxis_title=f"step time ({unit})")
+    return finish(fig, title=f"Step time by compression method — {', '.join(kinds)}",
+                  subtitle=f"median over steps ≥ {skip}; "
+                           "speed-up relative to fp32 ddp on the same source")
 
 
 def plot_step_time_vs_bandwidth(fast: list[dict], link: Link, *, alpha: float | None = None,
@@ -123,14 +120,13 @@ def plot_step_time_vs_bandwidth(fast: list[dict], link: Link, *, alpha: float | 
             hovertemplate=f"{rec['strategy']}: {source_label(rec)}<br>%{{y:.3g}} µs<extra></extra>"))
     pays = ", ".join(f"{k} {_breakeven(curves[k], curves.get('ddp'), betas)}" for k in names if k != "ddp")
     fig.update_layout(
-        title=dict(text=f"Step time vs link bandwidth — {PREDICTED} from emulated compute"
-                        + ("; ◆ emulated runs" if points else ""),
-                   subtitle=dict(text=f"α = {alpha * 1e6:.3g} µs per hop · "
-                                      f"≥ 10 % faster than ddp below: {pays}")),
         xaxis=dict(title="link bandwidth β (GB/s, per GPU, one direction)", type="log"),
         yaxis=dict(title="step time (µs)", type="log"),
     )
-    return fig
+    return finish(fig, title=f"Step time vs link bandwidth — {PREDICTED} from emulated compute"
+                             + ("; ◆ emulated runs" if points else ""),
+                  subtitle=f"α = {alpha * 1e6:.3g} µs per hop · "
+                           f"≥ 10 % faster than ddp below: {pays}")
 
 
 def breakeven_bandwidth(times, dense_times, betas, *, margin: float = 0.1) -> float | None:

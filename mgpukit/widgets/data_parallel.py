@@ -18,7 +18,7 @@ def scaling_explorer(*, model: str = "125m", profile: str = "h100-ib", max_worke
     from IPython.display import display
 
     from mgpukit.costmodel import list_profiles, list_shapes
-    from mgpukit.plots import plot_speedup
+    from mgpukit.plots import plot_speedup, retitle
     from mgpukit.strategies.data_parallel.theory import predicted_records
     from mgpukit.widgets.output import show as show_in
 
@@ -43,9 +43,8 @@ def scaling_explorer(*, model: str = "125m", profile: str = "h100-ib", max_worke
         except ValueError as e:  # e.g. a model that does not fit; say so instead of a trace
             show_in(out, f"cannot predict this layout: {e}")
             return
-        fig = plot_speedup(records)
-        fig.update_layout(title=dict(text=f"Predicted {scaling.value}-scaling speedup — "
-                                          f"{shapes.value} on {profiles.value} (cost model)"))
+        fig = retitle(plot_speedup(records), f"Predicted {scaling.value}-scaling speedup — "
+                                             f"{shapes.value} on {profiles.value} (cost model)")
         show_in(out, fig)
 
     for control in (workers, profiles, shapes, batch, scaling, bucket):

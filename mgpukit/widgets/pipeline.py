@@ -19,6 +19,7 @@ from mgpukit.costmodel.pipeline import bubble_fraction
 from mgpukit.costmodel.schedules import SCHEDULES, build_schedule, max_in_flight
 from mgpukit.costmodel.simulate import simulate
 from mgpukit.plots import plot_timeline
+from mgpukit.plots.layout import finish, retitle
 from mgpukit.plots.style import PREDICTED, format_bytes, series_color, source_label
 from mgpukit.widgets.output import errors_shown_in, show
 
@@ -37,10 +38,12 @@ def predicted_record(name: str, p: int, m: int, v: int = 1) -> dict:
 
 def plot_schedule(name: str, p: int, m: int, v: int = 1) -> go.Figure:
     """Predicted per-rank Gantt of schedule ``name``; time in units of one stage's forward."""
-    fig = plot_timeline(predicted_record(name, p, m, v))
-    fig.update_layout(xaxis_title="time, in units of one stage's forward (backward = 2) — "
-                                  "schedule simulator, equal stages, free messages")
-    return fig
+    rec = predicted_record(name, p, m, v)
+    fig = plot_timeline(rec)
+    fig.update_layout(xaxis_title="time, in units of one stage's forward (backward = 2)")
+    return retitle(fig, f"Schedule {rec['strategy']} on p={p} — {PREDICTED}",
+                   f"schedule simulator: equal stages, free messages · bubble {rec['bubble_fraction']:.1%} "
+                   f"(simulator), {rec['theory']['bubble_fraction']:.1%} (closed form) · gaps = idle")
 
 
 def compute_only(record: dict, *, step: int | None = None) -> dict:
@@ -59,18 +62,21 @@ def plot_in_flight(records: list[dict]) -> go.Figure:
         ranks = sorted(rec["extra"], key=int)
         peaks = [rec["extra"][r]["activations_in_flight_peak"] for r in ranks]
         count = [rec["extra"][r].get("microbatches_in_flight_measured") for r in ranks]
+        # the meter's unit is one forward's activations: a whole stage's, or with v > 1 one
+        # chunk's (1/v of a stage) — say which on the bar, never call a chunk a micro-batch
+        v = int(rec["extra"][ranks[0]].get("v") or (rec.get("theory") or {}).get("v") or 1)
+        unit = "chunks" if v > 1 else "mb"
+        long_unit = f"chunk activations (1/{v} stage each)" if v > 1 else "micro-batches"
         fig.add_trace(go.Bar(
             x=[f"rank {r}" for r in ranks], y=[b / 1024 for b in peaks], name=rec["strategy"],
-            marker_color=series_color(i), text=[f"{c:.1f}" if c else "" for c in count],
+            marker_color=series_color(i), text=[f"{c:.1f} {unit}" if c else "" for c in count],
             textposition="outside",
-            hovertemplate=[f"{format_bytes(b)} = {c:.2f} micro-batches<extra>{rec['strategy']}"
+            hovertemplate=[f"{format_bytes(b)} = {c:.2f} {long_unit}<extra>{rec['strategy']}"
                            "</extra>" if c else "" for b, c in zip(peaks, count)]))
-    fig.update_layout(
-        title=dict(text=f"Activations held per rank — measured ({source_label(records[0])})",
-                   subtitle=dict(text="peak bytes saved for backward (ActivationMeter); "
-                                      "bar label = micro-batches' worth")),
-        barmode="group", yaxis_title="KiB", xaxis_title="pipeline rank")
-    return fig
+    fig.update_layout(barmode="group", yaxis_title="KiB", xaxis_title="pipeline rank")
+    return finish(fig, title=f"Activations held per rank — measured bytes, {source_label(records[0])}",
+                  subtitle="peak bytes saved for backward (ActivationMeter) · bar label: micro-batches "
+                           "held (mb), or for interleaved chunks of 1/v stage (chunks)")
 
 
 def _summary(name: str, p: int, m: int, v: int) -> str:
@@ -100,6 +106,8 @@ def schedule_explorer(*, name: str = "1f1b", p: int = 4, m: int = 8, v: int = 2)
 
     def draw(*_):
         sv.disabled = pick.value != "interleaved"
+        # a run drawn for the previous choice must not sit under the new one
+        show(run_out, "press the button to run this schedule (emulated) and compare")
         try:
             args = current()
             text.value = _summary(*args)

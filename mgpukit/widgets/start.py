@@ -10,7 +10,7 @@ def run_explorer(*, steps: int = 5, run_now: bool = True):
     from IPython.display import display
 
     from mgpukit.experiment import run
-    from mgpukit.plots import plot_timeline
+    from mgpukit.plots import format_time, plot_timeline, source_label
     from mgpukit.widgets.output import errors_shown_in, show
 
     workers = w.IntSlider(value=2, min=1, max=4, description="workers")
@@ -28,8 +28,9 @@ def run_explorer(*, steps: int = 5, run_now: bool = True):
             rec = run("ddp", workers=workers.value, steps=steps, parity=False,
                       mode="emulated" if emulated else "cpu",
                       profile=mode.value if emulated else None)
-            show(out, f"median step {sorted(rec['step_time_s'])[len(rec['step_time_s']) // 2] * 1e3:.3f} ms, "
-                      f"{rec['tokens_per_s']:,.0f} tokens/s ({rec['mode']})",
+            median = sorted(rec['step_time_s'])[len(rec['step_time_s']) // 2]
+            show(out, f"median step {format_time(median)}, {rec['tokens_per_s']:,.0f} tokens/s "
+                      f"— {source_label(rec)}",
                  plot_timeline(rec, step=steps - 1))
 
     button.on_click(go)

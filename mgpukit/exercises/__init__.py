@@ -1,0 +1,107 @@
+"""Exercises in notebooks: the reader writes an answer, the library checks it.
+
+The expected values live here (`answers.py`), not in the notebook, so an exercise cell holds
+only the reader's answer and a call — nothing to read off:
+
+    answer = None
+    check("00.ring-bytes", answer)
+
+`check` says *right* or *wrong and why* (too high or low, by what factor, a known slip such as
+forgetting the 1/n) and gives the hint; an unanswered exercise (`answer = None`) shows the hint
+and passes, so a notebook runs top to bottom untouched (CI). `reveal(name)` shows the expected
+value and its explanation — only when the reader asks.
+
+The old form `check(name, answer, expected, rel=..., hint=...)` still works for a notebook that
+keeps its own expected value.
+
+`mystery_runs(name)` (debugging exercises): three data-parallel variants, one of them broken on
+purpose, run under anonymous labels; the reader finds the broken one from its parity report.
+"""
+from __future__ import annotations
+
+import math
+
+from mgpukit.exercises.registry import EXERCISES, Exercise, expected_value, get
+
+_MISSING = object()
+
+__all__ = ["check", "reveal", "expected_value", "get", "EXERCISES", "Exercise", "mystery_runs",
+           "parity_report"]
+
+
+def _close(answer, expected, rel: float, abs_tol: float) -> bool:
+    if isinstance(expected, bool) or isinstance(answer, bool):
+        return answer == expected
+    if isinstance(expected, (int, float)) and isinstance(answer, (int, float)):
+        return math.isclose(float(answer), float(expected), rel_tol=rel, abs_tol=abs_tol)
+    if isinstance(expected, (list, tuple)) and isinstance(answer, (list, tuple)):
+        return len(answer) == len(expected) and all(
+            _close(a, e, rel, abs_tol) for a, e in zip(answer, expected))
+    if isinstance(expected, str) and isinstance(answer, str):
+        return answer.strip().lower() == expected.strip().lower()
+    return answer == expected
+
+
+def _how_far(answer, expected) -> str:
+    """'too high by 2.00×' for numbers — a factor of 2 or n usually names the slip."""
+    if (isinstance(answer, (int, float)) and isinstance(expected, (int, float))
+            and not isinstance(answer, bool) and expected and answer):
+        ratio = float(answer) / float(expected)
+        if ratio > 1:
+            return f" That is too high, by {ratio:.3g}×."
+        return f" That is too low, by {1 / ratio:.3g}×."
+    return ""
+
+
+def check(name: str, answer, expected=_MISSING, *, rel: float | None = None,
+          abs_tol: float | None = None, hint: str | None = None, reveal: bool = False) -> bool | None:
+    """Print whether `answer` is right (numbers within a relative tolerance) and why; None
+    when unanswered. `expected` defaults to the library's value for exercise `name`."""
+    ex = get(name) if expected is _MISSING else None
+    if ex is not None:
+        expected = ex.expected()
+        rel = ex.rel if rel is None else rel
+        abs_tol = ex.abs_tol if abs_tol is None else abs_tol
+        hint = ex.hint if hint is None else hint
+    rel = 0.05 if rel is None else rel
+    abs_tol = 0.0 if abs_tol is None else abs_tol
+    hint = hint or ""
+    if answer is None:
+        print(f"[{name}] not answered yet — set the answer and run the cell again."
+              + (f"\n  hint: {hint}" if hint else "")
+              + (f"\n  expected: {expected!r}" if reveal else ""))
+        return None
+    ok = _close(answer, expected, rel, abs_tol)
+    if ok:
+        print(f"[{name}] correct: {answer!r}." + (f"\n  why: {ex.why}" if ex is not None and ex.why else ""))
+        return True
+    slip = ""
+    if ex is not None:
+        for wrong, explanation in ex.mistakes:
+            if _close(answer, wrong() if callable(wrong) else wrong, rel, abs_tol):
+                slip = f"\n  {explanation}"
+                break
+    print(f"[{name}] not quite: you said {answer!r}." + _how_far(answer, expected) + slip
+          + (f"\n  hint: {hint}" if hint else "")
+          + (f"\n  expected: {expected!r}" if reveal else ""))
+    return False
+
+
+def reveal(name: str) -> None:
+    """Show exercise `name`'s expected value and why — the reader asked for it."""
+    ex = get(name)
+    print(f"[{name}] expected: {ex.expected()!r}" + (f"\n  why: {ex.why}" if ex.why else ""))
+
+
+def mystery_runs(name: str, **kwargs) -> dict:
+    """The variants of debugging exercise `name` (see `debugging.py`), labelled A, B, C."""
+    from mgpukit.exercises.debugging import mystery_runs as _runs
+
+    return _runs(name, **kwargs)
+
+
+def parity_report(records: dict) -> str:
+    """One line per variant: what its parity check and its bytes say."""
+    from mgpukit.exercises.debugging import parity_report as _report
+
+    return _report(records)

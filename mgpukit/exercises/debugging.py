@@ -1,0 +1,137 @@
+"""Debugging exercises: three variants of a strategy, one broken on purpose, run under the
+labels A, B, C. The reader reads their parity reports (losses, gradient norms, weights against
+the single-process reference, and the bytes each rank sent) and names the broken one.
+
+The bugs are the classics: a sum without the 1/n average, a gradient divided by n twice, no
+communication at all, a micro-batch loss not scaled by 1/m. Each variant is a gradient sync (or
+a pipeline worker) registered only while its runs last, so it never shows in `mgpukit list`,
+the tour or the exported script; forked workers inherit the registry.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from mgpukit.strategies import registry
+
+
+class _Sync:
+    """Data-parallel gradient sync with a switchable bug (`bug=None`: correct)."""
+
+    def __init__(self, rec, params, group, n: int, bug: str | None):
+        self.rec, self.params, self.group, self.n, self.bug = rec, list(params), group, n, bug
+
+    def no_sync(self):
+        return contextlib.nullcontext()
+
+    def sync(self, step):
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            if self.bug == "skip_first" and i == 0:  # one tensor (the embedding) never synced
+                continue
+            if self.bug == "local_only":  # never communicates: each rank keeps its own gradient
+                continue
+            if self.bug == "fp16":  # correct, but the exchange rounds to 16 bits
+                g = (p.grad / self.n).half()
+                self.rec.all_reduce(g, group=self.group)
+                p.grad.copy_(g.float())
+                continue
+            self.rec.all_reduce(p.grad, group=self.group)
+            if self.bug == "no_average":
+                continue
+            p.grad.div_(self.n * self.n if self.bug == "average_twice" else self.n)
+
+
+def _sync_with(bug: str | None):
+    def apply(module, ctx, rec, cfg):
+        return module, _Sync(rec, module.parameters(), ctx.group("dp"), ctx.size("dp"), bug)
+    return apply
+
+
+def _pipeline_worker(scale_losses: bool):
+    def worker(ctx, rec, cfg):
+        from mgpukit.strategies.pipeline.engine import apply_pipeline
+        from mgpukit.training.building import build_model, build_optimizer, loss_fn
+        from mgpukit.training.trainer import train
+
+        m = cfg.layout.num_micro_batches
+        base = loss_fn(cfg)
+        fn = base if scale_losses else (lambda out, y: m * base(out, y))  # the bug: 1/m undone
+        parts = apply_pipeline(ctx, rec, build_model(cfg), cfg.layout, fn)
+        return {"weights": train(ctx, rec, cfg, parts, build_optimizer(cfg, parts.params))}
+    return worker
+
+
+# exercise -> variants A, B, C: (bug, registry fields, run overrides)
+def _dp(bug):
+    return {"grad_sync": _sync_with(bug)}, {}
+
+
+def _pp(scale):
+    from mgpukit.strategies.pipeline.pipeline_parallel import PARITY_TOLERANCE, pipeline_layout
+
+    return ({"layout": pipeline_layout("1f1b"), "schedule": "1f1b", "worker": _pipeline_worker(scale)},
+            {"tolerance": PARITY_TOLERANCE})
+
+
+MYSTERIES = {
+    "00": (("A", None, _dp), ("B", "no_average", _dp), ("C", None, _dp)),
+    "01": (("A", "skip_first", _dp), ("B", None, _dp), ("C", None, _dp)),
+    "02": (("A", None, _dp), ("B", None, _dp), ("C", "local_only", _dp)),
+    "03": (("A", "fp16", _dp), ("B", None, _dp), ("C", "average_twice", _dp)),
+    "04": (("A", True, _pp), ("B", False, _pp), ("C", True, _pp)),
+}
+_BROKEN = {"00": "B", "01": "A", "02": "C", "03": "C", "04": "B"}
+
+
+def broken_label(name: str) -> str:
+    return _BROKEN[name]
+
+
+@contextlib.contextmanager
+def _registered(strategies: dict):
+    added = []
+    try:
+        for name, fields in strategies.items():
+            registry._REGISTRY[name] = registry.Strategy(name=name, family="exercise",
+                                                         description="a debugging exercise", **fields)
+            added.append(name)
+        yield
+    finally:
+        for name in added:
+            registry._REGISTRY.pop(name, None)
+
+
+def mystery_runs(name: str, *, workers: int = 2, steps: int = 3, **overrides) -> dict:
+    """Records of exercise `name`'s variants, keyed and labelled "variant A" … (their strategy
+    names say nothing about the bug)."""
+    from mgpukit.experiment import run
+
+    if name not in MYSTERIES:
+        raise KeyError(f"no debugging exercise {name!r}; known: {', '.join(MYSTERIES)}")
+    out = {}
+    for letter, arg, kind in MYSTERIES[name]:
+        fields, run_kw = kind(arg)
+        label = f"variant {letter}"
+        key = f"mystery-{name}-{letter.lower()}"
+        with _registered({key: fields}):
+            rec = run(key, workers=workers, steps=steps, mode="cpu", **run_kw, **overrides)
+        out[label] = {**rec, "strategy": label, "label": label}
+    return out
+
+
+def parity_report(records: dict) -> str:
+    """One line per variant: parity verdict, the three differences, bytes sent per step."""
+    lines = [f"{'':10} {'parity':>7} {'losses Δ':>10} {'grad norms Δ':>13} {'weights Δ':>10} "
+             f"{'sent / rank / step':>19}"]
+    for label, rec in records.items():
+        p = rec["parity"]
+        steps = max(len(rec.get("losses") or []), 1)
+        sent = rec["comm"]["0"]["bytes_sent"] / steps
+        lines.append(f"{label:10} {str(p['ok']):>7} {p['losses_max_abs_diff']:>10.1e} "
+                     f"{p['grad_norms_max_abs_diff']:>13.1e} {p['weights_max_abs_diff']:>10.1e} "
+                     f"{sent:>17,.0f} B")
+    return "\n".join(lines)
+
+
+__all__ = ["mystery_runs", "parity_report", "broken_label", "MYSTERIES"]

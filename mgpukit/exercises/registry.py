@@ -1,0 +1,234 @@
+"""Every notebook exercise's expected value, hint and explanation, computed by the library.
+
+An expected value is a function, evaluated when checked, so it follows the code it is about
+(a formula in `costmodel`, a model's parameter count): nothing is typed in twice. Names are
+"NN.topic" with NN the notebook.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exercise:
+    name: str
+    expected: Callable[[], Any]
+    hint: str = ""
+    why: str = ""  # shown once the answer is right (or on `reveal`)
+    rel: float = 0.02
+    abs_tol: float = 0.0
+    mistakes: tuple = field(default=())  # ((wrong value or fn, "what that answer forgot"), ...)
+
+
+EXERCISES: dict[str, Exercise] = {}
+
+
+def _add(name: str, expected: Callable[[], Any], **kw) -> None:
+    EXERCISES[name] = Exercise(name=name, expected=expected, **kw)
+
+
+def get(name: str) -> Exercise:
+    if name not in EXERCISES:
+        raise KeyError(f"no exercise {name!r}; known: {', '.join(sorted(EXERCISES))}")
+    return EXERCISES[name]
+
+
+def expected_value(name: str):
+    """The expected answer of exercise `name` (tests use it; notebooks call `reveal`)."""
+    return get(name).expected()
+
+
+# ---------------------------------------------------------------- helpers (lazy imports)
+
+def _dp_bytes(n: int) -> float:
+    from mgpukit.config import RunConfig
+    from mgpukit.runtime.dims import ParallelDims
+    from mgpukit.strategies.data_parallel.theory import dp_theory
+
+    return dp_theory(RunConfig(), ParallelDims(dp=n))["comm_bytes"]
+
+
+def _psi() -> int:
+    from mgpukit.costmodel import get_shape, param_count
+
+    return param_count(get_shape("gpt-tiny"))
+
+
+def _bus(n: int) -> float:
+    from mgpukit.costmodel.comm import bus_factor
+
+    return bus_factor("all_reduce", n)
+
+
+def _h100_link():
+    from mgpukit.costmodel.hardware import load_profile
+
+    return load_profile("h100-nvlink").intra_node
+
+
+def _allreduce_us(nbytes: float, n: int) -> float:
+    from mgpukit.costmodel.comm import allreduce_time
+
+    return allreduce_time(nbytes, n, _h100_link()) * 1e6
+
+
+def _buckets_at(bucket_mb: float) -> int:
+    from mgpukit.config import RunConfig
+    from mgpukit.strategies.data_parallel.bucketed import build_buckets
+    from mgpukit.training.building import build_model
+
+    return len(build_buckets(list(build_model(RunConfig()).parameters()), bucket_mb * 2**20))
+
+
+def _ring_busbw_gbps(nbytes: float, n: int) -> float:
+    return _bus(n) * nbytes / (_allreduce_us(nbytes, n) * 1e-6) / 1e9
+
+
+def topk_ratio_tying_fp16(n: int = 2, *, alpha: float = 15e-6, beta: float = 1.1e9) -> float:
+    """The top-k ratio whose exchange takes as long as fp16's on a link (α, β): bisection
+    on the alpha-beta times of `compression.theory` (gpt-tiny, `n` workers)."""
+    from mgpukit.config import RunConfig
+    from mgpukit.costmodel.hardware import Link
+    from mgpukit.strategies.compression import theory
+
+    shapes, link = theory.param_shapes(RunConfig()), Link(alpha=alpha, beta=beta)
+    fp16 = theory.plan_time(theory.exchange_plan("fp16", shapes, n), n, link)
+    lo, hi = 1e-4, 1.0
+    for _ in range(60):  # top-k's time grows with its ratio
+        mid = (lo * hi) ** 0.5
+        t = theory.plan_time(theory.exchange_plan("topk", shapes, n, ratio=mid), n, link)
+        lo, hi = (mid, hi) if t < fp16 else (lo, mid)
+    return (lo * hi) ** 0.5
+
+
+def _bubble(schedule: str, p: int, m: int, v: int = 1) -> float:
+    from mgpukit.costmodel.pipeline import bubble_fraction
+
+    return bubble_fraction(schedule, p, m, v)
+
+
+def _in_flight(p: int, m: int) -> list[int]:
+    from mgpukit.costmodel.schedules import build_schedule, max_in_flight
+
+    return [max_in_flight(build_schedule(s, p, m), 0) for s in ("gpipe", "1f1b")]
+
+
+def _mystery(name: str) -> str:
+    from mgpukit.exercises.debugging import broken_label
+
+    return broken_label(name)
+
+
+# ---------------------------------------------------------------- 00 · start here
+
+_add("00.ring-bytes", lambda: _dp_bytes(4), rel=1e-3,
+     hint="2(n−1)/n × 4 bytes × Ψ, with n = 4 and Ψ from section 3",
+     why="a ring all-reduce is a reduce-scatter then an all-gather: 2(n−1) messages of 4Ψ/n bytes.",
+     mistakes=((lambda: 4 * _psi(), "that is one copy of the gradients: the ring sends 2(n−1)/n of it."),
+               (lambda: 2 * 4 * _psi(), "2 × 4Ψ is the limit for large n; at n = 4 the factor is 2·3/4."),
+               (lambda: 2 * 3 / 4 * _psi(), "Ψ counts parameters; each fp32 gradient is 4 bytes.")))
+_add("00.missing-average", lambda: "grad_norms",
+     hint="the loss of step 0 is computed before any update; the gradient norm is measured after the all-reduce",
+     why="summing without dividing by n makes every gradient n× too large at once; the loss only "
+         "changes after the first (too large) update.",
+     mistakes=(("losses", "step 0's loss comes from the initial weights, before any gradient is used."),))
+_add("00.bytes-growth", lambda: _bus(8) / _bus(2), rel=1e-3,
+     hint="evaluate 2(n−1)/n at n = 8 and at n = 2, then divide",
+     why="2(n−1)/n is 1 at n = 2 and tends to 2: the bytes per rank grow by less than 2× however many ranks.",
+     mistakes=((4.0, "that is the ratio of the rank counts; the bytes per rank barely depend on n."),))
+_add("00.predict-ddp-3", lambda: _dp_bytes(3), rel=0.01,
+     hint="the formula of section 3 at n = 3: 2(n−1)/n × 4Ψ",
+     why="DDP's buckets are all-reduced by the backend's ring: 2·2/3 × 4Ψ bytes per rank per step.",
+     mistakes=((lambda: _dp_bytes(2), "that is the 2-worker figure; at n = 3 the factor is 2·2/3 = 4/3."),))
+_add("00.debug", lambda: _mystery("00"),
+     hint="one variant's gradient norm is off from step 0 on — by what factor?",
+     why="variant B sums the gradients and never divides by n: gradient norms n× too large from "
+         "step 0, losses off from step 1 (the first update was n× too big).")
+
+# ---------------------------------------------------------------- 01 · data parallelism
+
+_add("01.allreduce-time", lambda: _allreduce_us(4 * _psi(), 8), rel=0.02,
+     hint="2(n−1)·α + 2(n−1)/n · bytes/β, with n = 8; the bytes are printed in section 1",
+     why="at this size the 14 latencies (28 µs) are most of it: the tiny GPT's all-reduce is latency-bound.",
+     mistakes=((lambda: 14 * 2.0, "that is the latency term alone; add 2(n−1)/n · bytes/β."),))
+_add("01.linear-scaling", lambda: 0.1 * 8192 / 256, rel=1e-3,
+     hint="k = 8192 / 256; multiply the rate by k",
+     why="Goyal et al.'s rule for SGD: the batch grew 32×, so the rate does — with 5 epochs of warmup.")
+_add("01.straggler-idle", lambda: (1.5 - 1) / 1.5, rel=1e-2,
+     hint="the step lasts as long as the slow rank's compute; a fast rank computes for 1/1.5 of it",
+     why="the all-reduce waits for the slowest rank: a fast rank idles 0.5 of every 1.5.",
+     mistakes=((0.5, "0.5 is the extra time relative to a fast rank's compute; as a share of the step divide by 1.5."),))
+_add("01.predict-buckets", lambda: _buckets_at(0.2), rel=0.0, abs_tol=0.0,
+     hint="buckets fill in backward order and close once they hold ≥ 0.2 MiB; the gradients are "
+          "0.81 MiB in 69 tensors — count with `build_buckets` or reason from the sizes",
+     why="a bucket closes at the first parameter that takes it past the cap, so a few buckets "
+         "hold more than 0.2 MiB (the embedding alone is large).")
+
+_add("01.debug", lambda: _mystery("01"),
+     hint="two variants match single to the last bits; look at which difference is large in the third",
+     why="variant A never all-reduces its first parameter tensor (an embedding table): each rank "
+         "updates it from its own half-batch, so gradient norms and weights drift from step 0 "
+         "while the bytes sent barely change (one tensor of 69 is missing).")
+
+# ---------------------------------------------------------------- 02 · communication
+
+_add("02.ring-gib", lambda: _bus(8) * 1.0, rel=0.02,
+     hint="reduce-scatter then all-gather, each n−1 steps of B/n bytes",
+     why="2(n−1)/n × 1 GiB = 1.75 GiB at n = 8.",
+     mistakes=((2.0, "2 B is the limit as n grows; at n = 8 it is 2·7/8."),
+               (1.0, "that is one reduce-scatter (or one all-gather): an all-reduce is both.")))
+_add("02.ring-time", lambda: _allreduce_us(2**20, 8), rel=0.02,
+     hint="2(n−1)·α + 2(n−1)/n · B/β",
+     why="28 µs of latency plus ~5 µs of bandwidth: at 1 MiB on NVLink latency is most of the time.")
+_add("02.param-server", lambda: [min(10, 2), 2 * 4 * 4 * 1_000_000], rel=1e-3,
+     hint="staleness of update u is min(u, s); each worker pushes 4Ψ bytes and pulls 4Ψ bytes",
+     why="the server's link carries every worker's push and pull: 2 · workers · 4Ψ bytes per step, "
+         "growing with n where a ring's 2(n−1)/n · 4Ψ per rank does not.")
+_add("02.predict-busbw", lambda: _ring_busbw_gbps(2**20, 4), rel=0.03,
+     hint="busbw = 2(n−1)/n · bytes / time, time = 2(n−1)·α + 2(n−1)/n · bytes/β (h100-nvlink: α = 2 µs, β = 370 GB/s)",
+     why="at 1 MiB the 6 latencies still cost about as much as the bytes: busbw is far below β.")
+_add("02.debug", lambda: _mystery("02"),
+     hint="compare the bytes each variant sent with 2(n−1)/n · 4Ψ — and where its weights ended",
+     why="variant C never communicates: each rank steps on its own half-batch gradient (0 bytes "
+         "sent); its losses and weights drift from single from step 1.")
+
+# ---------------------------------------------------------------- 03 · compression
+
+_add("03.topk-4", lambda: 1 / (4 * 0.01), rel=0.02,
+     hint="(n−1)·8k against 2(n−1)/n·4P, with k = ratio·P",
+     why="an all-gather sends n−1 payloads: the saving 1/(n·ratio) halves from 2 to 4 workers.")
+_add("03.powersgd", lambda: 2 * (256 + 64), rel=0.0,
+     hint="P is rows × r, Q is cols × r",
+     why="r(rows + cols) = 640 numbers instead of 16 384: 25.6× fewer for this matrix.")
+_add("03.int8-8", lambda: 8 / 8 / (1 + 4 / 1024), rel=0.02,
+     hint="(n−1)(P + 4P/1024) against 2(n−1)/n · 4P",
+     why="8/n × a little less for the scales: on 8 workers the all-gathered int8 codes save nothing.",
+     mistakes=((4.0, "4× is int8 against fp32 per value; the all-gather sends n−1 payloads."),))
+_add("03.predict-topk-tie", lambda: topk_ratio_tying_fp16(2), rel=0.1,
+     hint="on 2 workers: top-k all-gathers 8 bytes per kept entry (1 hop), fp16 all-reduces 2 bytes "
+          "per entry (2 hops); equate the alpha-beta times on α = 15 µs, β = 1.1 GB/s",
+     why="bytes are not the whole story: top-k's all-gather pays one α where the all-reduce pays two.")
+_add("03.debug", lambda: _mystery("03"),
+     hint="a compressed exchange misses strict parity by rounding (tiny Δ, same loss curve); a bug misses it by a lot",
+     why="variant C divides by n twice: every update is n× too small. Variant A only rounds the "
+         "gradients to fp16 — it fails fp32's elementwise tolerance by ~1e-4, not by a factor.")
+
+# ---------------------------------------------------------------- 04 · pipelines
+
+_add("04.gpipe-bubble", lambda: _bubble("gpipe", 8, 24), rel=0.02, hint="(p − 1) / (m + p − 1)",
+     why="7 fill-and-drain slots out of 31: more micro-batches per stage shrink it.")
+_add("04.in-flight", lambda: _in_flight(4, 16), rel=0.0,
+     hint="GPipe runs every forward before any backward; 1F1B's rank r warms up with p − 1 − r forwards",
+     why="GPipe holds every micro-batch; 1F1B's rank 0 never more than p.")
+_add("04.interleaved", lambda: _bubble("interleaved", 4, 8, 2), rel=0.02,
+     hint="each fill step is 1/v of a stage: (p − 1) / (v·m + p − 1) — paid with v× more messages",
+     why="3/19: the fill and drain are made of half-stage chunks.")
+_add("04.predict-1f1b", lambda: _bubble("1f1b", 4, 12), rel=0.05,
+     hint="(p − 1) / (m + p − 1), p = 4, m = 12",
+     why="with equal stages and free messages the emulated run lands on the closed form.")
+_add("04.debug", lambda: _mystery("04"),
+     hint="all three split the model; one of them lets a micro-batch's gradient count m times",
+     why="variant B never scales each micro-batch's loss by 1/m: its gradients are m× too large "
+         "from step 0 (gradient norms), though the first loss matches.")

@@ -1,0 +1,113 @@
+"""Exercises keep their answers in the library (`mgpukit.exercises`), not in the notebook: every
+exercise cell of every notebook is parsed, and none may pass an expected value to `check` or
+hold a literal equal to its exercise's expected value. `check` says right / wrong and why
+without printing the answer first; each debugging exercise's broken variant is the one its
+parity report gives away."""
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from mgpukit import exercises
+from mgpukit.exercises import EXERCISES, check, expected_value, reveal
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+
+def exercise_cells(path):
+    """(cell source, [(name, call)]) for every code cell that calls `check(...)`."""
+    out = []
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        src = "".join(cell["source"])
+        calls = [n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Call)
+                 and getattr(n.func, "id", getattr(n.func, "attr", None)) == "check"]
+        if calls:
+            out.append((src, calls))
+    return out
+
+
+def _literals(src):
+    """Numbers (also in comments: '# e.g. 2 * 3 / 4 * 212_352') and string constants of a cell."""
+    numbers = [float(x.replace("_", "")) for x in re.findall(r"(?<![\w.])\d[\d_]*(?:\.\d+)?(?:e-?\d+)?", src)]
+    strings = [n.value for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return numbers, strings
+
+
+def _flat(value):
+    return [x for v in value for x in _flat(v)] if isinstance(value, (list, tuple)) else [value]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_exercise_cell_holds_its_answer(path):
+    cells = exercise_cells(path)
+    for src, calls in cells:
+        names = [c.args[0].value for c in calls if c.args and isinstance(c.args[0], ast.Constant)]
+        numbers, _ = _literals(re.sub("|".join(re.escape(f'"{n}"') for n in names) or "^$", '""', src))
+        _, strings = _literals(src)
+        for call in calls:
+            assert len(call.args) == 2 and not call.keywords, (
+                f"{path.name}: `{ast.unparse(call)}` — an exercise cell passes only (name, answer); "
+                "put the expected value, tolerance and hint in mgpukit/exercises/registry.py")
+            name = call.args[0].value
+            for want in _flat(expected_value(name)):
+                if isinstance(want, str):
+                    assert want not in strings, f"{path.name} {name}: the answer {want!r} is in the cell"
+                    comments = [c for c in re.findall(r"#[^\n]*", src) if f'"{want}"' in c]
+                    assert all(" or " in c for c in comments), \
+                        f"{path.name} {name}: a comment names the answer {want!r} (not as one of the choices)"
+                elif isinstance(want, (int, float)) and want not in (0, 1):
+                    close = [x for x in numbers if math.isclose(x, want, rel_tol=1e-3)]
+                    assert not close, f"{path.name} {name}: the cell holds {close[0]}, the answer"
+
+
+def test_notebooks_00_to_04_each_have_a_predict_then_run_and_a_debugging_exercise():
+    for nn in ("00", "01", "02", "03", "04"):
+        path = next(p for p in NOTEBOOKS if p.name.startswith(nn))
+        names = {c.args[0].value for _, calls in exercise_cells(path) for c in calls}
+        assert f"{nn}.debug" in names and any(n.startswith(f"{nn}.predict-") for n in names), (path.name, names)
+        assert names <= set(EXERCISES), names - set(EXERCISES)
+
+
+def test_check_says_right_or_wrong_and_why_without_giving_the_answer(capsys):
+    want = expected_value("00.ring-bytes")
+    assert check("00.ring-bytes", None) is None
+    out = capsys.readouterr().out
+    assert "hint" in out and f"{want:,.0f}" not in out and str(int(want)) not in out
+    assert check("00.ring-bytes", want) is True and "why" in capsys.readouterr().out
+    assert check("00.ring-bytes", 2 * want) is False
+    out = capsys.readouterr().out
+    assert "too high, by 2×" in out and str(int(want)) not in out
+    psi_bytes = 4 * 212_352
+    assert check("00.ring-bytes", psi_bytes) is False  # a known slip gets its own sentence
+    assert "one copy of the gradients" in capsys.readouterr().out
+    assert check("00.missing-average", "GRAD_NORMS ") is True
+    reveal("00.ring-bytes")
+    assert str(int(want)) in capsys.readouterr().out
+    # the old three-argument form still works for a notebook that keeps its expected value
+    assert check("mine", 3.0, 3.0) is True and check("mine", 4.0, 3.0) is False
+
+
+def test_every_expected_value_computes():
+    for name in EXERCISES:
+        assert expected_value(name) is not None
+
+
+@pytest.mark.parametrize("name", ["01", "03"])
+def test_the_broken_mystery_variant_is_the_one_its_parity_report_shows(name):
+    records = exercises.mystery_runs(name, steps=2)
+    broken = f"variant {expected_value(name + '.debug')}"
+    diffs = {label: r["parity"]["grad_norms_max_abs_diff"] + r["parity"]["weights_max_abs_diff"]
+             for label, r in records.items()}
+    assert max(diffs, key=diffs.get) == broken
+    assert not records[broken]["parity"]["ok"]
+    assert all(diffs[label] < diffs[broken] / 10 for label in diffs if label != broken), diffs
+    from mgpukit.strategies import registry
+    assert not any(s.name.startswith("mystery-") for s in registry.available())  # gone again
+    assert "variant" in exercises.parity_report(records)
