@@ -232,3 +232,73 @@ _add("04.debug", lambda: _mystery("04"),
      hint="all three split the model; one of them lets a micro-batch's gradient count m times",
      why="variant B never scales each micro-batch's loss by 1/m: its gradients are m× too large "
          "from step 0 (gradient norms), though the first loss matches.")
+
+
+# ---- 05 tensor parallel
+def _tp(name):
+    from mgpukit.lessons import tensor_parallel
+
+    return tensor_parallel.expected(name)
+
+
+_add("05.tp-shard-shapes", lambda: _tp("tp-shard-shapes"), rel=0.0,
+     hint="q_proj is column-split: its rows are output features; fc2 is row-split: its columns are inputs",
+     why="each rank keeps d_model/t of q_proj's rows (whole heads) and d_ff/t of fc2's columns.")
+_add("05.tp-all-reduces", lambda: _tp("tp-all-reduces"), rel=0.0,
+     hint="4 per block (f and g, forward and backward), 1 embedding, 1 output layer, and the loss",
+     why="4·4 + 2 activation all-reduces, plus the loss's max and its two sums sent together.")
+_add("05.tp-sp-same-bytes", lambda: _tp("tp-sp-same-bytes"), rel=0.01,
+     hint="a ring all-reduce is a reduce-scatter followed by an all-gather",
+     why="SP moves the same bytes; what it saves is activation memory in the LayerNorm regions.")
+
+
+# ---- 06 sharding
+def _zero2_13b_gb() -> float:
+    from mgpukit.costmodel import get_shape, param_count
+    from mgpukit.costmodel.layout import Layout
+    from mgpukit.costmodel.memory import model_state_bytes
+
+    psi = param_count(get_shape("13b"))
+    return sum(model_state_bytes(psi, Layout(dp=32, zero=2, dtype="bf16")).values()) / 1e9
+
+
+def _zero3_volume_ratio() -> float:
+    from mgpukit.strategies.sharding.theory import predicted_model_states
+
+    return (predicted_model_states(1e9, dp=8, zero=3)["comm_bytes"]
+            / predicted_model_states(1e9, dp=8, zero=0)["comm_bytes"])
+
+
+def _offload_70b_gb() -> float:
+    from mgpukit.costmodel import get_shape, param_count
+    from mgpukit.costmodel.layout import Layout
+    from mgpukit.costmodel.memory import offload_traffic_bytes
+
+    return offload_traffic_bytes(param_count(get_shape("70b")), Layout(dp=64, zero=3, dtype="bf16")) / 1e9
+
+
+_add("06.zero2", _zero2_13b_gb, hint="2Ψ (weights) + (2 + 12)Ψ / N (gradients and optimizer states sharded)",
+     why="only the 16-bit weights stay whole on every GPU under ZeRO-2.")
+_add("06.volume", _zero3_volume_ratio,
+     hint="two all-gathers and one reduce-scatter of Ψ, against one all-reduce (= reduce-scatter + all-gather)",
+     why="ZeRO-3 gathers the parameters again for backward: 3 half-all-reduces instead of 2.")
+_add("06.offload", _offload_70b_gb,
+     hint="the parameter shard in twice (forward, backward) and the gradient shard out once: 3·2Ψ/N bytes",
+     why="offload trades GPU memory for traffic on the host link, every step.")
+
+
+# ---- 07 memory and precision
+def _memory(fn, *args, **kw):
+    from mgpukit.lessons import memory
+
+    return getattr(memory, fn)(*args, **kw)
+
+
+_add("07.model-states", lambda: _memory("model_state_gb", "7b"), rel=0.05, hint="16 bytes per parameter",
+     why="2 (bf16 weights) + 2 (bf16 grads) + 4 (fp32 master) + 8 (Adam m, v) bytes per parameter.")
+_add("07.full-ckpt", lambda: _memory("activations_per_layer_gb", "7b", checkpointing="full"), rel=0.05,
+     hint="only the layer's input survives: 2·s·b·h bytes",
+     why="everything else is recomputed in backward from that one tensor.")
+_add("07.zero-stage", lambda: _memory("smallest_zero_stage_that_fits", "7b", 8), rel=0.0,
+     hint="DDP keeps 16 bytes per parameter on every GPU; which stage shards the optimizer's 12 first?",
+     why="sharding the optimizer states is what brings a 7B model under 80 GB on 8 GPUs.")
