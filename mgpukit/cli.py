@@ -223,6 +223,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C: the launch already ended its workers
+        print("mgpukit: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, what a shell reports for a command ended by Ctrl-C
     except Exception as e:
         report = None if args.debug else _error_message(e)
         if report is None:

@@ -23,6 +23,7 @@ start method), with the four traps of that launcher closed:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -31,6 +32,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections import OrderedDict
@@ -181,16 +183,19 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
         "MGPUKIT_MODE": spec.mode,
     }
     envs = {r: {**base_env, "RANK": str(r), "LOCAL_RANK": str(r), "GROUP_RANK": "0"} for r in range(n)}
-    # torch's elastic layer logs every worker failure at ERROR level; we raise our own error.
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
-    pc = start_processes(
-        name="mgpukit",
-        entrypoint=_worker_main,
-        args={r: (fn, args, kwargs, spec, port_read) for r in range(n)},
-        envs=envs,
-        logs_specs=DefaultLogsSpecs(log_dir=spec.log_dir, redirects=Std.NONE),
-        start_method="fork",
-    )
+    # torch's elastic layer logs every worker failure at ERROR level, and torch.multiprocessing
+    # a "Terminating process ... via signal SIGTERM" per peer it ends; we raise our own error.
+    for name in ("torch.distributed.elastic", "torch.multiprocessing.spawn"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    with _callers_signal_handlers():  # elastic installs its own; Ctrl-C must stay the caller's
+        pc = start_processes(
+            name="mgpukit",
+            entrypoint=_worker_main,
+            args={r: (fn, args, kwargs, spec, port_read) for r in range(n)},
+            envs=envs,
+            logs_specs=DefaultLogsSpecs(log_dir=spec.log_dir, redirects=Std.NONE),
+            start_method="fork",
+        )
     worker_pids = list(pc.pids().values())
     os.close(port_read)
     store = None
@@ -221,11 +226,43 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
         del store
 
 
+_ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")  # what elastic's start() takes over
+
+
+@contextlib.contextmanager
+def _callers_signal_handlers():
+    """Give the caller its own signal handlers back once the workers are started.
+
+    torch-elastic's `start_processes` installs handlers that turn SIGINT/SIGTERM into its
+    `SignalException` — an ordinary `Exception` — and leaves them installed: after one launch,
+    Ctrl-C in a notebook or a tour was swallowed by any `except Exception`. Restored here, a
+    Ctrl-C during (or after) a launch raises `KeyboardInterrupt` as usual, and the launch's
+    `finally` ends every worker.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # elastic installs nothing outside the main thread either
+        return
+    sigs = [getattr(signal, name) for name in _ELASTIC_SIGNALS if hasattr(signal, name)]
+    saved = {sig: signal.getsignal(sig) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:  # None: installed from C, cannot be put back from Python
+                signal.signal(sig, handler)
+
+
 def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
     """Runs in each forked worker: set up Accelerate + torch.distributed, run `fn`, tear down."""
     import traceback
 
     rank = int(os.environ["RANK"])
+    # A worker inherits elastic's handlers, which turn SIGTERM into a Python exception that a
+    # rank blocked inside a gloo call never gets to raise. The parent owns shutdown: SIGTERM
+    # ends a worker at once, and Ctrl-C (SIGINT, sent to the whole terminal's process group)
+    # is the parent's to act on — it ends the workers itself.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _capture_output(spec.log_dir, rank)
     os.environ["MASTER_PORT"] = str(int(os.read(port_read, 8)))
     os.close(port_read)

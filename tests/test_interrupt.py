@@ -1,0 +1,142 @@
+"""Ctrl-C and SIGTERM stay the caller's after `mgpukit.launch`: torch-elastic's handlers (which
+turn SIGINT into an ordinary `Exception`) must not outlive the launch, and an interrupt during a
+launch ends it within 2 s with `KeyboardInterrupt`, leaving no worker behind. Real processes:
+a child Python runs the launch and receives a real SIGINT."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+import mgpukit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _nothing():
+    return 1
+
+
+def test_launch_leaves_the_callers_signal_handlers_installed():
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    assert mgpukit.launch(_nothing, 2, echo=False) == [1, 1]
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def _start(code: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_workers(proc: subprocess.Popen, n: int, limit_s: float = 60) -> list[psutil.Process]:
+    """The launch's worker processes, once `n` of them run (the parent may fork helpers too)."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        assert proc.poll() is None, proc.communicate()
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        if len(kids) >= n:
+            time.sleep(1.0)  # let them reach the blocking call
+            return psutil.Process(proc.pid).children(recursive=True)
+        time.sleep(0.1)
+    raise AssertionError("the workers never started")
+
+
+def _interrupt(proc, workers) -> float:
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("SIGINT did not end the process within 10 s")
+    elapsed = time.monotonic() - start
+    gone, alive = psutil.wait_procs(workers, timeout=1)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], "a worker outlived Ctrl-C"
+    return elapsed
+
+
+SLEEPER = """
+import time, mgpukit
+def sleep_then_ok():
+    time.sleep(120)
+try:
+    mgpukit.launch(sleep_then_ok, 2, timeout_s=300)
+except KeyboardInterrupt:
+    print("KEYBOARD-INTERRUPT")
+    raise SystemExit(130)
+except Exception as e:
+    print("SWALLOWED", type(e).__name__)
+    raise SystemExit(3)
+"""
+
+
+def test_ctrl_c_during_a_launch_raises_keyboardinterrupt_within_2s():
+    proc = _start(SLEEPER)
+    workers = _wait_for_workers(proc, 2)
+    elapsed = _interrupt(proc, workers)
+    out, err = proc.communicate()
+    assert "KEYBOARD-INTERRUPT" in out, (out, err)
+    assert proc.returncode == 130
+    assert elapsed < 2.0, f"took {elapsed:.1f} s"
+
+
+BLOCKED_IN_GLOO = """
+import time, torch, torch.distributed as dist, mgpukit
+def hang():
+    if dist.get_rank() == 0:
+        dist.all_reduce(torch.ones(1))  # rank 1 never joins: rank 0 sits inside gloo
+    time.sleep(120)
+mgpukit.launch(hang, 2, echo=False)  # ran once, then Ctrl-C during a second launch
+"""
+
+
+def test_ctrl_c_after_a_first_launch_is_still_keyboardinterrupt():
+    """The regression: the second launch ran with elastic's handlers left by the first."""
+    proc = _start("""
+import time, mgpukit
+def quick():
+    return 1
+mgpukit.launch(quick, 2, echo=False)
+try:
+    print("FIRST-DONE", flush=True)
+    time.sleep(60)
+except KeyboardInterrupt:
+    print("KEYBOARD-INTERRUPT")
+    raise SystemExit(130)
+except BaseException as e:
+    print("SWALLOWED", type(e).__name__)
+    raise SystemExit(3)
+""")
+    line = proc.stdout.readline()
+    assert "FIRST-DONE" in line, (line, proc.stderr.read())
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=10)
+    assert "KEYBOARD-INTERRUPT" in out, (out, err)
+    assert proc.returncode == 130
+
+
+def test_ctrl_c_ends_a_worker_blocked_inside_a_collective():
+    proc = _start(BLOCKED_IN_GLOO)
+    workers = _wait_for_workers(proc, 2)
+    elapsed = _interrupt(proc, workers)
+    _, err = proc.communicate()
+    assert "KeyboardInterrupt" in err
+    assert "SignalException" not in err
+    assert elapsed < 2.0, f"took {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize("argv", [["run", "ddp", "--steps", "100000", "--no-parity"]])
+def test_ctrl_c_ends_the_cli_with_exit_code_130(argv):
+    proc = _start(f"import sys; from mgpukit.cli import main; sys.exit(main({argv!r}))")
+    workers = _wait_for_workers(proc, 2)
+    elapsed = _interrupt(proc, workers)
+    _, err = proc.communicate()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "mgpukit: interrupted", err
+    assert "Traceback" not in err
+    assert elapsed < 2.0, f"took {elapsed:.1f} s"
