@@ -10,9 +10,12 @@ start method), with the four traps of that launcher closed:
    `DistributedType.NO` and rank 0 everywhere: N unsynchronised copies. Each worker here builds
    Accelerate's `PartialState(cpu=True)` first and checks that it reports the right rank and
    world size, so an `Accelerator()` made later inside `fn` shares that correct state.
-2. **A fixed port.** The parent opens the rendezvous store itself on 127.0.0.1, port 0 (the
-   kernel picks a free one) and workers join it as clients, so two launches at once never
-   collide and there is no window between "find a free port" and "bind it".
+2. **A fixed port, open to the network.** The parent opens the rendezvous store itself on a
+   socket it bound to 127.0.0.1, port 0 (the kernel picks a free one), and workers join it as
+   clients: two launches at once never collide, there is no window between "find a free port"
+   and "bind it", and nobody else on the network can write the store's keys (`TCPStore`
+   given only a host name listens on every interface, IPv4 and IPv6). Gloo's own sockets are
+   pinned to the loopback interface too (`GLOO_SOCKET_IFNAME`, unless the caller set it).
 3. **Errors and hangs.** A rank that raises ends the launch at once; the error names the rank
    and carries its traceback (the earliest failure is the root cause — a peer that died of a
    closed connection afterwards is listed, not blamed). A launch that runs past `timeout_s`
@@ -30,6 +33,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -77,6 +81,7 @@ class WorkerSpec:
     timeout_s: float
     t0: float  # time.perf_counter() in the parent at launch: timelines start here
     log_dir: str  # each rank writes what it prints to <log_dir>/<rank>.log
+    host: str  # where the rendezvous store listens (loopback unless asked otherwise)
     options: dict
     dims: ParallelDims  # the mesh every worker builds: (pp, dp, tp)
 
@@ -106,6 +111,7 @@ def launch(
     echo: bool = True,
     options: dict | None = None,
     dims: ParallelDims | None = None,
+    host: str = "127.0.0.1",
     **kwargs: Any,
 ) -> list[Any]:
     """Run `fn(*args, **kwargs)` on `world_size` workers; return each rank's value, by rank.
@@ -117,6 +123,8 @@ def launch(
     options: free-form settings handed to every worker's context (`mgpukit.current().options`).
     dims: how the workers are cut into (pp, dp, tp) — every worker's context carries the
     `DeviceMesh` built from it (`ctx.mesh`, `ctx.group("dp")`); default: all data parallel.
+    host: the address the rendezvous store listens on — loopback by default, so nothing on
+    the network can reach it; give another only when workers elsewhere must join.
     `device_guard` and `strict_p2p` in options (default: env MGPUKIT_DEVICE_GUARD /
     MGPUKIT_STRICT_P2P = 1) turn on the CPU checks of the GPU path.
     """
@@ -149,7 +157,7 @@ def launch(
     spec = WorkerSpec(
         world_size=world_size, mode=mode, profile=profile, threads=threads,
         timeout_s=timeout_s, t0=time.perf_counter(), options=options,
-        log_dir=tempfile.mkdtemp(prefix="mgpukit-launch-"), dims=dims,
+        log_dir=tempfile.mkdtemp(prefix="mgpukit-launch-"), dims=dims, host=host,
     )
     try:
         return _run(fn, args, kwargs, spec, echo=echo)
@@ -174,7 +182,7 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
     # holding a lock no thread will release — and its port reaches the workers through a pipe.
     port_read, port_write = os.pipe()
     base_env = {
-        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_ADDR": spec.host,
         "MASTER_PORT": "0",  # replaced in each worker by the port read from the pipe
         "WORLD_SIZE": str(n),
         "LOCAL_WORLD_SIZE": str(n),
@@ -182,6 +190,10 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
         "OMP_NUM_THREADS": str(spec.threads),
         "MGPUKIT_MODE": spec.mode,
     }
+    if spec.host in ("127.0.0.1", "localhost", "::1") and "GLOO_SOCKET_IFNAME" not in os.environ:
+        lo = _loopback_interface()
+        if lo:
+            base_env["GLOO_SOCKET_IFNAME"] = lo
     envs = {r: {**base_env, "RANK": str(r), "LOCAL_RANK": str(r), "GROUP_RANK": "0"} for r in range(n)}
     # torch's elastic layer logs every worker failure at ERROR level, and torch.multiprocessing
     # a "Terminating process ... via signal SIGTERM" per peer it ends; we raise our own error.
@@ -198,10 +210,14 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
         )
     worker_pids = list(pc.pids().values())
     os.close(port_read)
-    store = None
+    store = listener = None
     try:
-        store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                              timeout=datetime.timedelta(seconds=spec.timeout_s))
+        listener = _listen(spec.host)
+        store = dist.TCPStore(spec.host, 0, is_master=True, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=spec.timeout_s),
+                              master_listen_fd=listener.fileno())
+        listener.detach()  # the store owns the socket now and closes it itself
+        listener = None
         os.write(port_write, f"{store.port:08d}".encode() * n)  # 8 bytes per worker: atomic
         result = pc.wait(timeout=spec.timeout_s, period=0.02)
         if result is None:
@@ -224,6 +240,8 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
         _kill(tree)
         os.close(port_write)
         del store
+        if listener is not None:
+            listener.close()
 
 
 _ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")  # what elastic's start() takes over
@@ -252,6 +270,31 @@ def _callers_signal_handlers():
                 signal.signal(sig, handler)
 
 
+def _listen(host: str) -> socket.socket:
+    """A listening TCP socket on `host`, port 0, for the store to serve on (`master_listen_fd`).
+
+    `TCPStore(host, port, is_master=True)` binds to every interface whatever `host` says; a
+    socket bound here first is the only way to keep it on the address asked for."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, 0))
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise LaunchError(f"cannot listen on host={host!r} ({e}); use an address of this "
+                          f"machine, or the default 127.0.0.1.") from None
+    return sock
+
+
+def _loopback_interface() -> str | None:
+    """The name of the interface holding 127.0.0.1 ("lo" on Linux, "lo0" on macOS)."""
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address.startswith("127.") for a in addrs):
+            return name
+    return None
+
+
 def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
     """Runs in each forked worker: set up Accelerate + torch.distributed, run `fn`, tear down."""
     import traceback
@@ -266,7 +309,7 @@ def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
     _capture_output(spec.log_dir, rank)
     os.environ["MASTER_PORT"] = str(int(os.read(port_read, 8)))
     os.close(port_read)
-    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), is_master=False,
+    store = dist.TCPStore(spec.host, int(os.environ["MASTER_PORT"]), is_master=False,
                           timeout=datetime.timedelta(seconds=spec.timeout_s))
 
     def report_failure():
