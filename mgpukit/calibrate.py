@@ -224,8 +224,13 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
     from mgpukit.runtime.hardware import usable_cores
     from mgpukit.runtime.launcher import OversubscribedWarning, launch
 
-    if workers < 2:
-        raise ValueError("calibrate needs at least 2 workers to measure gloo's alpha and beta.")
+    if not isinstance(workers, int) or workers < 2:
+        raise ValueError(f"workers={workers!r}: calibrate needs at least 2 workers to measure "
+                         f"gloo's alpha and beta.")
+    if out is not None:
+        from mgpukit.files import check_output
+
+        check_output(out, what="profile file (--out)")
     sizes = tuple(sizes or (QUICK_SIZES if quick else SIZES))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OversubscribedWarning)

@@ -154,6 +154,10 @@ def _bench(args):
     for name in names:
         if name not in BENCHES:
             raise ValueError(f"unknown benchmark {name!r}; choose from: all, {', '.join(sorted(BENCHES))}")
+    if args.json:
+        from mgpukit.files import check_output
+
+        check_output(args.json, what="--json file")
     results = {}
     for name in names:
         print(f"== bench {name} ==")

@@ -27,6 +27,7 @@ import torch
 
 from mgpukit import strategies
 from mgpukit.config import RunConfig
+from mgpukit.files import atomic_path, check_output
 from mgpukit.measure.record import build_record, save_chrome_trace, save_record
 from mgpukit.measure.recorder import Recorder
 from mgpukit.parallelize import parallelize, resolve_layout
@@ -107,12 +108,27 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     """
     p = prepare(strategy, workers=workers, mode=mode, profile=profile, config=config, layout=layout,
                 **overrides)
+    check_outputs(json_path=json_path, trace_path=trace_path, weights_path=weights_path,
+                  torch_profile_dir=torch_profile_dir)
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds.")
     results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
                      dims=p.dims, timeout_s=timeout_s, echo=echo, threads_per_worker=threads_per_worker,
                      options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None})
     return finish(p, [r["result"] for r in results], results[0].get("weights"), parity=parity,
                   tolerance=tolerance, timeout_s=timeout_s, json_path=json_path,
                   trace_path=trace_path, weights_path=weights_path)
+
+
+def check_outputs(*, json_path=None, trace_path=None, weights_path=None, torch_profile_dir=None) -> None:
+    """Every file a run will write can be written — checked before it trains, so a typo in a
+    path does not throw a finished run away (ValueError naming the path and the fix)."""
+    for path, what in ((json_path, "record (--json)"), (trace_path, "trace (--trace)"),
+                       (weights_path, "weights (--save-weights)")):
+        if path:
+            check_output(path, what=what)
+    if torch_profile_dir:
+        check_output(torch_profile_dir, what="torch.profiler folder (--profile-torch)", directory=True)
 
 
 def run_rank(name: str, cfg: RunConfig):
@@ -199,10 +215,9 @@ def save_weights(weights: dict | None, path: str | Path) -> Path:
 
     if weights is None:
         raise ValueError("this strategy returned no weights to save.")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in weights.items()}, str(path))
-    return path
+    with atomic_path(path) as tmp:  # a failed write leaves an older file whole
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp))
+    return Path(path)
 
 
 def load_weights(path: str | Path) -> dict:

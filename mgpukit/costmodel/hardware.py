@@ -218,8 +218,9 @@ def save_profile(profile: HardwareProfile, path: str | Path, *, comment: str = "
             lines.append(f"{key} = {_toml_value(value)}")
     for key, table in tables:
         lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    from mgpukit.files import write_text
+
+    return write_text(path, "\n".join(lines) + "\n")
 
 
 def _toml_value(v) -> str:
