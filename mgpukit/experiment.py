@@ -273,6 +273,16 @@ def reference(name: str, cfg: RunConfig, *, mode: str = "cpu", timeout_s: float 
     return _REFERENCE_CACHE[key]
 
 
+def _max(diff: torch.Tensor) -> float:
+    """The largest element, NaN if any is NaN (torch's max propagates NaN)."""
+    return float(diff.max()) if diff.numel() else 0.0
+
+
+def _nan_max(a: float, b: float) -> float:
+    """max() that keeps NaN: Python's `max(0.0, nan)` is 0.0, which reported a NaN run as exact."""
+    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
+
+
 def compare(record: dict, weights: dict | None, ref: dict, tol: dict | None) -> dict:
     """Losses, gradient norms and final weights against the reference, elementwise with tolerance."""
     tol = tol or FP32_TOL
@@ -291,9 +301,9 @@ def compare(record: dict, weights: dict | None, ref: dict, tol: dict | None) -> 
             ok = False
             continue
         diff = (got_t - want_t).abs()
-        out[f"{name}_max_abs_diff"] = float(diff.max()) if diff.numel() else 0.0
+        out[f"{name}_max_abs_diff"] = _max(diff)
         ok &= bool(torch.all(diff <= tol["atol"] + tol["rtol"] * want_t.abs()))
-        worst = max(worst, out[f"{name}_max_abs_diff"])
+        worst = _nan_max(worst, out[f"{name}_max_abs_diff"])
     if weights is None:
         out["weights_max_abs_diff"] = None
         out["weights_checked"] = False
@@ -305,11 +315,11 @@ def compare(record: dict, weights: dict | None, ref: dict, tol: dict | None) -> 
         for k, want in ref_weights.items():
             got = weights[k].to(want.dtype)
             diff = (got - want).abs()
-            wdiff = max(wdiff, float(diff.max()) if diff.numel() else 0.0)
+            wdiff = _nan_max(wdiff, _max(diff))
             ok &= bool(torch.all(diff <= tol["atol"] + tol["rtol"] * want.abs()))
         out["weights_max_abs_diff"] = wdiff
         out["weights_checked"] = True
-        worst = max(worst, wdiff)
+        worst = _nan_max(worst, wdiff)
     out["max_abs_diff"] = worst
     out["ok"] = bool(ok)
     return out

@@ -16,12 +16,18 @@ are combined once, after training, in one untimed reduction over the world (a pi
 lives on its last stage, its gradient is spread over the stages; data-parallel replicas hold
 the same averaged gradient), so logging never sits inside a timed step.
 
+A non-finite loss or gradient (too high a learning rate, an overflow) stops the run at once,
+before the optimizer step that would spread it into the weights: `NonFiniteError` names the
+step and the rank. The check costs nothing extra — the gradient norm already logged is a float64
+sum of every squared gradient element, non-finite exactly when some element is.
+
 The trainer is the only place that calls `optimizer.step()` (outside the parameter server,
 which keeps its own topology): `tests/test_trainer.py` counts.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import torch.distributed as dist
@@ -66,6 +72,7 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
                 idle.mark()
             parts.sync.sync(step)
             sq_norm = grad_sq_norm(parts.params)
+            check_finite(loss, sq_norm, step=step, rank=ctx.rank)  # before the weights change
             if lr_at is not None:
                 set_lr(optimizer, lr_at(step))
                 rec.extra["lr"].append(lr_at(step))
@@ -83,6 +90,25 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
         rec.extra.update(parts.engine.finish(cfg.steps))
     rec.extra.update(parts.extra)
     return gather_weights(rec, ctx, parts)
+
+
+class NonFiniteError(FloatingPointError):
+    """The loss or a gradient was NaN or infinite; the optimizer step was not taken."""
+
+
+def check_finite(loss, sq_norm: float, *, step: int, rank: int) -> None:
+    """Raise `NonFiniteError` when the loss or the gradient's squared norm is not finite.
+
+    `sq_norm` is Σ‖g‖² in float64 over this rank's gradients (every float32 square fits), so
+    one `isfinite` on it covers every element: no extra pass over the gradients."""
+    loss_value = float(loss) if loss is not None else 0.0
+    bad = [what for what, v in (("loss", loss_value), ("gradient", sq_norm)) if not math.isfinite(v)]
+    if bad:
+        shown = loss_value if "loss" in bad else sq_norm ** 0.5
+        raise NonFiniteError(
+            f"non-finite {' and '.join(bad)} ({shown}) at step {step} on rank {rank}: stopped before "
+            f"the optimizer step, so the weights are those after step {step - 1}. Usually the "
+            f"learning rate is too high (lower --lr) or the inputs overflow.")
 
 
 def log_steps(rec, ctx, parts: Parts, logs: list[tuple[float, float]]) -> None:
