@@ -16,6 +16,7 @@ use ("bus bandwidth" in nccl-tests terms), not the marketing bidirectional figur
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +49,8 @@ class Link:
     beta: float
 
     def __post_init__(self) -> None:
-        if self.alpha < 0 or self.beta <= 0:
-            raise ValueError(f"a link needs alpha >= 0 and beta > 0, got alpha={self.alpha}, beta={self.beta}")
+        if not (math.isfinite(self.alpha) and math.isfinite(self.beta)) or self.alpha < 0 or self.beta <= 0:
+            raise ValueError(f"a link needs finite alpha >= 0 and beta > 0, got alpha={self.alpha}, beta={self.beta}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +87,17 @@ class HardwareProfile:
     op_overhead_by_context: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
+        # a negative bandwidth or a NaN memory size gives negative or NaN times, silently
+        positive = {"memory_bytes": self.memory_bytes, "memory_bandwidth": self.memory_bandwidth,
+                    **{f"peak_flops.{d}": getattr(self.peak_flops, d) for d in DTYPES}}
+        for key, value in positive.items():
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"profile {self.name!r}: {key} must be a finite number > 0, got {value}")
+        overheads = {"op_overhead": self.op_overhead, **{f"op_overhead_{c}": v for c, v in
+                                                         (self.op_overhead_by_context or {}).items()}}
+        for key, value in overheads.items():
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"profile {self.name!r}: efficiency.{key} must be a finite number >= 0, got {value}")
         if self.gpus_per_node < 1:
             raise ValueError(f"profile {self.name!r}: gpus_per_node must be >= 1, got {self.gpus_per_node}")
         if not 0 < self.compute_efficiency <= 1 or not 0 < self.usable_memory <= 1:

@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import datetime
 import logging
+import math
 import os
 import shutil
 import signal
@@ -128,8 +129,11 @@ def launch(
     `device_guard` and `strict_p2p` in options (default: env MGPUKIT_DEVICE_GUARD /
     MGPUKIT_STRICT_P2P = 1) turn on the CPU checks of the GPU path.
     """
-    if not isinstance(world_size, int) or world_size < 1:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise LaunchError(f"world_size must be a positive integer, got {world_size!r}.")
+    if (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+            or not math.isfinite(timeout_s) or timeout_s <= 0):
+        raise LaunchError(f"timeout_s={timeout_s!r}: give a positive, finite number of seconds.")
     dims = dims or ParallelDims(dp=world_size)
     if dims.world_size != world_size:
         raise LaunchError(f"dims {dims.as_dict()} describe {dims.world_size} workers, but "
