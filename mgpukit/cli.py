@@ -105,7 +105,14 @@ def add_run_arguments(p):
     layout.add_argument("--schedule", default=None,
                         help="pipeline schedule with --pp: naive | gpipe | 1f1b | interleaved | zb-h1")
     layout.add_argument("--v", type=positive_int, default=None, help="model chunks per pipeline rank")
-    p.add_argument("--timeout", type=positive_float, default=600.0, help="seconds (default 600)")
+    p.add_argument("--timeout", type=positive_float, default=600.0,
+                   help="seconds the whole run may take (default 600)")
+    p.add_argument("--collective-timeout", type=positive_float, default=None, metavar="SECONDS",
+                   help="seconds one collective may wait for its peers before its rank fails "
+                        "(default: 60 for the tiny models, 180 for gpt-small, 300 on GPUs)")
+    p.add_argument("--debug-collectives", action="store_true",
+                   help="TORCH_DISTRIBUTED_DEBUG=DETAIL in the workers: ranks that call different "
+                        "collectives fail at once, naming both (slower; for debugging)")
 
 
 def layout_from_args(args) -> dict:
@@ -129,7 +136,8 @@ def _run(args):
     record = run(args.strategy, workers=args.workers, mode=mode, profile=args.emulate,
                  config=config_from_args(args), layout=layout_from_args(args),
                  parity=not args.no_parity, timeout_s=args.timeout, json_path=args.json, trace_path=args.trace,
-                 torch_profile_dir=args.profile_torch, weights_path=args.save_weights, echo=True)
+                 torch_profile_dir=args.profile_torch, weights_path=args.save_weights, echo=True,
+                 collective_timeout_s=args.collective_timeout, debug_collectives=args.debug_collectives)
     print_summary([record])
     if args.json:
         print(f"record written to {args.json}")

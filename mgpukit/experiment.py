@@ -95,7 +95,8 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
         tolerance: dict | None = None, timeout_s: float = 600.0, json_path: str | Path | None = None,
         trace_path: str | Path | None = None, torch_profile_dir: str | Path | None = None,
         echo: bool = False, threads_per_worker: int | None = None,
-        weights_path: str | Path | None = None, **overrides) -> dict:
+        weights_path: str | Path | None = None, collective_timeout_s: float | None = None,
+        debug_collectives: bool = False, **overrides) -> dict:
     """Run `strategy` on `workers` ranks and return its result record.
 
     mode: "auto" | "cpu" | "gpu" | "emulated" (with `profile`, e.g. "h100-nvlink").
@@ -105,6 +106,10 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     `weights_path` saves the trained (unsharded) weights as safetensors; `json_path` writes the
     record, `trace_path` a Chrome/Perfetto trace of its timeline, `torch_profile_dir` a
     torch.profiler trace per rank (the kernel-level view).
+    `timeout_s` bounds the whole launch; `collective_timeout_s` one collective's wait (default
+    `default_collective_timeout`: seconds for the tiny models), so ranks that called different
+    collectives fail with the operation named instead of hanging. `debug_collectives=True` has
+    torch compare every collective's fingerprint across ranks (TORCH_DISTRIBUTED_DEBUG=DETAIL).
     """
     p = prepare(strategy, workers=workers, mode=mode, profile=profile, config=config, layout=layout,
                 **overrides)
@@ -112,12 +117,30 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
                   torch_profile_dir=torch_profile_dir)
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds.")
+    if collective_timeout_s is None:
+        collective_timeout_s = default_collective_timeout(p.cfg, p.mode)
     results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
                      dims=p.dims, timeout_s=timeout_s, echo=echo, threads_per_worker=threads_per_worker,
+                     collective_timeout_s=min(collective_timeout_s, timeout_s),
+                     debug_collectives=debug_collectives,
                      options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None})
     return finish(p, [r["result"] for r in results], results[0].get("weights"), parity=parity,
                   tolerance=tolerance, timeout_s=timeout_s, json_path=json_path,
                   trace_path=trace_path, weights_path=weights_path)
+
+
+def default_collective_timeout(cfg: RunConfig, mode: str) -> float:
+    """Seconds one collective may wait for its peers, proportionate to the job.
+
+    On the shipped models a step takes milliseconds to a second, so a collective that waits a
+    minute is a rank that will never come (a mismatch), not a slow one: 60 s for the tiny
+    models, 180 s for gpt-small, plus the seconds a deliberate input delay adds per step
+    (`loader_delay_s` × micro-batches); at least 300 s on GPUs, where NCCL's first collective
+    sets up its communicators."""
+    seconds = 180.0 if cfg.model == "gpt-small" else 60.0
+    delay = cfg.options.get("loader_delay_s") or 0.0
+    seconds += 4 * float(delay) * cfg.micro_batches
+    return max(seconds, 300.0) if mode == "gpu" else seconds
 
 
 def check_outputs(*, json_path=None, trace_path=None, weights_path=None, torch_profile_dir=None) -> None:

@@ -62,6 +62,10 @@ def worker_error(log_dir: str, result, store, n: int) -> WorkerError:
         rank = min(raised, key=lambda r: raised[r][0])
     if rank in raised:
         how, trace = "raised", raised[rank][1]
+        if "Timed out waiting" in trace or "timed out" in trace.lower().splitlines()[-1]:
+            trace += ("\n(A collective waited past its timeout: the other ranks never joined it, or "
+                      "joined a different one. Rerun with --debug-collectives "
+                      "(debug_collectives=True) to have torch name the mismatch.)")
         if rank not in own:
             trace += ("\n(A peer left while this rank waited on it: a rank died, or ranks called "
                       "different collectives. Ranks must call the same collectives in the same order.)")
@@ -69,12 +73,22 @@ def worker_error(log_dir: str, result, store, n: int) -> WorkerError:
         code = result.failures[rank].exitcode
         how = f"died with exit code {code}{_signal_name(code)}"
         trace = "(no Python traceback: the process ended without raising an exception)"
+        trace += _LIKELY_CAUSE.get(code, "")
         trace += tail_logs(log_dir, [rank])
     others = sorted(r for r in {*raised, *died} if r != rank)
     also = f" (rank(s) {others} failed after it)" if others else ""
     exitcode = result.failures[rank].exitcode if rank in result.failures else None
     return WorkerError(f"rank {rank} {how}{also}:\n{trace}", rank=rank, traceback=trace,
                        exitcode=exitcode)
+
+
+_LIKELY_CAUSE = {
+    -signal.SIGKILL: ("\n(SIGKILL comes from outside the process; most often the kernel's out-of-memory "
+                      "killer — see `dmesg` — so try fewer workers, a smaller model or batch.)"),
+    -signal.SIGABRT: ("\n(SIGABRT: a C++ library aborted, e.g. gloo on a collective whose sizes differ "
+                      "between ranks; its reason is in the output below.)"),
+    -signal.SIGSEGV: "\n(SIGSEGV: a crash in native code; the output below shows where.)",
+}
 
 
 def _signal_name(exitcode: int | None) -> str:
@@ -87,12 +101,45 @@ def _signal_name(exitcode: int | None) -> str:
 
 
 def tail_logs(log_dir: str, ranks, lines: int = 20) -> str:
+    """The end of each rank's output, or the part of a fault dump that explains it."""
     out = []
     for r in ranks:
         path = os.path.join(log_dir, f"{r}.log")
         if os.path.isfile(path):
             with open(path, errors="replace") as f:
-                text = f.read().rstrip().splitlines()[-lines:]
+                text, what = explain_output(f.read(), lines)
             if text:
-                out.append(f"\n--- rank {r} output (last {len(text)} lines) ---\n" + "\n".join(text))
+                out.append(f"\n--- rank {r} output ({what}) ---\n" + "\n".join(text))
     return "".join(out)
+
+
+_FRAMES_BELOW = ("mgpukit/runtime/launcher.py", "torch/distributed/elastic/", "multiprocessing/")
+
+
+def explain_output(text: str, lines: int = 20) -> tuple[list[str], str]:
+    """(the lines worth showing, what they are) from a rank's output.
+
+    A native abort (gloo's "Received data size doesn't match expected size. Is there a
+    distributed collective mismatch in your code?") is printed *before* Python's fault dump,
+    whose thread stacks and "Extension modules" list would push it out of a plain tail. So for
+    a dump: the lines before it, the fatal line, and the frames of each thread down to the
+    launcher's own (the user's code is above it)."""
+    all_lines = text.rstrip().splitlines()
+    fatal = next((i for i, line in enumerate(all_lines) if line.startswith("Fatal Python error")), None)
+    if fatal is None:
+        tail = all_lines[-lines:]
+        return tail, f"last {len(tail)} lines"
+    keep = all_lines[max(0, fatal - lines):fatal + 1]
+    skipping = False
+    for line in all_lines[fatal + 1:]:
+        if line.startswith("Extension modules:"):
+            break
+        if line.startswith(("Thread ", "Current thread ")):
+            skipping = False
+            keep += ["", line]
+        elif not skipping and any(p in line for p in _FRAMES_BELOW):
+            skipping = True  # the launcher and the process machinery below the user's code
+        elif not skipping and line.strip():
+            keep.append(line)
+    return keep, "its native error, and the Python stacks down to the launcher"
+

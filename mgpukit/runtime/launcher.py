@@ -29,9 +29,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import faulthandler
 import logging
 import math
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -80,6 +82,7 @@ class WorkerSpec:
     profile: str | None
     threads: int
     timeout_s: float
+    collective_timeout_s: float  # a collective waiting longer than this raises in its rank
     t0: float  # time.perf_counter() in the parent at launch: timelines start here
     log_dir: str  # each rank writes what it prints to <log_dir>/<rank>.log
     host: str  # where the rendezvous store listens (loopback unless asked otherwise)
@@ -113,6 +116,8 @@ def launch(
     options: dict | None = None,
     dims: ParallelDims | None = None,
     host: str = "127.0.0.1",
+    collective_timeout_s: float | None = None,
+    debug_collectives: bool = False,
     **kwargs: Any,
 ) -> list[Any]:
     """Run `fn(*args, **kwargs)` on `world_size` workers; return each rank's value, by rank.
@@ -120,6 +125,13 @@ def launch(
     mode: "auto" (GPUs with NCCL when enough are visible, else CPU workers with gloo), "cpu",
     "gpu", or "emulated" (CPU workers whose timings come from a virtual clock of `profile`).
     timeout_s: the whole launch's limit; a hung rank ends in `LaunchTimeout`, not a hang.
+    collective_timeout_s: how long one collective may wait for its peers before it raises in
+    its rank, naming the operation (default: `timeout_s`). Keep it well under `timeout_s` so a
+    mismatch is reported by the rank that waits, not by the launch's clock.
+    debug_collectives: run the workers with `TORCH_DISTRIBUTED_DEBUG=DETAIL`: every collective
+    first compares its fingerprint (op, shapes, dtypes) across ranks, so ranks that call
+    different collectives fail at once with "Detected mismatch between collectives" instead
+    of hanging (an extra check per collective: for debugging, not for timing).
     echo: print what workers printed (prefixed by rank) once they finish.
     options: free-form settings handed to every worker's context (`mgpukit.current().options`).
     dims: how the workers are cut into (pp, dp, tp) — every worker's context carries the
@@ -134,6 +146,12 @@ def launch(
     if (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
             or not math.isfinite(timeout_s) or timeout_s <= 0):
         raise LaunchError(f"timeout_s={timeout_s!r}: give a positive, finite number of seconds.")
+    collective_timeout_s = timeout_s if collective_timeout_s is None else collective_timeout_s
+    if (isinstance(collective_timeout_s, bool) or not isinstance(collective_timeout_s, (int, float))
+            or not math.isfinite(collective_timeout_s) or collective_timeout_s <= 0):
+        raise LaunchError(f"collective_timeout_s={collective_timeout_s!r}: give a positive, finite "
+                          f"number of seconds.")
+    collective_timeout_s = min(collective_timeout_s, timeout_s)
     dims = dims or ParallelDims(dp=world_size)
     if dims.world_size != world_size:
         raise LaunchError(f"dims {dims.as_dict()} describe {dims.world_size} workers, but "
@@ -160,7 +178,8 @@ def launch(
         options.setdefault(key, os.environ.get(var) == "1")
     spec = WorkerSpec(
         world_size=world_size, mode=mode, profile=profile, threads=threads,
-        timeout_s=timeout_s, t0=time.perf_counter(), options=options,
+        timeout_s=timeout_s, collective_timeout_s=collective_timeout_s, t0=time.perf_counter(),
+        options={**options, "debug_collectives": bool(debug_collectives)},
         log_dir=tempfile.mkdtemp(prefix="mgpukit-launch-"), dims=dims, host=host,
     )
     try:
@@ -194,6 +213,8 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
         "OMP_NUM_THREADS": str(spec.threads),
         "MGPUKIT_MODE": spec.mode,
     }
+    if spec.options.get("debug_collectives"):
+        base_env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # read when the process group is made
     if spec.host in ("127.0.0.1", "localhost", "::1") and "GLOO_SOCKET_IFNAME" not in os.environ:
         lo = _loopback_interface()
         if lo:
@@ -310,6 +331,8 @@ def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
     # is the parent's to act on — it ends the workers itself.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if spec.options.get("debug_collectives"):
+        dist.set_debug_level_from_env()  # torch read the level at import, before the fork
     _capture_output(spec.log_dir, rank)
     os.environ["MASTER_PORT"] = str(int(os.read(port_read, 8)))
     os.close(port_read)
@@ -322,9 +345,27 @@ def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
         # before the process group is torn down, since tearing it down wakes the peers.
         store.set(ERROR_KEY.format(rank=rank), f"{time.time_ns()}\n{traceback.format_exc()}")
 
-    # tensors cross to the parent by pickling: CUDA ones would need CUDA in the parent (the
-    # very thing a notebook must not initialise), so they come back as CPU copies
-    return _to_cpu(_run_in_worker(fn, args, kwargs, spec, rank, report_failure, store))
+    return _run_in_worker(fn, args, kwargs, spec, rank, report_failure, store)
+
+
+def check_picklable(value, where: str = "the return value") -> None:
+    """Raise TypeError naming the part of `value` that cannot be pickled, and its type.
+
+    A worker's return value reaches the parent pickled; torch pickles it after the function
+    returned, where a failure only reads "the process ended without raising an exception"."""
+    try:
+        pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        return
+    except Exception as e:
+        error = e
+    items = (value.items() if isinstance(value, dict)
+             else enumerate(value) if isinstance(value, (list, tuple)) else ())
+    for key, item in items:
+        check_picklable(item, f"{where}[{key!r}]")  # raises for the first bad part, deepest first
+    raise TypeError(f"{where} could not be pickled to send it back to the parent: "
+                    f"{type(value).__module__}.{type(value).__qualname__} ({error}). Return plain "
+                    f"data — numbers, strings, lists, dicts, tensors — not functions, locks, "
+                    f"open files or modules.")
 
 
 def _to_cpu(value):
@@ -345,7 +386,10 @@ def _run_in_worker(fn, args, kwargs, spec: WorkerSpec, rank: int, report_failure
     try:
         if spec.mode == "gpu" and torch.cuda._is_in_bad_fork():  # before Accelerate touches CUDA
             raise LaunchError(BAD_FORK)
-        value = _setup_and_call(fn, args, kwargs, spec, rank)
+        # tensors cross to the parent by pickling: CUDA ones would need CUDA in the parent (the
+        # very thing a notebook must not initialise), so they come back as CPU copies
+        value = _to_cpu(_setup_and_call(fn, args, kwargs, spec, rank))
+        check_picklable(value)  # here, where a failure is reported with its cause
         # Leave together: a rank that tore its process group down while a slower peer was
         # still connecting would fail that peer. A store barrier, not a collective, so it can
         # never pair up with a collective some rank is still (wrongly) waiting in.
@@ -365,7 +409,7 @@ def _setup_and_call(fn, args, kwargs, spec: WorkerSpec, rank: int):
     from accelerate import PartialState
 
     torch.set_num_threads(spec.threads)
-    timeout = datetime.timedelta(seconds=spec.timeout_s)
+    timeout = datetime.timedelta(seconds=spec.collective_timeout_s)
     state = PartialState(cpu=spec.mode != "gpu", timeout=timeout)
     if state.num_processes != spec.world_size or state.process_index != rank:
         raise LaunchError(
@@ -414,6 +458,9 @@ def _capture_output(log_dir: str, rank: int) -> None:
         except OSError:
             pass
     sys.stdout = sys.stderr = log
+    # a native crash (segfault, a C++ abort in gloo) dumps the Python stacks into the same file,
+    # not wherever the parent's fault handler pointed (pytest, a notebook's kernel)
+    faulthandler.enable(file=log, all_threads=True)
 
 
 def _release_openmp_threads() -> None:
