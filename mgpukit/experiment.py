@@ -36,6 +36,7 @@ from mgpukit.runtime.hardware import env_info
 from mgpukit.runtime.launcher import launch, resolve_mode
 from mgpukit.strategies.registry import Strategy
 from mgpukit.training.building import build_model, build_optimizer
+from mgpukit.training.checkpoint import checkpointing
 from mgpukit.training.trainer import train
 
 FP32_TOL = {"rtol": 1.3e-6, "atol": 1e-5}  # torch.testing.assert_close defaults for float32
@@ -192,7 +193,9 @@ def _train_unguarded(strat: Strategy, ctx, rec, cfg) -> dict | None:
     if strat.worker is not None:
         return (strat.worker(ctx, rec, cfg) or {}).get("weights")
     parts = parallelize(build_model(cfg), cfg, ctx, rec, strat)
-    return train(ctx, rec, cfg, parts, build_optimizer(cfg, parts.params))
+    optimizer = build_optimizer(cfg, parts.params)
+    return train(ctx, rec, cfg, parts, optimizer,
+                 checkpoint=checkpointing(ctx, rec, cfg, parts, optimizer))
 
 
 def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool = True,

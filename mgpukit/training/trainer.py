@@ -54,7 +54,7 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
     ckpt = checkpoint or Checkpointing()
     reset_device_peak(ctx.device)  # a GPU's high-water mark would outlive the previous run
     dp_size, dp_rank = ctx.size("dp"), ctx.coords["dp"]
-    loader = loader or BatchLoader(cfg, dp_rank, dp_size, rec)
+    loader = loader or BatchLoader(cfg, dp_rank, dp_size, rec, start_step=ckpt.start_step)
     slowed = apply_straggler(rec, ctx, cfg.options)
     idle = (IdleMarker(rec, ctx.group("dp")) if cfg.options.get("straggler")
             or cfg.options.get("show_idle") else None)
