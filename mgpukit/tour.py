@@ -62,7 +62,10 @@ def run_tour(*, workers: int | None = None, steps: int = 10, out: str | Path = "
     try:
         _run_jobs(bar, records, failures, mode=mode, cfg=cfg, emulate=emulate)
     except KeyboardInterrupt:
-        _write_tour(records, failures, out, emulate, interrupted=True)
+        try:
+            _write_tour(records, failures, out, emulate, interrupted=True)
+        except Exception as e:  # never let a failed write hide the interrupt
+            warnings.warn(f"the interrupted tour's report could not be written: {e}")
         raise
     return {"records": records, "failures": failures,
             "report": _write_tour(records, failures, out, emulate)}
@@ -169,7 +172,7 @@ def results_markdown(records) -> str:
 
     lines = ["| strategy | source | ranks | final loss | step (ms) | tokens/s | peak MiB/rank | MB sent/step/rank | parity |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
-    for r in table_summary(records):
+    for r in table_summary(records) if records else []:
         def f(v, spec, scale=1.0):
             return format(v * scale, spec) if v is not None else "–"
         parity = {True: "ok", False: "FAIL", None: "–"}[r["parity_ok"]]

@@ -150,3 +150,52 @@ def test_ctrl_c_ends_the_cli_with_exit_code_130(argv):
     assert err.strip().splitlines()[-1] == "mgpukit: interrupted", err
     assert "Traceback" not in err
     assert elapsed < 2.0, f"took {elapsed:.1f} s"
+
+
+def test_ctrl_c_ends_a_tour_writes_what_finished_and_exits_130(tmp_path):
+    """Ctrl-C lands during ddp's launch: exit 130 within 2 s, and the report written so far
+    says the tour was interrupted (what finished before is kept: tests/test_outputs.py)."""
+    argv = ["tour", "--only", "ddp", "--steps", "100000", "--out", str(tmp_path)]
+    proc = _start(f"import sys, time; from mgpukit.cli import main; code = main({argv!r}); "
+                  f"print('END', time.monotonic(), flush=True); sys.exit(code)")
+    workers = _wait_for_workers(proc, 2)
+    elapsed, _, err = _interrupt(proc, workers)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "mgpukit: interrupted", err
+    assert elapsed < 2.0, f"took {elapsed:.1f} s"
+    assert "INTERRUPTED" in (tmp_path / "index.html").read_text()
+
+
+def test_interrupting_a_jupyter_kernel_raises_keyboardinterrupt_in_the_cell():
+    """Method: a real IPython kernel (jupyter_client) runs a launch twice — the regression was
+    the *second* launch, after elastic's handlers stayed installed — and is interrupted the way
+    JupyterLab's stop button does it (`interrupt_kernel`, SIGINT to the kernel)."""
+    jupyter_client = pytest.importorskip("jupyter_client")
+    km, kc = jupyter_client.manager.start_new_kernel(
+        kernel_name="python3", env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT)
+    try:
+        kc.execute_interactive("import time, mgpukit\n"
+                               "def sleeper():\n    time.sleep(120)\n", timeout=60)
+        for attempt in range(2):
+            msg_id = kc.execute("mgpukit.launch(sleeper, 2, timeout_s=300, echo=False)")
+            kernel = psutil.Process(km.provisioner.process.pid)
+            end = time.monotonic() + 60
+            while len(kernel.children(recursive=True)) < 2 and time.monotonic() < end:
+                time.sleep(0.1)
+            time.sleep(1.0)
+            workers = kernel.children(recursive=True)
+            assert len(workers) >= 2, "the workers never started"
+            start = time.monotonic()
+            km.interrupt_kernel()
+            reply = kc.get_shell_msg(timeout=30)
+            while reply["parent_header"].get("msg_id") != msg_id:
+                reply = kc.get_shell_msg(timeout=30)
+            elapsed = time.monotonic() - start
+            assert reply["content"]["status"] == "error"
+            assert reply["content"]["ename"] == "KeyboardInterrupt", reply["content"]
+            assert elapsed < 2.0, f"attempt {attempt}: took {elapsed:.1f} s"
+            gone, alive = psutil.wait_procs(workers, timeout=2)
+            assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

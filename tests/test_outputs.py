@@ -164,3 +164,16 @@ def test_an_interrupted_tour_writes_what_finished_and_reraises(tmp_path, monkeyp
                       progress=False)
     assert [r["strategy"] for r in json.loads((tmp_path / "records.json").read_text())] == ["single"]
     assert "INTERRUPTED" in (tmp_path / "index.html").read_text()
+
+
+def test_a_tour_where_every_run_failed_still_writes_its_report(tmp_path, monkeypatch, no_launch):
+    from mgpukit import tour
+
+    def fails(name, **kw):
+        raise ValueError(f"{name} broke")
+    monkeypatch.setattr(tour, "run", fails)
+    out = tour.run_tour(workers=1, steps=2, out=tmp_path, only={"single"}, emulated_workers=(),
+                        progress=False)
+    assert json.loads((tmp_path / "records.json").read_text()) == []
+    assert "single broke" in (tmp_path / "index.html").read_text()
+    assert [f["strategy"] for f in out["failures"]] == ["single"]
