@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import warnings
+
+from mgpukit.argtypes import key_value, positive_float, positive_int
 
 
 def _info(args):
@@ -50,40 +51,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"mgpukit: error: {message} (see `{self.prog} --help`)\n")
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number greater than 0")
-    return value
-
-
-def key_value(text: str) -> tuple[str, object]:
-    """argparse type of `-o KEY=VALUE`: VALUE is read as JSON when it is (1, 0.5, true), else kept
-    as a string."""
-    key, eq, value = text.partition("=")
-    if not eq or not key or not value:
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE; write e.g. -o bucket_mb=1")
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
 
 
 def add_run_arguments(p):
@@ -163,10 +130,6 @@ def _bench(args):
     for name in names:
         if name not in BENCHES:
             raise ValueError(f"unknown benchmark {name!r}; choose from: all, {', '.join(sorted(BENCHES))}")
-    if args.json:
-        from mgpukit.files import check_output
-
-        check_output(args.json, what="--json file")
     results = {}
     for name in names:
         print(f"== bench {name} ==")
@@ -235,6 +198,10 @@ def main(argv=None) -> int:
     warnings.simplefilter("default")
     args = build_parser().parse_args(argv)
     try:
+        if isinstance(getattr(args, "json", None), str):  # run, bench, plan: checked before the work
+            from mgpukit.files import check_output
+
+            check_output(args.json, what="--json file")
         return int(args.func(args) or 0)
     except KeyboardInterrupt:  # Ctrl-C: the launch already ended its workers
         print("mgpukit: interrupted", file=sys.stderr)

@@ -15,7 +15,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-from mgpukit.cli import positive_int
+from mgpukit.argtypes import positive_int
 from mgpukit.config import RunConfig
 from mgpukit.experiment import run
 from mgpukit.runtime.hardware import default_mode, default_workers

@@ -2,7 +2,6 @@
 process tree (the parent's rendezvous store, the workers' gloo pairs) is bound to loopback."""
 import ipaddress
 import os
-import time
 
 import psutil
 import pytest

@@ -215,12 +215,16 @@ def _read(path: Path) -> HardwareProfile:
 
 
 def save_profile(profile: HardwareProfile, path: str | Path, *, comment: str = "") -> Path:
-    """Write ``profile`` as TOML (stdlib has a TOML reader but no writer, hence by hand).
-
-    ``comment`` lines go at the top: say where the figures came from.
-    """
+    """Write ``profile`` as TOML; ``comment`` lines go at the top (say where the figures
+    came from). `mgpukit calibrate` writes `profile_toml` atomically instead."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(profile_toml(profile, comment=comment))
+    return path
+
+
+def profile_toml(profile: HardwareProfile, *, comment: str = "") -> str:
+    """``profile`` as TOML text (stdlib has a TOML reader but no writer, hence by hand)."""
     lines = [f"# {line}" for line in comment.splitlines()]
     tables = []
     for key, value in profile.to_dict().items():
@@ -230,9 +234,7 @@ def save_profile(profile: HardwareProfile, path: str | Path, *, comment: str = "
             lines.append(f"{key} = {_toml_value(value)}")
     for key, table in tables:
         lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
-    from mgpukit.files import write_text
-
-    return write_text(path, "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def _toml_value(v) -> str:

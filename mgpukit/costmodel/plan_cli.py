@@ -12,6 +12,7 @@ Every figure printed is a prediction of the closed-form model, never a measureme
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -21,7 +22,6 @@ from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import CATEGORIES
 from mgpukit.costmodel.planner import Plan, plan, search
 from mgpukit.costmodel.shapes import get_shape, list_shapes
-from mgpukit.files import check_output, to_json, write_text
 
 SEARCH_GLOBAL_BATCH = 512
 
@@ -91,8 +91,6 @@ def run(args) -> int:
     try:
         shape, profile = get_shape(args.model), load_profile(args.profile)
         _check_positive(args)
-        if args.json:
-            check_output(args.json, what="--json file")
         if args.search:
             gb = args.global_batch or SEARCH_GLOBAL_BATCH
             plans = search(shape, args.gpus, profile, global_batch=gb, top=args.top, include_unfit=True)
@@ -107,7 +105,7 @@ def run(args) -> int:
         print(f"mgpukit: error: {e}", file=sys.stderr)
         return 2
     if args.json:
-        write_text(args.json, to_json(result, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {args.json}")
     return 0
 
