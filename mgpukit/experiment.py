@@ -33,10 +33,10 @@ from mgpukit.measure.recorder import Recorder
 from mgpukit.parallelize import parallelize, resolve_layout
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.hardware import env_info
-from mgpukit.runtime.launcher import launch, resolve_mode
+from mgpukit.runtime.launcher import WorkerError, launch, resolve_mode
 from mgpukit.strategies.registry import Strategy
 from mgpukit.training.building import build_model, build_optimizer
-from mgpukit.training.checkpoint import checkpointing
+from mgpukit.training.checkpoint import checkpointing, has_checkpoint
 from mgpukit.training.trainer import train
 
 FP32_TOL = {"rtol": 1.3e-6, "atol": 1e-5}  # torch.testing.assert_close defaults for float32
@@ -97,7 +97,7 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
         trace_path: str | Path | None = None, torch_profile_dir: str | Path | None = None,
         echo: bool = False, threads_per_worker: int | None = None,
         weights_path: str | Path | None = None, collective_timeout_s: float | None = None,
-        debug_collectives: bool = False, **overrides) -> dict:
+        debug_collectives: bool = False, max_restarts: int = 0, **overrides) -> dict:
     """Run `strategy` on `workers` ranks and return its result record.
 
     mode: "auto" | "cpu" | "gpu" | "emulated" (with `profile`, e.g. "h100-nvlink").
@@ -120,14 +120,32 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
         raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds.")
     if collective_timeout_s is None:
         collective_timeout_s = default_collective_timeout(p.cfg, p.mode)
-    results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
-                     dims=p.dims, timeout_s=timeout_s, echo=echo, threads_per_worker=threads_per_worker,
-                     collective_timeout_s=min(collective_timeout_s, timeout_s),
-                     debug_collectives=debug_collectives,
-                     options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None})
-    return finish(p, [r["result"] for r in results], results[0].get("weights"), parity=parity,
-                  tolerance=tolerance, timeout_s=timeout_s, json_path=json_path,
-                  trace_path=trace_path, weights_path=weights_path)
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise ValueError(f"max_restarts={max_restarts!r}: give a whole number >= 0.")
+    if max_restarts and not p.cfg.options.get("checkpoint_dir"):
+        raise ValueError("max_restarts needs checkpoint_dir=... (options) to restart from.")
+    restarts = []
+    while True:
+        try:
+            results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
+                             dims=p.dims, timeout_s=timeout_s, echo=echo,
+                             threads_per_worker=threads_per_worker,
+                             collective_timeout_s=min(collective_timeout_s, timeout_s),
+                             debug_collectives=debug_collectives,
+                             options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None})
+            break
+        except WorkerError as e:  # a rank died: go on from the last checkpoint, if there is one
+            if len(restarts) >= max_restarts or not has_checkpoint(p.cfg.options["checkpoint_dir"]):
+                raise
+            restarts.append({"error": str(e).splitlines()[0], "rank": e.rank})
+            p = dataclasses.replace(p, cfg=p.cfg.replace(options={**p.cfg.options, "resume": True}))
+    record = finish(p, [r["result"] for r in results], results[0].get("weights"), parity=parity,
+                    tolerance=tolerance, timeout_s=timeout_s, json_path=None,
+                    trace_path=trace_path, weights_path=weights_path)
+    record["restarts"] = restarts
+    if json_path:
+        save_record(record, json_path)
+    return record
 
 
 def default_collective_timeout(cfg: RunConfig, mode: str) -> float:

@@ -43,8 +43,10 @@ def test_killed_and_resumed_run_matches_the_uninterrupted_one_bitwise(strategy, 
     monkeypatch.undo()
     assert (tmp_path / "latest").read_text().strip() == f"step-{KILL_AFTER:06d}"
     resumed = mgpukit.run(strategy, **common, options={**options, "resume": True})
-    assert resumed["losses"] == whole["losses"][KILL_AFTER:]  # bitwise: == on floats
-    assert resumed["grad_norms"] == whole["grad_norms"][KILL_AFTER:]
+    assert len(resumed["step_time_s"]) == STEPS - KILL_AFTER  # it really ran only the rest
+    # bitwise (== on floats); steps 0..k-1 come back from the checkpoint, k.. are recomputed
+    assert resumed["losses"] == whole["losses"]
+    assert resumed["grad_norms"] == whole["grad_norms"]
 
 
 def test_resumed_weights_equal_the_uninterrupted_runs(tmp_path):
@@ -79,7 +81,7 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint(tmp_path, monkeypat
     assert (tmp_path / "step-000002.partial").exists() and not (tmp_path / "step-000002").exists()
     rec = mgpukit.run("ddp", workers=2, steps=4, mode="cpu", parity=False, timeout_s=120,
                       options={**opts, "resume": True})
-    assert len(rec["losses"]) == 3  # steps 1, 2, 3
+    assert len(rec["step_time_s"]) == 3 and len(rec["losses"]) == 4  # ran 1..3, logged 0..3
 
 
 def test_resume_without_a_checkpoint_is_refused_in_one_sentence(tmp_path):
@@ -113,3 +115,25 @@ def test_a_crafted_checkpoint_is_refused_without_running_its_code(tmp_path):
         mgpukit.run("ddp", workers=2, steps=2, mode="cpu", parity=False, timeout_s=60,
                     options={"checkpoint_dir": str(tmp_path), "resume": True})
     assert not marker.exists(), "the crafted checkpoint ran code"
+
+
+def test_a_worker_that_fails_once_is_restarted_from_the_checkpoint_with_parity(tmp_path, monkeypatch):
+    """max_restarts=1: rank 1 dies (SIGKILL) after the checkpoint of step 2, once; the run goes
+    on from there, passes parity against the single-process reference, and says it restarted."""
+    marker = tmp_path / "died-once"
+    real = ckpt_mod.save_checkpoint
+
+    def die_once(root, next_step, ctx, *a, **k):
+        out = real(root, next_step, ctx, *a, **k)
+        if next_step == 2 and ctx.rank == 1 and not marker.exists():
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+    monkeypatch.setattr(ckpt_mod, "save_checkpoint", die_once)
+    rec = mgpukit.run("ddp", workers=2, steps=5, mode="cpu", max_restarts=1, timeout_s=180,
+                      options={"checkpoint_dir": str(tmp_path / "ck"), "checkpoint_every": 1})
+    assert marker.exists()
+    assert len(rec["restarts"]) == 1 and rec["restarts"][0]["rank"] == 1
+    assert "SIGKILL" in rec["restarts"][0]["error"]
+    assert rec["parity"]["ok"], rec["parity"]
+    assert len(rec["losses"]) == 5 and len(rec["step_time_s"]) == 3

@@ -129,3 +129,37 @@ def test_the_default_collective_timeout_is_seconds_for_the_tiny_models():
     assert default_collective_timeout(RunConfig(model="gpt-small"), "cpu") > 60
     assert default_collective_timeout(RunConfig(model="gpt-tiny"), "gpu") >= 300
     assert default_collective_timeout(RunConfig(options={"loader_delay_s": 30}), "cpu") >= 120
+
+
+class _Store:
+    def __init__(self, entries):
+        self.entries = entries
+
+    def check(self, keys):
+        return all(k in self.entries for k in keys)
+
+    def get(self, key):
+        return self.entries[key].encode()
+
+
+class _Failure:
+    def __init__(self, exitcode):
+        self.exitcode = exitcode
+
+
+class _Result:
+    def __init__(self, failures):
+        self.failures = failures
+
+
+def test_a_rank_killed_by_a_signal_is_the_root_cause_even_when_torch_noticed_a_peer_first():
+    """torch's result keeps only the first failure it noticed; rank 0's error (whatever its
+    wording) followed rank 1's SIGKILL, which only the exit codes show."""
+    from mgpukit.runtime.failures import ERROR_KEY, worker_error
+
+    store = _Store({ERROR_KEY.format(rank=0): "100\nTraceback ...\nRuntimeError: something odd in gloo"})
+    err = worker_error("/nonexistent", _Result({0: _Failure(1)}), store, 2, exitcodes={0: 1, 1: -9})
+    assert err.rank == 1 and "SIGKILL" in str(err) and "rank(s) [0] failed after it" in str(err)
+    # SIGTERM is what the launch itself sends to the survivors: never a root cause
+    err = worker_error("/nonexistent", _Result({0: _Failure(1)}), store, 2, exitcodes={0: 1, 1: -15})
+    assert err.rank == 0

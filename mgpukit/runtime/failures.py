@@ -37,12 +37,16 @@ class LaunchTimeout(LaunchError):
         self.ranks = list(ranks)
 
 
-def worker_error(log_dir: str, result, store, n: int) -> WorkerError:
+def worker_error(log_dir: str, result, store, n: int, exitcodes: dict | None = None) -> WorkerError:
     """Find the root cause among the failed ranks; the others are listed, not blamed.
 
-    Ranks that torch terminated after the first failure (SignalException) are not failures. Root cause, in
-    order: the earliest rank that raised an error of its own; else a rank that died without
-    raising (segfault, os._exit, OOM kill); else the earliest "peer closed the connection".
+    Ranks that torch terminated after the first failure (SignalException, SIGTERM) are not
+    failures. Root cause, in order: a rank killed by a signal nobody in the launch sends
+    (SIGKILL, SIGSEGV, SIGABRT: the OOM killer, a native crash) — its peers' errors are its
+    consequences, whatever they say; else the earliest rank that raised an error of its own;
+    else a rank that died without raising (os._exit); else the earliest "peer closed the
+    connection". `exitcodes`: every rank's exit code where known (torch's result only keeps
+    the first failure it noticed, which need not be the first that happened).
     """
     raised = {}
     for r in range(n):
@@ -52,9 +56,15 @@ def worker_error(log_dir: str, result, store, n: int) -> WorkerError:
             if "SignalException" not in trace:  # terminated by us after the first failure
                 raised[r] = (int(stamp), trace.rstrip())
     terminated = {r for r in range(n) if store.check([ERROR_KEY.format(rank=r)])} - set(raised)
-    died = sorted(r for r in result.failures if r not in raised and r not in terminated)
+    codes = {r: f.exitcode for r, f in result.failures.items()}
+    codes.update({r: c for r, c in (exitcodes or {}).items() if c is not None and r not in codes})
+    died = sorted(r for r, c in codes.items() if c and r not in raised and r not in terminated
+                  and c != -signal.SIGTERM)
+    crashed = [r for r in died if codes[r] < 0]  # by a signal, and not our SIGTERM
     own = {r: v for r, v in raised.items() if not any(p in v[1] for p in PEER_GONE)}
-    if own:
+    if crashed:
+        rank = crashed[0]
+    elif own:
         rank = min(own, key=lambda r: own[r][0])
     elif died:
         rank = died[0]
@@ -70,14 +80,14 @@ def worker_error(log_dir: str, result, store, n: int) -> WorkerError:
             trace += ("\n(A peer left while this rank waited on it: a rank died, or ranks called "
                       "different collectives. Ranks must call the same collectives in the same order.)")
     else:
-        code = result.failures[rank].exitcode
+        code = codes[rank]
         how = f"died with exit code {code}{_signal_name(code)}"
         trace = "(no Python traceback: the process ended without raising an exception)"
         trace += _LIKELY_CAUSE.get(code, "")
         trace += tail_logs(log_dir, [rank])
     others = sorted(r for r in {*raised, *died} if r != rank)
     also = f" (rank(s) {others} failed after it)" if others else ""
-    exitcode = result.failures[rank].exitcode if rank in result.failures else None
+    exitcode = codes.get(rank)
     return WorkerError(f"rank {rank} {how}{also}:\n{trace}", rank=rank, traceback=trace,
                        exitcode=exitcode)
 

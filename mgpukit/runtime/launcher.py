@@ -255,7 +255,10 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
                 ranks=unfinished,
             )
         if result.is_failed():
-            raise worker_error(spec.log_dir, result, store, n)
+            # every rank's exit code: torch's result keeps only the first failure it noticed
+            procs = getattr(getattr(pc, "_pc", None), "processes", None) or []
+            exitcodes = {r: p.exitcode for r, p in enumerate(procs)}
+            raise worker_error(spec.log_dir, result, store, n, exitcodes)
         if echo:
             _echo(spec.log_dir, n)
         return [result.return_values[r] for r in range(n)]

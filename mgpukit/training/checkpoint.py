@@ -52,12 +52,15 @@ def checkpointing(ctx, rec, cfg, parts, optimizer) -> Checkpointing | None:
             raise ValueError("resume=true needs checkpoint_dir=... to resume from.")
         return None
     every = cfg.options.get("checkpoint_every") or 0
-    start = load_checkpoint(root, ctx, rec, parts, optimizer) if cfg.options.get("resume") else 0
+    ck = Checkpointing()
+    if cfg.options.get("resume"):
+        ck.start_step = load_checkpoint(root, ctx, rec, parts, optimizer, logs=ck.logs)
 
     def on_step_end(step: int) -> None:
         if (every and (step + 1) % every == 0) or step + 1 == cfg.steps:
-            save_checkpoint(root, step + 1, ctx, rec, parts, optimizer)
-    return Checkpointing(start_step=start, on_step_end=on_step_end)
+            save_checkpoint(root, step + 1, ctx, rec, parts, optimizer, logs=ck.logs)
+    ck.on_step_end = on_step_end
+    return ck
 
 
 def _names(parts) -> dict[int, str]:
@@ -71,9 +74,12 @@ def _names(parts) -> dict[int, str]:
     return names
 
 
-def _state(ctx, parts, optimizer, next_step: int) -> dict:
+def _state(ctx, parts, optimizer, next_step: int, logs) -> dict:
     names = _names(parts)
-    state = {"step": torch.tensor(next_step, dtype=torch.int64)}
+    state = {"step": torch.tensor(next_step, dtype=torch.int64),
+             # what this rank logged so far (loss, grad sq-norm per step): the resumed record
+             # then covers the whole run, and its parity can be checked
+             f"logs/rank{ctx.rank}": torch.tensor(logs, dtype=torch.float64).reshape(-1, 2)}
     for p in parts.params:
         state[f"model/{names[id(p)]}"] = p.data
         for key, value in optimizer.state.get(p, {}).items():
@@ -82,13 +88,13 @@ def _state(ctx, parts, optimizer, next_step: int) -> dict:
     return state
 
 
-def save_checkpoint(root, next_step: int, ctx, rec, parts, optimizer) -> Path:
+def save_checkpoint(root, next_step: int, ctx, rec, parts, optimizer, *, logs=()) -> Path:
     """Save every rank's share as ``<root>/step-<next_step>`` (collective: every rank calls it)."""
     root = Path(root)
     final = root / f"step-{next_step:06d}"
     partial = root / f"step-{next_step:06d}.partial"
     with rec.untimed():
-        dcp.save(_state(ctx, parts, optimizer, next_step), checkpoint_id=str(partial))
+        dcp.save(_state(ctx, parts, optimizer, next_step, list(logs)), checkpoint_id=str(partial))
         _barrier()
         if ctx.rank == 0:
             if final.exists():  # an older save of the same step, e.g. a run resumed twice
@@ -101,6 +107,10 @@ def save_checkpoint(root, next_step: int, ctx, rec, parts, optimizer) -> Path:
     return final
 
 
+def has_checkpoint(root) -> bool:
+    return (Path(root) / LATEST).is_file()
+
+
 def latest(root) -> Path:
     root = Path(root)
     pointer = root / LATEST
@@ -110,15 +120,18 @@ def latest(root) -> Path:
     return root / pointer.read_text().strip()
 
 
-def load_checkpoint(root, ctx, rec, parts, optimizer) -> int:
-    """Load the latest checkpoint under `root` into this rank's parts and optimizer, in place;
-    return the step to start from (collective)."""
+def load_checkpoint(root, ctx, rec, parts, optimizer, *, logs: list | None = None) -> int:
+    """Load the latest checkpoint under `root` into this rank's parts and optimizer, in place
+    (and the logged steps into `logs`); return the step to start from (collective)."""
     path = latest(root)
     reader = SafeReader(str(path))
     metadata = reader.read_metadata().state_dict_metadata
     names = _names(parts)
     by_name = {names[id(p)]: p for p in parts.params}
-    state = _state(ctx, parts, optimizer, 0)
+    state = _state(ctx, parts, optimizer, 0, [])
+    logs_key = f"logs/rank{ctx.rank}"
+    if isinstance(metadata.get(logs_key), TensorStorageMetadata):
+        state[logs_key] = torch.empty(metadata[logs_key].size, dtype=torch.float64)
     for key, meta in metadata.items():  # optimizer state not created yet (SGD makes it lazily)
         if key.startswith("optim/") and key not in state:
             name, _ = key[len("optim/"):].rsplit("/", 1)
@@ -136,6 +149,8 @@ def load_checkpoint(root, ctx, rec, parts, optimizer) -> int:
             name, k = key[len("optim/"):].rsplit("/", 1)
             optimizer.state[by_name[name]][k] = value
     torch.set_rng_state(state[f"rng/rank{ctx.rank}"])
+    if logs is not None:
+        logs[:] = [tuple(row) for row in state[logs_key].tolist()]
     return int(state["step"])
 
 

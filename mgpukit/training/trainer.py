@@ -46,6 +46,9 @@ class Checkpointing:
 
     start_step: int = 0
     on_step_end: Callable[[int], None] | None = None  # e.g. save every k steps
+    # this rank's logged (loss, grad sq-norm) per step; a resumed run starts with the steps
+    # before `start_step` (restored from the checkpoint), so its record covers the whole run
+    logs: list[tuple[float, float]] = dataclasses.field(default_factory=list)
 
 
 def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
@@ -61,7 +64,7 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
     lr_at = lr_schedule(cfg, dp_size)
     if lr_at is not None:
         rec.extra["lr"] = []
-    logs = []
+    logs = ckpt.logs
     for step in range(ckpt.start_step, cfg.steps):
         with rec.step(step):
             with rec.compute("data"):
