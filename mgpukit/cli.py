@@ -68,10 +68,17 @@ def add_run_arguments(p):
                    help="strategy knob, e.g. -o bucket_mb=1 (typed; unknown keys are refused)")
     layout = p.add_argument_group("parallel layout (default: the strategy's)")
     layout.add_argument("--dp", type=positive_int, default=None, help="data-parallel degree")
+    layout.add_argument("--tp", type=positive_int, default=None, help="tensor-parallel degree")
+    layout.add_argument("--sp", action="store_true", default=None,
+                        help="sequence parallelism in the tensor-parallel group (with --tp)")
     layout.add_argument("--pp", type=positive_int, default=None, help="pipeline-parallel degree")
     layout.add_argument("--schedule", default=None,
                         help="pipeline schedule with --pp: naive | gpipe | 1f1b | interleaved | zb-h1")
     layout.add_argument("--v", type=positive_int, default=None, help="model chunks per pipeline rank")
+    layout.add_argument("--checkpointing", default=None, choices=["none", "full", "selective"],
+                        help="activation checkpointing: every block (full) or the attention core (selective)")
+    layout.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
+                        help="bf16 / fp16: autocast with fp32 master weights (fp16 with dynamic loss scaling)")
     p.add_argument("--timeout", type=positive_float, default=600.0,
                    help="seconds the whole run may take (default 600)")
     p.add_argument("--collective-timeout", type=positive_float, default=None, metavar="SECONDS",
@@ -83,7 +90,8 @@ def add_run_arguments(p):
 
 
 def layout_from_args(args) -> dict:
-    return {k: getattr(args, k, None) for k in ("dp", "pp", "schedule", "v")}
+    return {k: getattr(args, k, None) for k in ("dp", "tp", "sp", "pp", "schedule", "v", "checkpointing",
+                                                "dtype")}
 
 
 def config_from_args(args):
@@ -166,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-parity", action="store_true", help="skip the single-process reference")
     p.set_defaults(func=_run)
 
-    p = sub.add_parser("bench", help="benchmarks (ratios in one run): launch, emulation, dp, comm, pipeline, all")
+    p = sub.add_parser("bench", help="benchmarks (ratios in one run): launch, emulation, dp, comm, pipeline, memory, all")
     p.add_argument("name", nargs="?", default="all")
     p.add_argument("--workers", type=positive_int, default=None)
     p.add_argument("--repeats", type=positive_int, default=None)

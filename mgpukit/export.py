@@ -4,7 +4,7 @@ One script for every strategy, `scripts/train.py --strategy NAME`, rather than o
 strategy: since every strategy is an applier run by the one trainer, twenty copies would
 differ in a single string. The script has the Accelerate examples' skeleton — a docstring with
 the exact launch command, `get_config(args)`, `training_function(...)`, `main()` with argparse —
-and its options are typed: the layout (`--dp`, `--pp`, `--schedule`, `--v`) and each strategy's
+and its options are typed: the layout (`--dp`, `--tp`, `--sp`, `--pp`, `--schedule`, `--v`) and each strategy's
 knobs (`-o KEY=VALUE`, checked against the strategy's declared types, unknown keys refused).
 `mgpukit export NAME --out FILE` writes the same script with NAME as its default strategy. A
 test checks `scripts/train.py` is up to date and runs every strategy through it under
@@ -69,15 +69,22 @@ def main():
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
     parser.add_argument("--dp", type=int, default=None, help="data-parallel degree")
+    parser.add_argument("--tp", type=int, default=None, help="tensor-parallel degree")
+    parser.add_argument("--sp", action="store_true", default=None, help="sequence parallelism (with --tp)")
     parser.add_argument("--pp", type=int, default=None, help="pipeline-parallel degree")
     parser.add_argument("--schedule", default=None, help="pipeline schedule (with --pp)")
     parser.add_argument("--v", type=int, default=None, help="model chunks per pipeline rank")
+    parser.add_argument("--checkpointing", default=None, choices=["none", "full", "selective"],
+                        help="activation checkpointing policy")
+    parser.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
+                        help="bf16: autocast, fp32 master weights")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a strategy knob, e.g. -o bucket_mb=1 (checked against its type)")
     parser.add_argument("--json", default=None, help="write the result record here (rank 0)")
     parser.add_argument("--no-parity", action="store_true")
     args = parser.parse_args()
-    layout = {{"dp": args.dp, "pp": args.pp, "schedule": args.schedule, "v": args.v}}
+    layout = {{"dp": args.dp, "tp": args.tp, "sp": args.sp, "pp": args.pp, "schedule": args.schedule,
+              "v": args.v, "checkpointing": args.checkpointing, "dtype": args.dtype}}
     ok = True
     try:
         for name, record in training_function(args.strategy, get_config(args), layout=layout,

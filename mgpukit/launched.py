@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from mgpukit.config import RunConfig
 from mgpukit.runtime import context as _context
+from mgpukit.strategies.policies.precision import accelerate_precision
 
 
 def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
@@ -41,13 +42,14 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
         check_outputs(json_path=json_path)
     state = PartialState(cpu=not gpu)
     # `accelerate launch --mixed_precision bf16` exports ACCELERATE_MIXED_PRECISION. The kit's
-    # strategies train in fp32 and build their Accelerator with mixed_precision="no", so the
-    # flag is not applied: say so, rather than let the record and the launch line disagree.
+    # strategies train in the layout's dtype (`--dtype`) and build their Accelerator with it, so
+    # the flag is not applied: say so, rather than let the record and the launch line disagree.
     requested = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
-    if requested != "no" and state.process_index == 0:
+    dtype = prepared[0].cfg.layout.dtype
+    if requested not in ("no", accelerate_precision(dtype)) and state.process_index == 0:
         warnings.warn(f"accelerate launch asked for mixed_precision={requested!r}; mgpukit's "
-                      f"strategies run in fp32 (mixed_precision='no'), so it is not applied.",
-                      stacklevel=2)
+                      f"strategies train in the layout's dtype ({dtype!r}; set it with --dtype), "
+                      f"so it is not applied.", stacklevel=2)
     if state.num_processes != world_size:
         raise RuntimeError(f"Accelerate sees {state.num_processes} processes but WORLD_SIZE={world_size}.")
     for p in prepared:

@@ -51,15 +51,22 @@ def main():
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
     parser.add_argument("--dp", type=int, default=None, help="data-parallel degree")
+    parser.add_argument("--tp", type=int, default=None, help="tensor-parallel degree")
+    parser.add_argument("--sp", action="store_true", default=None, help="sequence parallelism (with --tp)")
     parser.add_argument("--pp", type=int, default=None, help="pipeline-parallel degree")
     parser.add_argument("--schedule", default=None, help="pipeline schedule (with --pp)")
     parser.add_argument("--v", type=int, default=None, help="model chunks per pipeline rank")
+    parser.add_argument("--checkpointing", default=None, choices=["none", "full", "selective"],
+                        help="activation checkpointing policy")
+    parser.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
+                        help="bf16: autocast, fp32 master weights")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a strategy knob, e.g. -o bucket_mb=1 (checked against its type)")
     parser.add_argument("--json", default=None, help="write the result record here (rank 0)")
     parser.add_argument("--no-parity", action="store_true")
     args = parser.parse_args()
-    layout = {"dp": args.dp, "pp": args.pp, "schedule": args.schedule, "v": args.v}
+    layout = {"dp": args.dp, "tp": args.tp, "sp": args.sp, "pp": args.pp, "schedule": args.schedule,
+              "v": args.v, "checkpointing": args.checkpointing, "dtype": args.dtype}
     ok = True
     try:
         for name, record in training_function(args.strategy, get_config(args), layout=layout,

@@ -258,3 +258,106 @@ def test_strict_p2p_catches_the_unbatched_exchange(impl, n):
     assert all(_launch(_strict_worker, n, impl, False))
     with pytest.raises(LaunchTimeout):
         _launch(_strict_worker, n, impl, False, options={"strict_p2p": True}, timeout_s=4)
+
+
+# ---------------------------------------------------------------- strict p2p: pipelines
+
+STRICT_TIMEOUT = 90  # a hang fails in a minute and a half, not the default ten
+PIPELINES = [("mp-naive", {"pp": 2}), ("pp-gpipe", {"pp": 2}), ("pp-1f1b", {"pp": 2}),
+             ("pp-interleaved", {"pp": 2}), ("pp-zb", {"pp": 2}),
+             ("pp-gpipe", {"pp": 4}), ("pp-1f1b", {"pp": 4}), ("pp-zb", {"pp": 4}),
+             # interleaved at p=4 needs 8 layers (gpt-tiny has 4): the lab test below runs it
+             ("pp-gpipe", {"dp": 2, "pp": 2}), ("pp-1f1b", {"dp": 2, "pp": 2}),
+             ("pp-interleaved", {"dp": 2, "pp": 2}), ("pp-zb", {"dp": 2, "pp": 2})]
+
+
+def _executed(rec: dict, rank: int) -> list:
+    from mgpukit.costmodel.schedules import Action
+
+    kinds = {"fwd": "F", "bwd": "B", "bwd_input": "I", "bwd_weight": "W"}
+    return [Action(kinds[e["kind"]], e["microbatch"], e["stage"]) for e in rec["timeline"]
+            if e["rank"] == rank and e.get("step") == 0 and e["kind"] in kinds]
+
+
+@pytest.mark.parametrize("strategy,layout", PIPELINES,
+                         ids=[f"{s}-" + "x".join(f"{k}{v}" for k, v in lay.items()) for s, lay in PIPELINES])
+def test_every_pipeline_schedule_finishes_under_strict_p2p(strategy, layout, monkeypatch):
+    """NCCL's rendezvous rules on gloo (measure/p2p_strict.py): each round's sends and
+    receives go out as one batch (pipeline/p2p.py), so every schedule finishes — at the same
+    parity, having run exactly its table. Before the batching, pp-interleaved at p=2 hung."""
+    from mgpukit.costmodel.schedules import build_schedule
+
+    monkeypatch.setenv("MGPUKIT_STRICT_P2P", "1")
+    workers = layout.get("dp", 1) * layout["pp"]
+    rec = mgpukit.run(strategy, workers=workers, steps=2, mode="cpu", layout=layout,
+                      timeout_s=STRICT_TIMEOUT)
+    assert rec["parity"]["ok"], rec["parity"]
+    th, p = rec["theory"], layout["pp"]
+    table = build_schedule(th["schedule"], p, th["m"], th["v"])
+    for rank in range(workers):
+        pp_rank = rec["extra"][str(rank)]["stages"][0] % p  # stage s lives on pp rank s % p
+        assert _executed(rec, rank) == table[pp_rank]
+
+
+def test_interleaved_v2_at_p4_and_every_schedule_finish_under_strict_p2p(monkeypatch):
+    """The lab's equal-cost stages (enough layers for v=2 at p=4), measured on CPU workers
+    under strict mode; each schedule ran exactly its table."""
+    from mgpukit.costmodel.schedules import build_schedule
+    from mgpukit.lessons import run_lab
+
+    monkeypatch.setenv("MGPUKIT_STRICT_P2P", "1")
+    specs = [{"schedule": "gpipe", "m": 4}, {"schedule": "1f1b", "m": 4},
+             {"schedule": "interleaved", "m": 4, "v": 2}, {"schedule": "zb-h1", "m": 4}]
+    for rec in run_lab(specs, p=4, mode="cpu", steps=1, timeout_s=STRICT_TIMEOUT):
+        th = rec["theory"]
+        table = build_schedule(th["schedule"], 4, th["m"], th["v"])
+        assert [_executed(rec, r) for r in range(4)] == table
+
+
+class _Each:
+    def __init__(self, handles):
+        self.handles = handles
+
+    def wait(self):
+        for h in self.handles:
+            h.wait()
+
+
+def _one_message_at_a_time(self, sends, recvs, *, waited_now):
+    """The same rounds, without the batch: every message its own isend / irecv."""
+    got = {msg: torch.empty(self.shape, dtype=self.dtype, device=self.device) for msg in recvs}
+    handles = [self.rec.isend(t.contiguous(), self.stage_rank(msg.dst_stage), group=self.group)
+               for msg, t in sends.items()]
+    handles += [self.rec.irecv(buf, self.stage_rank(msg.src_stage), group=self.group)
+                for msg, buf in got.items()]
+    return _Each(handles), got
+
+
+def test_strict_p2p_catches_a_pipeline_without_batches(monkeypatch):
+    """The test of the test: the same rounds with each message posted on its own pass on
+    plain gloo (it buffers sends) and hang under strict mode — in 1F1B's steady state the two
+    ranks send to each other in the same round, and each one's send waits for the other's
+    receive, queued behind the other's send."""
+    from mgpukit.runtime.launcher import LaunchTimeout
+    from mgpukit.strategies.pipeline.p2p import StageLinks
+
+    monkeypatch.setattr(StageLinks, "post", _one_message_at_a_time)  # inherited by the fork
+    assert mgpukit.run("pp-1f1b", workers=2, steps=2, mode="cpu", timeout_s=STRICT_TIMEOUT)["parity"]["ok"]
+    monkeypatch.setenv("MGPUKIT_STRICT_P2P", "1")
+    with pytest.raises(LaunchTimeout):
+        mgpukit.run("pp-1f1b", workers=2, steps=2, mode="cpu", timeout_s=20)
+
+
+def test_strict_p2p_leaves_the_virtual_clock_alone(monkeypatch):
+    """Strict mode checks correctness, not time: an emulated pipeline's timeline is the same
+    with it (its extra waits never reach the virtual clock)."""
+    def run():
+        return mgpukit.run("pp-interleaved", workers=2, steps=2, mode="emulated",
+                           profile="h100-nvlink", timeout_s=STRICT_TIMEOUT)
+
+    plain = run()
+    monkeypatch.setenv("MGPUKIT_STRICT_P2P", "1")
+    strict = run()
+    assert strict["parity"]["ok"]
+    assert strict["step_time_s"] == plain["step_time_s"]
+    assert strict["bubble_fraction"] == plain["bubble_fraction"]

@@ -99,6 +99,30 @@ def test_bad_config_is_refused_before_launch(monkeypatch):
         run("pp-gpipe", workers=2, steps=1, mode="cpu", options={"v": 2})
 
 
+@pytest.mark.parametrize("name", ["naive", "gpipe", "1f1b", "interleaved", "zb-h1"])
+def test_rounds_pair_every_message_and_keep_the_table(name):
+    """p2p.plan_rounds: each rank runs exactly its column of the table; every message is
+    posted by its two ends in the same round (what makes the batches deadlock-free), after
+    the round that produced it and no later than the round that consumes it."""
+    from mgpukit.strategies.pipeline.p2p import input_of, output_of, plan_rounds
+
+    for p in (2, 3, 4):
+        for m in (p, 2 * p):
+            for v in ((1, 2, 3) if name == "interleaved" else (1,)):
+                table = build_schedule(name, p, m, v)
+                rounds = plan_rounds(table)
+                assert [[r.action for r in rs if r.action] for rs in rounds] == table
+                sent = {(msg, r.index) for rs in rounds for r in rs for msg in r.sends}
+                got = {(msg, r.index) for rs in rounds for r in rs for msg in r.recvs}
+                assert sent == got and len(sent) == sum(
+                    output_of(a, p * v) is not None for col in table for a in col)
+                at = {r.action: r.index for rs in rounds for r in rs if r.action}
+                for msg, k in sent:
+                    producer = next(a for a in at if output_of(a, p * v) == msg)
+                    consumer = next(a for a in at if input_of(a, p * v) == msg)
+                    assert at[producer] < k <= at[consumer]
+
+
 # ------------------------------------------------------------------ parity (launched)
 
 

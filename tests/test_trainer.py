@@ -49,8 +49,9 @@ def test_a_layout_degree_left_out_is_inferred_and_a_bad_one_is_refused():
         prepare("ddp", workers=4, layout={"dp": 2, "pp": 2})
     with pytest.raises(ValueError, match="runs the '1f1b' schedule"):
         prepare("pp-1f1b", workers=4, layout={"dp": 2, "pp": 2, "schedule": "gpipe"})
-    with pytest.raises(ValueError, match="tp=2 is not available"):
-        prepare("dp-naive", workers=4, layout={"dp": 2, "tp": 2})
+    assert prepare("dp-naive", workers=4, layout={"tp": 2}).cfg.layout.dp == 2  # dp × tp
+    with pytest.raises(ValueError, match="zero=1 is not available"):
+        prepare("dp-naive", workers=4, layout={"dp": 2, "zero": 1})
 
 
 def test_unknown_and_mistyped_knobs_are_refused_with_the_valid_ones():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from mgpukit.costmodel.actions import SCHEDULES
 from mgpukit.costmodel.flops import CHECKPOINTING
 
-DTYPE_BYTES = {"bf16": 2, "fp32": 4}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
 class LayoutError(ValueError):
@@ -44,7 +44,7 @@ class Layout:
     micro_batch: int = 1  # sequences per micro-batch
     num_micro_batches: int = 1  # per data-parallel replica per step
     checkpointing: str = "none"  # none | selective | full
-    dtype: str = "bf16"  # bf16: mixed precision with fp32 master weights; fp32: plain
+    dtype: str = "bf16"  # bf16 / fp16: mixed precision with fp32 master weights; fp32: plain
 
     def __post_init__(self) -> None:
         for f in ("dp", "tp", "pp", "v", "micro_batch", "num_micro_batches"):

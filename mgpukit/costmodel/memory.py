@@ -89,20 +89,32 @@ def stage_params(shape: ModelShape, layout: Layout, stage: int) -> float:
     return n
 
 
-def model_state_bytes(psi: float, layout: Layout, *, gather_bytes: float = 0.0) -> dict[str, float]:
+def model_state_bytes(psi: float, layout: Layout, *, gather_bytes: float = 0.0,
+                      optimizer_states: int = 2) -> dict[str, float]:
     """ZeRO table (module docstring) for ``psi`` local parameters; ``gather_bytes``: ZeRO-3's
-    temporarily gathered full layers, counted under params."""
+    temporarily gathered full layers, counted under params. ``optimizer_states``: fp32 tensors
+    the optimizer keeps per parameter — 2 for Adam (m, v: the paper's K = 8 in fp32, 12 with
+    the master copy), 1 for SGD with momentum, 0 for plain SGD."""
     n = layout.dp
-    if layout.dtype == "bf16":
-        p, g, k = 2, 2, 12  # bf16 weights, bf16 grads, fp32 master + Adam m + v
+    if layout.dtype in ("bf16", "fp16"):
+        p, g, k = 2, 2, 4 + 4 * optimizer_states  # 16-bit weights and grads, fp32 master + states
     else:
-        p, g, k = 4, 4, 8  # fp32 weights, fp32 grads, Adam m + v
+        p, g, k = 4, 4, 4 * optimizer_states  # fp32 weights, fp32 grads, states
     z = layout.zero
     return {
         "params": psi * p / (n if z >= 3 else 1) + (gather_bytes if z >= 3 else 0.0),
         "grads": psi * g / (n if z >= 2 else 1),
         "optimizer": psi * k / (n if z >= 1 else 1),
     }
+
+
+def offload_traffic_bytes(psi: float, layout: Layout) -> float:
+    """Bytes crossing the host link per GPU per step under ZeRO-3 with CPU offload (PyTorch
+    FSDP2's ``CPUOffloadPolicy``; the idea of Ren et al. 2021, "ZeRO-Offload", §4): the
+    sharded parameters, gradients and optimizer states live in host memory and the optimizer
+    steps there, so each step copies this GPU's parameter shard to the device before its
+    forward and its backward all-gather (``2·Ψ/N``) and its gradient shard back (``Ψ/N``)."""
+    return 3 * psi * layout.dtype_bytes / layout.dp
 
 
 def stage_memory(shape: ModelShape, layout: Layout, stage: int, *, micro_batch: int | None = None) -> dict[str, float]:

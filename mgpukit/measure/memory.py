@@ -6,12 +6,24 @@ tensors autograd saves for backward, measured live with `saved_tensors_hooks`: a
 counted when the forward saves it and released when autograd frees the graph, so the meter's
 peak is the activation memory actually held — e.g. m micro-batches in flight for GPipe,
 at most p for 1F1B. On GPUs the peak is also read from the CUDA caching allocator.
+
+Under activation checkpointing (`torch.utils.checkpoint`, non-reentrant) the tensors saved
+inside a checkpointed region go to checkpoint's own hooks, not the meter's: what the meter
+sees in forward is what checkpointing really keeps (each region's inputs). During backward the
+region runs forward again and its recomputed tensors live until its backward has used them;
+`recomputing()` (entered by the checkpointing policy around each recomputation) adds the bytes
+alive at the end of a recomputation to the live count, so `peak` is the activation memory the
+run really held at its fullest — forward or backward.
 """
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 
 class _Saved:
@@ -29,14 +41,23 @@ class _Saved:
 class ActivationMeter:
     """Live and peak bytes of tensors saved for backward, shared storages counted once."""
 
+    _tracking = threading.local()  # the meters whose `track()` is open in this thread
+
     def __init__(self, params=()):
         self.live = 0
         self.peak = 0
+        self.recomputed_peak = 0  # the largest one recomputation held (checkpointing)
         self._refs: dict[int, list] = {}  # storage ptr -> [refcount, nbytes]
-        self._skip = {p.untyped_storage().data_ptr() for p in params}
+        self._skip = {_local(p).untyped_storage().data_ptr() for p in params}
+
+    def skip(self, tensor, skipped: bool = True) -> None:
+        """Treat `tensor`'s storage as weights, not activations (ZeRO-3 gathers its parameters
+        into fresh buffers each time; `skipped=False` when it frees them again)."""
+        key = tensor.untyped_storage().data_ptr()
+        (self._skip.add if skipped else self._skip.discard)(key)
 
     def _pack(self, tensor):
-        storage = tensor.untyped_storage()
+        storage = _local(tensor).untyped_storage()  # a DTensor's bytes are its local shard
         key = storage.data_ptr()
         if key in self._skip or key == 0:  # weights are parameters, not activations
             return tensor
@@ -67,15 +88,71 @@ class ActivationMeter:
     @contextlib.contextmanager
     def track(self):
         """Count what the forward passes run inside this block save for backward."""
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
-            yield
+        stack = self._tracking.__dict__.setdefault("meters", [])
+        stack.append(self)
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+                yield
+        finally:
+            stack.pop()
+
+    @classmethod
+    def active(cls) -> "ActivationMeter | None":
+        """The meter counting the forward running now in this thread (None outside `track`)."""
+        stack = cls._tracking.__dict__.get("meters")
+        return stack[-1] if stack else None
+
+    def recomputing(self):
+        """A context around a checkpointed region's recomputation: the bytes of the tensors it
+        creates that are still alive when it ends (the ones kept for the region's backward)
+        are added to `live` for the peak (module docstring)."""
+        return _RecomputeCounter(self)
 
     def reset_peak(self):
         self.peak = self.live
 
 
+class _RecomputeCounter(TorchDispatchMode):
+    """Weak references to every storage the recomputation's ops create; at the end, those
+    still alive (and not already counted, nor parameters) are the recomputed activations."""
+
+    def __init__(self, meter: ActivationMeter):
+        super().__init__()
+        self.meter = meter
+        self.created: list[tuple[StorageWeakRef, int, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                self.created.append((StorageWeakRef(storage), storage.data_ptr(), storage.nbytes()))
+        return out
+
+    def __exit__(self, *exc):
+        out = super().__exit__(*exc)
+        alive = {key: n for ref, key, n in self.created
+                 if not ref.expired() and key and key not in self.meter._skip and key not in self.meter._refs}
+        self.created.clear()
+        m = self.meter
+        m.recomputed_peak = max(m.recomputed_peak, sum(alive.values()))
+        m.peak = max(m.peak, m.live + sum(alive.values()))
+        return out
+
+
 def tensor_bytes(tensors) -> int:
-    return int(sum(t.numel() * t.element_size() for t in tensors if t is not None))
+    """Bytes of the storages behind `tensors`, each storage counted once: views into one flat
+    buffer (bucket views, ZeRO's parameters and their shard) are one allocation."""
+    storages, loose = {}, 0
+    for t in tensors:
+        if t is None:
+            continue
+        try:
+            storage = t.untyped_storage()
+            storages[storage.data_ptr() or id(storage)] = storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # no storage (fake / meta tensors)
+            loose += t.numel() * t.element_size()
+    return int(sum(storages.values()) + loose)
 
 
 def _local(t):

@@ -9,15 +9,18 @@ messages between two ranks never wait for each other. NCCL does neither:
    B" on both ranks of a pair waits forever;
 3. the pair's communicator is created by the first unbatched op between the two ranks, and
    creating it is itself a rendezvous: a ring in which every rank first sends to its right
-   neighbour waits forever before a byte moves.
+   neighbour waits forever before a byte moves;
+4. a batch (`Recorder.exchange`, `dist.batch_isend_irecv`) is one grouped launch on the
+   group's communicator, and the launches on one communicator run in order on its stream: a
+   batch starts only once the group's previous batch has finished.
 
-A batch (`Recorder.exchange`, `dist.batch_isend_irecv`) is one grouped launch on the group's
-communicator: only rule 1 applies, to the batch as a whole.
+Rules 2 and 3 concern unbatched ops only; a batch obeys rule 1 as a whole, and rule 4.
 
 How: a receive, when posted, writes the c10d-store key `ready/<group>/<src>/<dst>/<seq>`
 (messages between two ranks match in posting order, so both sides count the same `seq`); a
 send completes only after that key exists. Rule 2 waits for the pair's previous op before the
-next is posted; rule 3 is a one-time `init` handshake per pair. The host waits where a GPU's
+next is posted, rule 4 for the group's previous batch; rule 3 is a one-time `init` handshake
+per pair. The host waits where a GPU's
 *stream* would, which is stricter (a GPU's host goes on to other streams): a strict pass is a
 pass, a strict hang is a lead to read, not yet a proof.
 
@@ -42,6 +45,7 @@ class StrictP2P:
         self._seq: Counter = Counter()  # (group, src, dst) -> messages posted so far on this side
         self._inited: set = set()  # pairs whose "communicator" exists
         self._stream: dict[tuple, list] = {}  # pair -> its unbatched handles, in posting order
+        self._last_batch: dict[str, _AfterReady] = {}  # group -> its latest batch's work
 
     def store(self):
         if self._store is None:
@@ -81,18 +85,31 @@ class StrictP2P:
         return _AfterReady(self.store(), [self._ready_key(group, self.rank, dst)], work)
 
     def batch(self, group, sends, recvs):
-        """A batch: its receives are posted now; returns a wrapper for its work (rule 1)."""
+        """A batch: the group's previous batch finishes first (rule 4), its receives are
+        posted now; returns a wrapper for its work (rule 1)."""
+        previous = self._last_batch.pop(self._group(group), None)
+        if previous is not None:
+            previous.wait()
         for _, src in recvs:
             self.recv_posted(group, src)
         keys = [self._ready_key(group, self.rank, dst) for _, dst in sends]
         return lambda work: _AfterReady(self.store(), keys, work)
 
+    def batch_posted(self, group, work) -> None:
+        self._last_batch[self._group(group)] = work
+
 
 class _AfterReady:
+    """A work that completes once its receivers are ready; waiting twice waits once (rule 4
+    waits for a batch before its owner does)."""
+
     def __init__(self, store, keys: list[str], work):
-        self.store, self.keys, self.work = store, keys, work
+        self.store, self.keys, self.work, self.done = store, keys, work, False
 
     def wait(self):
+        if self.done:
+            return
         if self.keys:
             self.store.wait(self.keys)
         self.work.wait()
+        self.done = True

@@ -30,6 +30,11 @@ from mgpukit.runtime.context import WorkerContext
 __all__ = ["Recorder", "Handle", "WallClock", "make_clock", "group_ranks"]
 
 
+# torch 2.13 renamed the tensor collectives (the old names warn); older torch has only the old
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 def group_ranks(group) -> list[int]:
     if group is None:
         return list(range(dist.get_world_size()))
@@ -194,7 +199,7 @@ class Recorder:
         n = len(group_ranks(group))
         return self._collective(
             "reduce_scatter",
-            lambda a: dist.reduce_scatter_tensor(output, input, op=op, group=group, async_op=a),
+            lambda a: _REDUCE_SCATTER(output, input, op=op, group=group, async_op=a),
             _nbytes(input), group, async_op, bus_factor("reduce_scatter", n))
 
     def all_gather(self, output, input, *, group=None, async_op=False):
@@ -202,7 +207,7 @@ class Recorder:
         n = len(group_ranks(group))
         return self._collective(
             "all_gather",
-            lambda a: dist.all_gather_into_tensor(output, input, group=group, async_op=a),
+            lambda a: _ALL_GATHER(output, input, group=group, async_op=a),
             _nbytes(output), group, async_op, bus_factor("all_gather", n))
 
     def broadcast(self, tensor, src: int, *, group=None, async_op=False):
@@ -294,7 +299,7 @@ class Recorder:
         self._pending.append(handle)
         return handle
 
-    def exchange(self, *, sends=(), recvs=(), group=None) -> Handle:
+    def exchange(self, *, sends=(), recvs=(), group=None, waited_now: bool = False) -> Handle:
         """Post sends `[(tensor, dst)]` and receives `[(tensor, src)]` together, as one batch
         (`dist.batch_isend_irecv`, as torch.distributed.pipelining does for each step).
 
@@ -302,7 +307,8 @@ class Recorder:
         step (send right, receive left) or a pair swap cannot deadlock, and no per-pair
         communicator is created on the fly. The clock is read once for the whole batch; in
         emulated mode each message carries its send time beside it, as with `isend`/`irecv`.
-        Empty tensors are skipped."""
+        Empty tensors are skipped. `waited_now`: the caller waits at once (a ring step, a
+        pipeline round), so the wait itself stamps the end — no watcher thread."""
         sends = [(t, p) for t, p in sends if t.numel()]
         recvs = [(t, p) for t, p in recvs if t.numel()]
         self._check_device("exchange", *(t for t, _ in sends + recvs))
@@ -333,9 +339,10 @@ class Recorder:
 
         def done(end):
             if not emulated:
+                end = end if end is not None else self._mark()  # one clock read for the batch
                 for kind, items in (("send", sends), ("recv", recvs)):
                     for _ in items:
-                        self.event("comm", kind, start, end if end is not None else self._mark())
+                        self.event("comm", kind, start, end)
                 return
             for arrival in arrivals:  # the sends' handles, then the receives', as isend/irecv
                 self.clock.join(arrival)
@@ -345,10 +352,13 @@ class Recorder:
                 self.clock.join(arrival)
                 self.event("comm", "recv", recv_start, max(recv_start, arrival))
 
-        if after_ready is not None:
-            handle = Handle(after_ready(work), done)
+        if after_ready is not None:  # strict mode checks correctness, not time (see isend)
+            ready = after_ready(work)
+            self._strict.batch_posted(group, ready)  # its wait leaves the clocks alone
+            handle = Handle(ready, done)
         else:
-            handle = Handle(work, done, end=None if emulated else self.clock.completion(work))
+            handle = Handle(work, done, end=None if emulated or waited_now  # p2p: no future
+                            else self.clock.completion(work, future=False))
         self._pending.append(handle)
         return handle
 

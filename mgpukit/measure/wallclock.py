@@ -142,6 +142,11 @@ class Handle:
     def get_future(self):
         return self._work.get_future()
 
+    @property
+    def work(self):
+        """The backend's `dist.Work` (for a library that waits on it itself, e.g. FSDP2)."""
+        return self._work
+
 
 class Works:
     """Several works finished together (the timestamp and the payload of an emulated send)."""

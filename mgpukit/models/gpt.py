@@ -86,18 +86,34 @@ class GPTEmbedding(nn.Module):
         return self.drop(self.tok(idx) + self.pos(pos))  # (B, T, C)
 
 
+class AttentionCore(nn.Module):
+    """``softmax(q kᵀ / sqrt(hs)) v`` with a causal mask: the part of attention without weights.
+
+    Its own (parameter-free) module so that a policy can treat it apart from the projections —
+    selective activation checkpointing recomputes exactly this piece (Korthikanti et al. 2022).
+    """
+
+    def __init__(self, dropout: float) -> None:
+        super().__init__()
+        self.dropout = dropout
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        p = self.dropout if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, nh, T, hs)
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention through ``F.scaled_dot_product_attention``.
 
-    The number of heads is ``q_proj.out_features // head_dim``, read at every call: a
-    tensor-parallel rank that holds only some heads' rows of q/k/v (and the matching columns
-    of ``o_proj``) computes exactly its heads' share, with no code change here.
+    The number of heads is read from the width of q at every call: a tensor-parallel rank
+    that holds only some heads' rows of q/k/v (and the matching columns of ``o_proj``) —
+    ours or a DTensor-sharded one — computes exactly its heads' share, with no code change here.
     """
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.head_dim = cfg.head_dim
-        self.dropout = cfg.dropout
+        self.core = AttentionCore(cfg.dropout)
         self.q_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.k_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.v_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
@@ -106,12 +122,12 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape  # (B, T, C)
-        n_head_local = self.q_proj.out_features // self.head_dim
-        q = self.q_proj(x).view(B, T, n_head_local, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        k = self.k_proj(x).view(B, T, n_head_local, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        v = self.v_proj(x).view(B, T, n_head_local, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, nh, T, hs)
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # (B, T, nh*hs)
+        n_head_local = q.shape[-1] // self.head_dim
+        q = q.view(B, T, n_head_local, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, n_head_local, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, n_head_local, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        y = self.core(q, k, v)  # (B, nh, T, hs)
         y = y.transpose(1, 2).reshape(B, T, n_head_local * self.head_dim)  # (B, T, nh*hs)
         return self.resid_drop(self.o_proj(y))  # (B, T, C)
 

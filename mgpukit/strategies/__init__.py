@@ -8,6 +8,8 @@ from mgpukit.strategies import data_parallel  # noqa: F401
 from mgpukit.strategies import communication  # noqa: F401
 from mgpukit.strategies import compression  # noqa: F401
 from mgpukit.strategies import pipeline  # noqa: F401
+from mgpukit.strategies import tensor_parallel  # noqa: F401
+from mgpukit.strategies import sharding  # noqa: F401
 from mgpukit.strategies.registry import Strategy, available, get, register  # noqa: F401
 
 __all__ = ["get", "available", "register", "Strategy"]

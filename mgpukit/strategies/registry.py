@@ -8,6 +8,8 @@ A strategy is a recipe for the one trainer, not a training loop of its own:
   the data-parallel axis (an applier: bucketed hooks, DDP, a compressed exchange …);
 - `schedule` / `pipeline` — for pipeline strategies, the schedule and whose runtime runs it
   (`"ours"`: the kit's executor; `"native"`: torch.distributed.pipelining);
+- `tensor` — with tp > 1, who splits the layers (`"ours"`: Megatron-style layers,
+  `mgpukit.strategies.tensor_parallel`; `"native"`: DTensor's `parallelize_module`);
 - `knobs` — its typed options.
 
 `mgpukit.parallelize` applies these to an unmodified model and `mgpukit.training.train` runs
@@ -36,6 +38,7 @@ class Strategy:
     grad_sync: Callable | None = None  # (module, ctx, rec, cfg) -> (module, GradSync); None: allreduce
     schedule: str | None = None  # pipeline strategies: the schedule their name promises
     pipeline: str = "ours"  # "ours" | "native": who runs a pipeline schedule
+    tensor: str = "ours"  # "ours" | "native": who splits the layers when tp > 1
     worker: Callable | None = None  # own topology: run(ctx, rec, cfg) -> {"weights": ...}
     knobs: tuple[Knob, ...] = ()
     trainer_knobs: bool = True  # accepts the trainer's knobs (loader, straggler, lr rule)

@@ -56,7 +56,9 @@ def loss_fn(cfg: RunConfig):
 
 def grad_sq_norm(params) -> float:
     """Σ‖g‖² over `params` in float64 (its own rounding must not look like a parity difference)."""
-    squares = [p.grad.detach().double().pow(2).sum() for p in params if p.grad is not None]
+    grads = [p.grad for p in params if p.grad is not None]
+    grads = [g.to_local() if hasattr(g, "to_local") else g for g in grads]  # a DTensor: my shard
+    squares = [g.detach().double().pow(2).sum() for g in grads]
     return float(torch.stack(squares).sum()) if squares else 0.0
 
 

@@ -19,10 +19,11 @@ from mgpukit.measure.memory import ActivationMeter
 
 
 class LocalEngine:
-    def __init__(self, rec, module, *, sync, loss_fn, micro_batches: int, params):
+    def __init__(self, rec, module, *, sync, loss_fn, micro_batches: int, params, around=None):
         self.rec, self.module, self.sync, self.loss_fn = rec, module, sync, loss_fn
         self.k = micro_batches
         self.meter = ActivationMeter(params)
+        self.around = around or contextlib.nullcontext  # e.g. torch's loss_parallel()
 
     def forward_backward(self, x, y, slowed) -> float:
         rec, k = self.rec, self.k
@@ -30,7 +31,7 @@ class LocalEngine:
         for m, (xm, ym) in enumerate(split_microbatches(x, y, k)):
             last = m == k - 1
             mb = m if k > 1 else None
-            with (contextlib.nullcontext() if last else self.sync.no_sync()):
+            with (contextlib.nullcontext() if last else self.sync.no_sync()), self.around():
                 with rec.compute("fwd", microbatch=mb), self.meter.track(), slowed():
                     loss = self.loss_fn(self.module(xm), ym) / k  # mean over the slice
                 with rec.compute("bwd", microbatch=mb), slowed():

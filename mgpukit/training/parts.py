@@ -9,6 +9,13 @@ them, dp × pp — trains through the same loop.
     engine.forward_backward(x, y, slowed) -> this rank's share of the step's loss, or None
     sync.no_sync()                        -> backward inside must not communicate
     sync.sync(step)                       -> after the last backward: gradients averaged
+    parts.after_step(step)                -> after the optimizer step (ZeRO: all-gather the
+                                             updated shards back into the full parameters)
+
+A sharded strategy (ZeRO, FSDP) hands the optimizer this rank's *shards* as `params`: the
+optimizer state it builds over them is sharded by construction, and their gradients are
+disjoint pieces of the full gradient (`grads_sharded`), so the trainer sums their squares
+over the data-parallel group instead of averaging them.
 """
 from __future__ import annotations
 
@@ -50,6 +57,12 @@ class Parts:
     engine: Engine
     sync: GradSync
     params: list  # the parameters the optimizer steps and the gradient norm counts
-    holds_loss: bool = True  # this rank computes the loss (the last pipeline stage)
+    holds_loss: bool = True  # this rank logs the loss (the last pipeline stage, tp rank 0)
+    # this rank's share of the full gradient's Σ‖g‖² (default: of `params`; tensor parallel
+    # counts a replicated parameter 1/t on each of its t ranks)
+    grad_sq: Callable[[], float] | None = None
     state_dict: Callable[[], dict] | None = None  # this rank's weights, full-model names
+    after_step: Callable[[int], None] | None = None  # runs right after optimizer.step()
+    grads_sharded: bool = False  # `params`' gradients are disjoint shards over dp (ZeRO)
     extra: dict = dataclasses.field(default_factory=dict)  # figures for rec.extra
+    scaler: Any = None  # fp16's loss scaler (`policies.precision.LossScaler`), else None

@@ -5,7 +5,8 @@ Per step, on every rank:
     data   -> the rank's slice of the global batch, by its data-parallel coordinate
     engine -> forward + backward (micro-batches, or a pipeline schedule)  [parts.engine]
     sync   -> gradients averaged over the dp group                        [parts.sync]
-    opt    -> optimizer step
+    scale  -> fp16 only: gradients unscaled, an overflowing step skipped [parts.scaler]
+    opt    -> optimizer step, then `parts.after_step` (ZeRO: gather shards)
 
 and around the loop the seams every strategy shares: the input pipeline (`loader.py`:
 `loader_delay_s`, `prefetch`), a straggler rank (`straggler.py`), the learning-rate rule
@@ -16,9 +17,9 @@ are combined once, after training, in one untimed reduction over the world (a pi
 lives on its last stage, its gradient is spread over the stages; data-parallel replicas hold
 the same averaged gradient), so logging never sits inside a timed step.
 
-A non-finite loss or gradient (too high a learning rate, an overflow) stops the run at once,
-before the optimizer step that would spread it into the weights: `NonFiniteError` names the
-step and the rank. The check costs nothing extra — the gradient norm already logged is a float64
+A non-finite loss or gradient (too high a learning rate; an overflow that fp16's loss scaler
+does not handle) stops the run at once, before the optimizer step that would spread it into
+the weights: `NonFiniteError` names the step and the rank. The check costs nothing extra — the gradient norm already logged is a float64
 sum of every squared gradient element, non-finite exactly when some element is.
 
 The trainer is the only place that calls `optimizer.step()` (outside the parameter server,
@@ -74,15 +75,24 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
             if idle is not None:
                 idle.mark()
             parts.sync.sync(step)
-            sq_norm = grad_sq_norm(parts.params)
-            check_finite(loss, sq_norm, step=step, rank=ctx.rank)  # before the weights change
+            scale = parts.scaler.scale if parts.scaler is not None else 1.0
+            finite = parts.scaler.unscale_(parts.params) if parts.scaler is not None else True
+            sq_norm = parts.grad_sq() if parts.grad_sq else grad_sq_norm(parts.params)
+            if finite:  # fp16's scaler skips an overflowing step by design; anything else stops here
+                check_finite(float(loss) / scale if loss is not None else None, sq_norm,
+                             step=step, rank=ctx.rank)  # before the weights change
             if lr_at is not None:
                 set_lr(optimizer, lr_at(step))
                 rec.extra["lr"].append(lr_at(step))
             with rec.compute("opt"), slowed():
-                optimizer.step()
+                if finite:  # fp16: a step whose gradients overflowed is skipped
+                    optimizer.step()
                 optimizer.zero_grad(set_to_none=False)  # keep .grad tensors (bucket views)
-        logs.append((float(loss) if loss is not None else 0.0, sq_norm))
+            if parts.after_step is not None:
+                parts.after_step(step)  # e.g. ZeRO-1/2: all-gather the updated shards
+            if parts.scaler is not None:
+                parts.scaler.update(finite)
+        logs.append((float(loss) / scale if loss is not None else 0.0, sq_norm))
         if ckpt.on_step_end is not None:
             ckpt.on_step_end(step)
     log_steps(rec, ctx, parts, logs)
@@ -92,6 +102,8 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
     if hasattr(parts.engine, "finish"):
         rec.extra.update(parts.engine.finish(cfg.steps))
     rec.extra.update(parts.extra)
+    if parts.scaler is not None:
+        rec.extra["loss_scale"] = {"final": parts.scaler.scale, "skipped_steps": parts.scaler.skipped}
     return gather_weights(rec, ctx, parts)
 
 
@@ -117,11 +129,13 @@ def check_finite(loss, sq_norm: float, *, step: int, rank: int) -> None:
 def log_steps(rec, ctx, parts: Parts, logs: list[tuple[float, float]]) -> None:
     """Per step: loss of the global batch (held by the last stage of each replica, averaged
     over replicas) and the full gradient norm (squares summed over the stages; replicas hold
-    the same gradient, so their mean). One untimed reduction over the world."""
+    the same gradient, so their mean — unless each holds a disjoint shard of it, ZeRO, then
+    their sum). One untimed reduction over the world."""
     dp = ctx.size("dp")
+    replicas = 1 if parts.grads_sharded else dp
     flat = []
     for loss, sq in logs:
-        flat += [loss / dp if parts.holds_loss else 0.0, sq / dp]
+        flat += [loss / dp if parts.holds_loss else 0.0, sq / replicas]
     world = dist.group.WORLD if dist.is_initialized() and ctx.world_size > 1 else None
     total = rec.reduce_values(flat, group=world)
     for i in range(0, len(total), 2):

@@ -62,7 +62,7 @@ def _exchange(rec, send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, g
     """Send `send` to `dst` while receiving `recv` from `src`, posted together as one batch
     (`Recorder.exchange`): every rank of a ring sends and receives at once, which gloo allows
     with a separate isend and irecv but NCCL only as a batch (otherwise: a deadlock)."""
-    rec.exchange(sends=[(send, dst)], recvs=[(recv, src)], group=group).wait()
+    rec.exchange(sends=[(send, dst)], recvs=[(recv, src)], group=group, waited_now=True).wait()
 
 
 # ---------------------------------------------------------------- naive: through rank 0

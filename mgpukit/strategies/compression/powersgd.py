@@ -41,6 +41,7 @@ import torch.distributed as dist
 from mgpukit.strategies.compression.common import loss_curve_check, track_step_bytes
 from mgpukit.strategies.compression.theory import DEFAULTS, compression_theory, knobs_of
 from mgpukit.strategies.knobs import Knob
+from mgpukit.strategies.policies.precision import accelerate_precision
 from mgpukit.strategies.registry import register
 
 LOSS_RTOL = 0.10  # final loss within 10 % of the fp32 reference's (see parity.py)
@@ -102,7 +103,8 @@ def apply_powersgd(module, ctx, rec, cfg):
     from accelerate import Accelerator
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
-    accelerator = Accelerator(mixed_precision="no")  # not ACCELERATE_MIXED_PRECISION's (see ddp)
+    # the layout's dtype, not ACCELERATE_MIXED_PRECISION's (see ddp)
+    accelerator = Accelerator(mixed_precision=accelerate_precision(cfg.layout.dtype))
     rec.extra["mixed_precision"] = accelerator.mixed_precision
     model = accelerator.prepare(module)
     if hasattr(model, "register_comm_hook"):  # DDP-wrapped (more than one worker)

@@ -143,6 +143,6 @@ def apply_bucketed(module, ctx, rec, cfg):
 STRATEGY = register(
     "dp-bucketed", family="data-parallel",
     description="gradients in buckets, all-reduced asynchronously during backward (hooks)",
-    grad_sync=apply_bucketed, composes=("dp", "pp"), theory=dp_theory,
+    grad_sync=apply_bucketed, composes=("dp", "pp", "tp"), theory=dp_theory,
     knobs=(Knob("bucket_mb", float, DEFAULT_BUCKET_MB, "bucket size in MB (DDP's bucket_cap_mb)",
                 minimum=0),))

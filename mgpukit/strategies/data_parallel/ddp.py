@@ -13,6 +13,7 @@ import torch
 
 from mgpukit.strategies.data_parallel.theory import dp_theory
 from mgpukit.strategies.knobs import Knob
+from mgpukit.strategies.policies.precision import accelerate_precision
 from mgpukit.strategies.registry import register
 
 
@@ -45,8 +46,9 @@ def apply_ddp(module, ctx, rec, cfg):
     from accelerate.utils import DistributedDataParallelKwargs
 
     # explicit: `accelerate launch --mixed_precision bf16` exports ACCELERATE_MIXED_PRECISION, and
-    # Accelerator() would silently run forward in autocast while the record says fp32
-    accelerator = Accelerator(mixed_precision="no", kwargs_handlers=[DistributedDataParallelKwargs(
+    # Accelerator() would silently run forward in autocast while the record says fp32; the
+    # layout's dtype is the one policy (`strategies.policies.precision` autocasts the pieces too)
+    accelerator = Accelerator(mixed_precision=accelerate_precision(cfg.layout.dtype), kwargs_handlers=[DistributedDataParallelKwargs(
         bucket_cap_mb=STRATEGY.option(cfg, "bucket_mb"))])
     rec.extra["mixed_precision"] = accelerator.mixed_precision
     model = accelerator.prepare(module)

@@ -37,8 +37,9 @@ def all_reduce_gradients(rec, params, *, group) -> None:
     for p in params:
         if p.grad is None:  # a parameter this step did not use
             continue
-        rec.all_reduce(p.grad, group=group)
-        p.grad.div_(n)
+        g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # a DTensor's own shard
+        rec.all_reduce(g, group=group)
+        g.div_(n)
 
 
 class AllReduceSync:
@@ -61,4 +62,4 @@ def apply_allreduce_dp(module, ctx, rec, cfg):
 
 register("dp-naive", family="data-parallel",
          description="all-reduce every gradient after backward, one by one (no overlap)",
-         grad_sync=apply_allreduce_dp, composes=("dp", "pp"), theory=dp_theory)
+         grad_sync=apply_allreduce_dp, composes=("dp", "pp", "tp"), theory=dp_theory)

@@ -22,7 +22,7 @@ import torch.nn as nn
 from mgpukit.costmodel.schedules import build_schedule
 from mgpukit.measure.idle import measure_bubble
 from mgpukit.strategies.pipeline.executor import PipelineExecutor, PipelineMeter
-from mgpukit.strategies.pipeline.p2p import StageLinks
+from mgpukit.strategies.pipeline.p2p import StageLinks, plan_rounds
 from mgpukit.strategies.pipeline.stages import boundary_shape, split_model
 from mgpukit.training.building import full_state_dict
 from mgpukit.training.parts import NoSync, Parts
@@ -43,7 +43,7 @@ class PipelineEngine:
         self.executor = PipelineExecutor(rec, stages, num_stages=p * v, links=self.links,
                                          loss_fn=loss_fn, meter=self.meter,
                                          split_backward=schedule == "zb-h1")
-        self.actions = build_schedule(schedule, p, m, v)[pp_rank]
+        self.rounds = plan_rounds(build_schedule(schedule, p, m, v))[pp_rank]  # p2p.py
         self.pp_group = ctx.group("pp")
         self.device = ctx.device
         self.sync = sync  # the dp gradient sync: it waits until the whole schedule has run
@@ -55,7 +55,7 @@ class PipelineEngine:
         if x.requires_grad:  # an input that wants a gradient (the lab's): one leaf each
             xs = [c.requires_grad_() for c in xs]
         with (self.sync.no_sync() if self.sync is not None else contextlib.nullcontext()):
-            loss = self.executor.run_step(self.actions, xs, ys)
+            loss = self.executor.run_step(self.rounds, xs, ys)
         return None if loss is None else float(loss)
 
     def finish(self, steps: int) -> dict:

@@ -1,0 +1,101 @@
+"""`mgpukit bench tp`: the hand-written tensor parallelism timed against DTensor's, and the
+link a tp group spans, emulated beside the analytic model.
+
+Setting (say it with every figure):
+
+- **measured** wall clock, CPU workers (gloo), ``gpt-tiny``, tp = 2: ``tp`` (Megatron-style
+  layers, `mgpukit.strategies.tensor_parallel`) vs ``tp-native`` (DTensor
+  ``parallelize_module`` + ``loss_parallel``, its CommObserver off), the same model, batch and
+  split; median step time (first step skipped), best of 3 interleaved rounds (2 with --quick);
+- **emulated** step time (virtual clock) of ``tp`` at tp = 8 on ``gpt-small`` (8 heads) with
+  the tp group on NVLink (``h100-nvlink``) and on PCIe (``h100-pcie``); with --quick: tp = 4
+  on ``gpt-tiny``. Beside it, the analytic model (`costmodel.step_time`) for the same layout,
+  and — analytic only — the group split over InfiniBand (``h100-ib`` with one GPU per node,
+  which no profile file describes).
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import warnings
+
+from mgpukit.bench import bench
+
+
+def _median(rec) -> float:
+    return statistics.median(rec["step_time_s"][1:])
+
+
+def _overhead(steps: int, rounds: int) -> dict:
+    from mgpukit.experiment import run
+
+    med = {"tp": [], "tp-native": []}
+    for _ in range(rounds):
+        for name in med:
+            opts = {"count_comm": False} if name == "tp-native" else {}
+            rec = run(name, workers=2, mode="cpu", steps=steps, parity=False, options=opts)
+            med[name].append(_median(rec))
+    ours, native = min(med["tp"]), min(med["tp-native"])
+    return {"ours_step_s": ours, "native_step_s": native, "ratio": ours / native, "target": 1.1,
+            "ok": ours / native <= 1.1, "tp": 2, "model": "gpt-tiny", "rounds": med}
+
+
+def predicted_step_s(model: str, tp: int, profile: str, global_batch: int = 8) -> float:
+    """The analytic model's step time of `tp` on `profile` (fp32, one micro-batch of the batch)."""
+    from mgpukit.config import RunConfig
+    from mgpukit.costmodel import Layout, load_profile, step_time
+    from mgpukit.costmodel.shapes import ModelShape
+
+    shape = ModelShape.from_gpt_config(RunConfig(model=model).model_config())
+    layout = Layout(tp=tp, micro_batch=global_batch, dtype="fp32")
+    return step_time(shape, layout, load_profile(profile))["total_s"]
+
+
+def _links(quick: bool) -> dict:
+    from mgpukit.experiment import run
+
+    model, tp = ("gpt-tiny", 4) if quick else ("gpt-small", 8)
+    out = {"model": model, "tp": tp, "profiles": {}}
+    for profile in ("h100-nvlink", "h100-pcie"):
+        rec = run("tp", workers=tp, mode="emulated", profile=profile, model=model, steps=3, parity=False)
+        out["profiles"][profile] = {"emulated_s": _median(rec),
+                                    "analytic_s": predicted_step_s(model, tp, profile)}
+    out["profiles"]["h100-ib"] = {"emulated_s": None, "analytic_s": _ib_step_s(model, tp)}
+    nv, pcie = out["profiles"]["h100-nvlink"], out["profiles"]["h100-pcie"]
+    out["pcie_over_nvlink"] = {"emulated": pcie["emulated_s"] / nv["emulated_s"],
+                               "analytic": pcie["analytic_s"] / nv["analytic_s"]}
+    return out
+
+
+def _ib_step_s(model: str, tp: int) -> float:
+    """The analytic step time with the tp group across nodes: h100-ib with one GPU per node."""
+    from mgpukit.config import RunConfig
+    from mgpukit.costmodel import Layout, load_profile, step_time
+    from mgpukit.costmodel.shapes import ModelShape
+
+    hw = dataclasses.replace(load_profile("h100-ib"), gpus_per_node=1)
+    shape = ModelShape.from_gpt_config(RunConfig(model=model).model_config())
+    return step_time(shape, Layout(tp=tp, micro_batch=8, dtype="fp32"), hw)["total_s"]
+
+
+@bench("tp", help="tp vs DTensor tp-native step time (cpu), tp over NVLink / PCIe / IB "
+                  "(emulated vs analytic)")
+def bench_tp(args=None) -> dict:
+    from mgpukit.runtime.launcher import OversubscribedWarning
+
+    quick = bool(getattr(args, "quick", False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OversubscribedWarning)
+        over = _overhead(steps=5 if quick else 10, rounds=2 if quick else 3)
+        links = _links(quick)
+    print(f"step time, measured (cpu, gloo, gpt-tiny, tp=2): tp {over['ours_step_s'] * 1e3:.1f} ms "
+          f"vs tp-native {over['native_step_s'] * 1e3:.1f} ms = {over['ratio']:.2f}x "
+          f"(target <= 1.1: {'ok' if over['ok'] else 'MISSED'})")
+    print(f"step time of tp={links['tp']} on {links['model']} (ms): emulated (virtual clock) vs "
+          f"analytic (cost model)")
+    for name, v in links["profiles"].items():
+        emu = f"{v['emulated_s'] * 1e3:10.3f}" if v["emulated_s"] is not None else f"{'-':>10}"
+        print(f"  {name:<28}{emu}{v['analytic_s'] * 1e3:10.3f}")
+    r = links["pcie_over_nvlink"]
+    print(f"  PCIe / NVLink: emulated {r['emulated']:.2f}x, analytic {r['analytic']:.2f}x")
+    return {"overhead": over, "links": links}

@@ -1,0 +1,237 @@
+"""Notebook 05's studies: a matmul split by hand, where tensor parallelism's bytes go, what
+sequence parallelism saves, and why a tp group stays inside a node.
+
+Everything here calls the library (`mgpukit.strategies.tensor_parallel`, the cost model's
+`tensor_parallel` table, `mgpukit.run`); the notebook only shows and asks.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import plotly.graph_objects as go
+import torch
+
+from mgpukit.costmodel.comm import bus_factor
+from mgpukit.costmodel.shapes import ModelShape
+from mgpukit.costmodel.tensor_parallel import tp_collectives
+from mgpukit.plots.style import PREDICTED, series_color
+
+
+# ---------------------------------------------------------------------------- 1. by hand
+
+def split_matmul(t: int = 2, *, rows: int = 4, d_in: int = 8, d_out: int = 6, seed: int = 0) -> dict:
+    """Y = X A computed whole, by column blocks of A (concatenated) and by row blocks (summed)."""
+    g = torch.Generator().manual_seed(seed)
+    X, A = torch.randn(rows, d_in, generator=g), torch.randn(d_in, d_out, generator=g)
+    Y = X @ A
+    cols = [X @ a for a in A.chunk(t, dim=1)]  # rank i: X A_i, (rows, d_out/t)
+    by_cols = torch.cat(cols, dim=1)
+    parts = [x @ a for x, a in zip(X.chunk(t, dim=1), A.chunk(t, dim=0))]  # rank i: X_i A_i, (rows, d_out)
+    by_rows = sum(parts)
+    return {"X": tuple(X.shape), "A": tuple(A.shape), "Y": tuple(Y.shape),
+            "column_shard": tuple(A.chunk(t, dim=1)[0].shape), "column_out": tuple(cols[0].shape),
+            "row_shard": tuple(A.chunk(t, dim=0)[0].shape), "row_in": tuple(X.chunk(t, dim=1)[0].shape),
+            "row_out": tuple(parts[0].shape),
+            "max_err_columns": float((by_cols - Y).abs().max()), "max_err_rows": float((by_rows - Y).abs().max())}
+
+
+# --------------------------------------------------------------------- 2. the block diagram
+
+_BLOCK = [  # (label, kind) left to right through one block; kind: "rep" | "split" | "comm"
+    ("LayerNorm", "rep"), ("f", "comm"), ("q k v (column)", "split"), ("attention of my heads", "split"),
+    ("o_proj (row)", "split"), ("g", "comm"), ("+ x", "rep"), ("LayerNorm", "rep"), ("f", "comm"),
+    ("fc1 (column)", "split"), ("GELU", "split"), ("fc2 (row)", "split"), ("g", "comm"), ("+ x", "rep"),
+]
+
+
+def plot_block(sp: bool = False) -> go.Figure:
+    """One transformer block on a tp rank: what is replicated, what is split, where the
+    collectives sit in forward and backward (Megatron's f and g; with SP, their pairs)."""
+    fwd = {"f": "all-gather" if sp else "—", "g": "reduce-scatter" if sp else "all-reduce"}
+    bwd = {"f": "reduce-scatter" if sp else "all-reduce", "g": "all-gather" if sp else "—"}
+    colors = {"rep": "#BAB0AC" if not sp else "#72B7B2", "split": "#4C78A8", "comm": "#E45756"}
+    fig = go.Figure()
+    for i, (label, kind) in enumerate(_BLOCK):
+        fig.add_shape(type="rect", x0=i, x1=i + 0.9, y0=0, y1=1, fillcolor=colors[kind], line_width=0)
+        fig.add_annotation(x=i + 0.45, y=0.5, text=label.replace(" ", "<br>"), showarrow=False,
+                           font=dict(color="white", size=10))
+        if kind == "comm":
+            fig.add_annotation(x=i + 0.45, y=1.25, text=f"fwd: {fwd[label]}", showarrow=False, font_size=10)
+            fig.add_annotation(x=i + 0.45, y=-0.25, text=f"bwd: {bwd[label]}", showarrow=False, font_size=10)
+    rep = "T/t tokens (sequence-parallel)" if sp else "replicated on every tp rank"
+    fig.update_layout(
+        title=f"one block, tensor parallel{' + sequence parallel' if sp else ''}: grey/teal = {rep}, "
+              f"blue = split by heads / columns, red = collective",
+        height=230, margin=dict(l=10, r=10, t=60, b=10), showlegend=False,
+        xaxis=dict(visible=False, range=[-0.1, len(_BLOCK)]), yaxis=dict(visible=False, range=[-0.5, 1.5]))
+    return fig
+
+
+# ------------------------------------------------------------------- 3. bytes, measured vs table
+
+def bytes_table(record: dict) -> list[dict]:
+    """Per collective kind: count and bytes sent per rank, measured (rank 0) vs the cost model's
+    table (`mgpukit.costmodel.tensor_parallel`) for the run's own layout and steps."""
+    from mgpukit.config import RunConfig
+    from mgpukit.costmodel.layout import Layout
+
+    cfg = RunConfig(**{k: v for k, v in record["config"].items() if k != "layout"})
+    layout = Layout(**record["layout"])
+    shape = ModelShape.from_gpt_config(cfg.model_config())
+    steps = len(record["losses"])
+    comm = record["comm"]["0"]
+    rows = []
+    for kind, items in tp_collectives(shape, layout).items():
+        rows.append({"kind": kind, "count_measured": comm["collectives"].get(kind, 0),
+                     "count_table": steps * sum(c for c, _ in items),
+                     "bytes_table": steps * sum(c * n * bus_factor(kind, layout.tp) for c, n in items)})
+    rows.append({"kind": "total", "count_measured": sum(comm["collectives"].values()),
+                 "count_table": sum(r["count_table"] for r in rows),
+                 "bytes_measured": comm["bytes_sent"], "bytes_table": sum(r["bytes_table"] for r in rows)})
+    return rows
+
+
+# ------------------------------------------------------------ 4. sequence parallelism's memory
+
+def layernorm_saved_bytes(sp: bool, *, batch: int = 4) -> int:
+    """Inside a launch: bytes the LayerNorms of this rank's split GPT save for backward."""
+    from mgpukit.measure.memory import ActivationMeter
+    from mgpukit.measure.recorder import Recorder
+    from mgpukit.models import GPT, gpt_tiny
+    from mgpukit.runtime.context import current
+    from mgpukit.strategies.tensor_parallel.apply import apply_tp
+
+    ctx = current()
+    model = GPT(gpt_tiny())
+    apply_tp(model, ctx, Recorder(ctx), sp=sp)
+    meter = ActivationMeter(model.parameters())
+    active = {}
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.LayerNorm):
+            def enter(mod, args, name=name):
+                active[name] = meter.track()
+                active[name].__enter__()
+
+            def leave(mod, args, out, name=name):
+                active.pop(name).__exit__(None, None, None)
+            m.register_forward_pre_hook(enter)
+            m.register_forward_hook(leave, prepend=True)  # before the hook that gathers
+    model(torch.randint(0, model.cfg.vocab_size, (batch, model.cfg.seq_len)))
+    return meter.peak
+
+
+def sequence_parallel_memory(t: int = 2) -> dict:
+    """Measured LayerNorm activations per rank, tp vs tp + SP, on `t` CPU workers."""
+    from mgpukit.runtime.dims import ParallelDims
+    from mgpukit.runtime.launcher import launch
+
+    out = {}
+    for sp in (False, True):
+        out["tp-sp" if sp else "tp"] = launch(layernorm_saved_bytes, t, sp, dims=ParallelDims(tp=t), echo=False)[0]
+    return out
+
+
+# --------------------------------------------------------------- 5. why tp stays in a node
+
+LINKS = {"NVLink (h100-nvlink)": ("h100-nvlink", None), "PCIe (h100-pcie)": ("h100-pcie", None),
+         "InfiniBand across nodes (h100-ib, 1 GPU/node)": ("h100-ib", 1)}
+
+
+def predicted_step(model: str, tp: int, link: str, *, global_batch: int = 8, sp: bool = False) -> dict:
+    """The analytic step time (`costmodel.step_time`) of `tp` ranks over `link` (a LINKS key)."""
+    from mgpukit.config import RunConfig
+    from mgpukit.costmodel import Layout, get_shape, load_profile, step_time
+
+    name, per_node = LINKS[link]
+    hw = load_profile(name)
+    if per_node:
+        hw = dataclasses.replace(hw, gpus_per_node=per_node)
+    try:
+        shape = ModelShape.from_gpt_config(RunConfig(model=model).model_config())
+    except ValueError:
+        shape = get_shape(model)
+    return step_time(shape, Layout(tp=tp, sp=sp, micro_batch=global_batch, dtype="fp32"), hw)
+
+
+def emulated_steps(tps=(2, 4), profiles=("h100-nvlink", "h100-pcie"), steps: int = 2) -> list[dict]:
+    """`tp` on gpt-tiny under the virtual clock of each profile, for each tp degree."""
+    from mgpukit.experiment import run
+
+    return [run("tp", workers=t, mode="emulated", profile=p, steps=steps, parity=False)
+            for p in profiles for t in tps]
+
+
+def plot_tp_scaling(model: str = "gpt-tiny", tps=(1, 2, 4), emulated: list[dict] = ()) -> go.Figure:
+    """Step time vs tp degree: the cost model per link (lines), emulated runs (markers)."""
+    import statistics
+
+    fig = go.Figure()
+    for i, link in enumerate(LINKS):
+        fig.add_trace(go.Scatter(x=list(tps), y=[predicted_step(model, t, link)["total_s"] * 1e6 for t in tps],
+                                 mode="lines", name=f"{link}, {PREDICTED}", line=dict(color=series_color(i))))
+    for i, prof in enumerate(("h100-nvlink", "h100-pcie")):
+        recs = [r for r in emulated if r["profile"] == prof]
+        if recs:
+            fig.add_trace(go.Scatter(
+                x=[r["layout"]["tp"] for r in recs], y=[statistics.median(r["step_time_s"][1:] or r["step_time_s"]) * 1e6
+                                                        for r in recs],
+                mode="markers", marker=dict(size=11, symbol="diamond", color=series_color(i)),
+                name=f"{prof}, emulated (virtual clock)"))
+    fig.update_layout(title=f"{model}: step time vs tensor-parallel degree", height=420,
+                      xaxis=dict(title="tp degree", type="log", tickvals=list(tps)),
+                      yaxis=dict(title="step time (µs)", type="log"),
+                      legend=dict(orientation="h", y=-0.25), margin=dict(b=140))
+    return fig
+
+
+def tp_explorer(model: str = "1.3b"):
+    """Widget: a model, a tp degree, a link — the predicted step split into compute and tp
+    communication (the cost model), redrawn at once."""
+    import ipywidgets as w
+    from IPython.display import clear_output, display
+
+    from mgpukit.costmodel import list_shapes
+
+    models = w.Dropdown(options=list_shapes(), value=model, description="model")
+    degree = w.SelectionSlider(options=[1, 2, 4, 8, 16, 32], value=8, description="tp")
+    out = w.Output()
+
+    def draw(_=None):
+        names = list(LINKS)
+        rows = [predicted_step(models.value, degree.value, link) for link in names]
+        fig = go.Figure()
+        for key, label, color in (("compute_s", "compute", "#4C78A8"), ("comm_tp_s", "tp communication", "#E45756")):
+            fig.add_trace(go.Bar(y=[n.split(" (")[0] for n in names], x=[r[key] * 1e3 for r in rows],
+                                 name=label, orientation="h", marker_color=color))
+        fig.update_layout(barmode="stack", height=300, title=f"{models.value}, tp={degree.value}: one step, "
+                          f"{PREDICTED}", xaxis_title="ms", legend=dict(orientation="h", y=-0.35),
+                          margin=dict(l=10, b=100))
+        with out:
+            clear_output(wait=True)
+            share = ", ".join(f"{n.split(' (')[0]} {r['comm_tp_s'] / r['total_s']:.0%}" for n, r in zip(names, rows))
+            print(f"share of the step spent in tp communication: {share}")
+            fig.show()
+
+    for c in (models, degree):
+        c.observe(draw, names="value")
+    display(w.VBox([w.HBox([models, degree]), out]))
+    draw()
+
+
+# --------------------------------------------------------------------------------- exercises
+
+def expected(name: str):
+    """The answers the notebook's exercises are checked against (kept out of the cells)."""
+    from mgpukit.models import gpt_small, gpt_tiny
+
+    small, tiny = gpt_small(), gpt_tiny()
+    shape = ModelShape.from_gpt_config(tiny)
+    from mgpukit.costmodel.layout import Layout
+
+    if name == "tp-shard-shapes":  # gpt-small, t = 4: q_proj's and fc2's weight on one rank
+        return [[small.d_model // 4, small.d_model], [small.d_model, small.d_ff // 4]]
+    if name == "tp-all-reduces":  # tp on gpt-tiny, one micro-batch: all-reduces per step
+        return sum(c for c, _ in tp_collectives(shape, Layout(tp=2, micro_batch=8, dtype="fp32"))["all_reduce"])
+    if name == "tp-sp-same-bytes":  # tp-sp's bytes per step / tp's, blocks only
+        return 1.0
+    raise KeyError(name)

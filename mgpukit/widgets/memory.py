@@ -1,0 +1,101 @@
+"""Memory controls and figures for notebook 07.
+
+- `plot_memory_breakdown(rows, title)`: stacked bars of *predicted* bytes per GPU by category
+  (params, grads, optimizer, activations) for each layout of `lessons.memory.memory_table`,
+  with the usable memory of the GPU as a line.
+- `memory_explorer()`: model size, GPU count, sequence length, checkpointing and precision ->
+  the breakdown redrawn from the cost model at once, and which layouts fit. Headless (CI), it
+  draws its first figure once.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from mgpukit.costmodel.memory import CATEGORIES
+from mgpukit.plots.style import PREDICTED, series_color
+
+
+def plot_memory_breakdown(rows: list[dict], *, title: str = "") -> go.Figure:
+    """Stacked GB per GPU by category for each layout row (rows that cannot run are left out)."""
+    ok = [r for r in rows if "error" not in r]
+    names = [r["layout"] + (" ✓" if r["fits"] else " ✗") for r in ok]
+    fig = go.Figure()
+    for i, cat in enumerate(CATEGORIES):
+        fig.add_trace(go.Bar(x=names, y=[r[cat] / 1e9 for r in ok], name=cat, marker_color=series_color(i)))
+    if ok:
+        fig.add_hline(y=ok[0]["usable"] / 1e9, line_dash="dash",
+                      annotation_text=f"usable: {ok[0]['usable'] / 1e9:.0f} GB")
+    fig.update_layout(barmode="stack", title=f"{title} — {PREDICTED}", yaxis_title="GB per GPU",
+                      legend_title="category")
+    return fig
+
+
+def memory_explorer(*, model: str = "7b", gpus: int = 8, capacity_gb: float = 80.0):
+    """Controls -> the predicted breakdown of each candidate layout and which fit in `capacity_gb`."""
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    from mgpukit.costmodel.shapes import list_shapes
+    from mgpukit.lessons.memory import memory_table
+    from mgpukit.widgets.output import errors_shown_in, show
+
+    model_w = widgets.Dropdown(options=list_shapes(), value=model, description="model")
+    gpus_w = widgets.Dropdown(options=[8, 16, 32, 64, 128, 256, 512], value=gpus, description="GPUs")
+    seq_w = widgets.Dropdown(options=[1024, 2048, 4096, 8192, 16384], value=4096, description="seq len")
+    ckpt_w = widgets.ToggleButtons(options=["none", "selective", "full"], value="selective",
+                                   description="checkpointing")
+    dtype_w = widgets.ToggleButtons(options=["bf16", "fp32"], value="bf16", description="precision")
+    out = widgets.Output()
+
+    def draw(*_):
+        with errors_shown_in(out):
+            rows = memory_table(model_w.value, gpus_w.value, capacity_gb=capacity_gb, seq_len=seq_w.value,
+                                checkpointing=ckpt_w.value, dtype=dtype_w.value)
+            fits = [r["layout"] for r in rows if r["fits"]]
+            refused = [f"{r['layout']}: {r['error']}" for r in rows if "error" in r]
+            text = (f"{model_w.value} on {gpus_w.value} × {capacity_gb:.0f} GB ({PREDICTED}): "
+                    + (f"fits with {', '.join(fits)}" if fits else "no candidate layout fits")
+                    + "".join(f"\n  cannot run {x}" for x in refused))
+            show(out, text, plot_memory_breakdown(rows, title=f"{model_w.value}, {gpus_w.value} GPUs"))
+
+    for w in (model_w, gpus_w, seq_w, ckpt_w, dtype_w):
+        w.observe(draw, names="value")
+    draw()  # headless: this one drawing is all that happens
+    box = widgets.VBox([widgets.HBox([model_w, gpus_w, seq_w]), ckpt_w, dtype_w, out])
+    display(box)
+    return box
+
+
+def plot_activation_sweep(rows: list[dict], *, x: str = "seq_len") -> go.Figure:
+    """Measured activation bytes (markers) and the cost model's (lines) against `x`
+    ("seq_len" at batch 8, or "batch" at the model's sequence length), one colour per policy."""
+    other = "batch" if x == "seq_len" else "seq_len"
+    fig = go.Figure()
+    policies = list(dict.fromkeys(r["checkpointing"] for r in rows))
+    for i, policy in enumerate(policies):
+        pts = [r for r in rows if r["checkpointing"] == policy]
+        # the value of the other axis most points share (batch 8, or the model's seq_len)
+        held = max({r[other] for r in pts}, key=lambda v: sum(r[other] == v for r in pts))
+        pts = [r for r in pts if r[other] == held]
+        pts = sorted(pts, key=lambda r: r[x])
+        xs = [r[x] for r in pts]
+        fig.add_trace(go.Scatter(x=xs, y=[r["measured"] / 2**20 for r in pts], mode="markers",
+                                 marker=dict(size=10, color=series_color(i)), name=f"{policy}: measured"))
+        fig.add_trace(go.Scatter(x=xs, y=[r["predicted"] / 2**20 for r in pts], mode="lines",
+                                 line=dict(dash="dash", color=series_color(i)), name=f"{policy}: {PREDICTED}"))
+    fig.update_layout(title=f"activation memory vs {x} ({other} fixed) — measured vs predicted",
+                      xaxis_title=x, yaxis_title="MiB (peak, saved for backward)")
+    return fig
+
+
+def plot_checkpointing_trade(rows: list[dict]) -> go.Figure:
+    """Measured activation peak against measured step time, both relative to no checkpointing."""
+    fig = go.Figure()
+    for i, r in enumerate(rows):
+        fig.add_trace(go.Scatter(x=[r["time_vs_none"]], y=[r["activations_vs_none"]], mode="markers+text",
+                                 text=[r["checkpointing"]], textposition="top center",
+                                 marker=dict(size=14, color=series_color(i)), name=r["checkpointing"]))
+    fig.update_layout(title="checkpointing's trade — measured (1 CPU worker, wall clock)",
+                      xaxis_title="step time / step time without checkpointing",
+                      yaxis_title="activation peak / without checkpointing", showlegend=False)
+    return fig
