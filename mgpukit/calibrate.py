@@ -39,8 +39,10 @@ from pathlib import Path
 import torch
 
 from mgpukit.costmodel.comm import allreduce_time, fit_alpha_beta, ring_link
-from mgpukit.costmodel.hardware import (OP_CONTEXTS, THIS_MACHINE, HardwareProfile, PeakFlops, save_profile,
+from mgpukit.files import write_text
+from mgpukit.costmodel.hardware import (OP_CONTEXTS, THIS_MACHINE, HardwareProfile, PeakFlops, profile_toml,
                                        user_profile_dir)
+from mgpukit.files import write_text
 
 SIZES = (2**10, 2**12, 2**14, 2**16, 2**18, 2**20, 2**22, 2**24)  # all-reduce bytes, 1 KB … 16 MB
 QUICK_SIZES = (2**10, 2**14, 2**18, 2**20, 2**22)
@@ -224,8 +226,13 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
     from mgpukit.runtime.hardware import usable_cores
     from mgpukit.runtime.launcher import OversubscribedWarning, launch
 
-    if workers < 2:
-        raise ValueError("calibrate needs at least 2 workers to measure gloo's alpha and beta.")
+    if not isinstance(workers, int) or workers < 2:
+        raise ValueError(f"workers={workers!r}: calibrate needs at least 2 workers to measure "
+                         f"gloo's alpha and beta.")
+    if out is not None:
+        from mgpukit.files import check_output
+
+        check_output(out, what="profile file (--out)")
     sizes = tuple(sizes or (QUICK_SIZES if quick else SIZES))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OversubscribedWarning)
@@ -258,7 +265,7 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
     path = Path(out) if out is not None else user_profile_dir() / f"{THIS_MACHINE}.toml"
     fit = [(b, t, allreduce_time(b, workers, link)) for b, t in times.items()]
     worst = max(abs(p - t) / t for _, t, p in fit)
-    save_profile(profile, path, comment=(
+    write_text(path, profile_toml(profile, comment=(  # atomic: a crash keeps the old profile
         f"Measured on this host by `mgpukit calibrate{' --quick' if quick else ''}` at "
         f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {workers} workers x {threads} thread(s), measuring at once.\n"
         f"peak_flops: median of square fp32 matmuls (256, 512), bf16/fp16 at 256 — achieved, not datasheet.\n"
@@ -267,7 +274,7 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
         f"memory_bandwidth: effective rate of the FLOP-free ops of a width-96 GPT training step "
         f"(streaming add over arrays larger than the caches: {streaming / 1e9:.1f} GB/s).\n"
         f"links: gloo all-reduce {_bytes(min(sizes))}..{_bytes(max(sizes))}, least-squares fit of "
-        f"2(n-1)a + 2(n-1)/n B/b (worst relative residual {worst:.0%})."))
+        f"2(n-1)a + 2(n-1)/n B/b (worst relative residual {worst:.0%}).")))
     if verbose:
         print(f"this-machine (measured: {workers} workers x {threads} thread(s), measuring at once)")
         print(f"  matmul        fp32 {flops['fp32'] / 1e9:7.1f} GFLOP/s   bf16 {flops['bf16'] / 1e9:7.1f}   "

@@ -12,6 +12,8 @@ import json
 import sys
 import warnings
 
+from mgpukit.argtypes import key_value, positive_float, positive_int
+
 
 def _info(args):
     from mgpukit.runtime.hardware import cuda_device_count, default_mode, default_workers, env_info
@@ -51,40 +53,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"mgpukit: error: {message} (see `{self.prog} --help`)\n")
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} must be greater than 0")
-    return value
-
-
-def key_value(text: str) -> tuple[str, object]:
-    """argparse type of `-o KEY=VALUE`: VALUE is read as JSON when it is (1, 0.5, true), else kept
-    as a string."""
-    key, eq, value = text.partition("=")
-    if not eq or not key or not value:
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE; write e.g. -o bucket_mb=1")
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
-
-
 def add_run_arguments(p):
     p.add_argument("--workers", type=positive_int, default=None, help="number of ranks (default: the strategy's)")
     p.add_argument("--mode", default="auto", choices=["auto", "cpu", "gpu", "emulated"])
@@ -111,7 +79,14 @@ def add_run_arguments(p):
                         help="activation checkpointing: every block (full) or the attention core (selective)")
     layout.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
                         help="bf16 / fp16: autocast with fp32 master weights (fp16 with dynamic loss scaling)")
-    p.add_argument("--timeout", type=positive_float, default=600.0, help="seconds (default 600)")
+    p.add_argument("--timeout", type=positive_float, default=600.0,
+                   help="seconds the whole run may take (default 600)")
+    p.add_argument("--collective-timeout", type=positive_float, default=None, metavar="SECONDS",
+                   help="seconds one collective may wait for its peers before its rank fails "
+                        "(default: 60 for the tiny models, 180 for gpt-small, 300 on GPUs)")
+    p.add_argument("--debug-collectives", action="store_true",
+                   help="TORCH_DISTRIBUTED_DEBUG=DETAIL in the workers: ranks that call different "
+                        "collectives fail at once, naming both (slower; for debugging)")
 
 
 def layout_from_args(args) -> dict:
@@ -136,7 +111,8 @@ def _run(args):
     record = run(args.strategy, workers=args.workers, mode=mode, profile=args.emulate,
                  config=config_from_args(args), layout=layout_from_args(args),
                  parity=not args.no_parity, timeout_s=args.timeout, json_path=args.json, trace_path=args.trace,
-                 torch_profile_dir=args.profile_torch, weights_path=args.save_weights, echo=True)
+                 torch_profile_dir=args.profile_torch, weights_path=args.save_weights, echo=True,
+                 collective_timeout_s=args.collective_timeout, debug_collectives=args.debug_collectives)
     print_summary([record])
     if args.json:
         print(f"record written to {args.json}")
@@ -230,7 +206,14 @@ def main(argv=None) -> int:
     warnings.simplefilter("default")
     args = build_parser().parse_args(argv)
     try:
+        if isinstance(getattr(args, "json", None), str):  # run, bench, plan: checked before the work
+            from mgpukit.files import check_output
+
+            check_output(args.json, what="--json file")
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C: the launch already ended its workers
+        print("mgpukit: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, what a shell reports for a command ended by Ctrl-C
     except Exception as e:
         report = None if args.debug else _error_message(e)
         if report is None:

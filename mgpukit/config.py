@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 from mgpukit.costmodel.layout import Layout
 
@@ -35,9 +36,17 @@ class RunConfig:
             raise ValueError(f"model={self.model!r} is not one of {MODELS}.")
         if self.optimizer not in ("adamw", "sgd"):
             raise ValueError(f"optimizer={self.optimizer!r}: use 'adamw' or 'sgd'.")
-        for name in ("steps", "global_batch", "micro_batches"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        for name in ("steps", "global_batch", "micro_batches", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name}={value!r}: must be a whole number.")
+            if value < (0 if name == "seed" else 1):
+                raise ValueError(f"{name} must be at least {0 if name == 'seed' else 1}, got {value}.")
+        lr = self.lr
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr < 0:
+            raise ValueError(f"lr={lr!r}: the learning rate must be a finite number >= 0 (e.g. 0.1).")
+        if not isinstance(self.options, dict):
+            raise ValueError(f"options={self.options!r}: give a dict of strategy knobs, e.g. {{'bucket_mb': 1}}.")
 
     def replace(self, **changes) -> "RunConfig":
         return dataclasses.replace(self, **changes)

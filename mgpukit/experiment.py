@@ -27,15 +27,17 @@ import torch
 
 from mgpukit import strategies
 from mgpukit.config import RunConfig
+from mgpukit.files import atomic_path, check_output
 from mgpukit.measure.record import build_record, save_chrome_trace, save_record
 from mgpukit.measure.recorder import Recorder
 from mgpukit.parallelize import parallelize, resolve_layout
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.hardware import env_info
-from mgpukit.runtime.launcher import launch, resolve_mode
+from mgpukit.runtime.launcher import WorkerError, launch, resolve_mode
 from mgpukit.strategies.policies.precision import loss_curve_parity
 from mgpukit.strategies.registry import Strategy
 from mgpukit.training.building import build_model, build_optimizer
+from mgpukit.training.checkpoint import checkpointing, has_checkpoint
 from mgpukit.training.trainer import train
 
 FP32_TOL = {"rtol": 1.3e-6, "atol": 1e-5}  # torch.testing.assert_close defaults for float32
@@ -96,7 +98,8 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
         tolerance: dict | None = None, timeout_s: float = 600.0, json_path: str | Path | None = None,
         trace_path: str | Path | None = None, torch_profile_dir: str | Path | None = None,
         echo: bool = False, threads_per_worker: int | None = None,
-        weights_path: str | Path | None = None, **overrides) -> dict:
+        weights_path: str | Path | None = None, collective_timeout_s: float | None = None,
+        debug_collectives: bool = False, max_restarts: int = 0, **overrides) -> dict:
     """Run `strategy` on `workers` ranks and return its result record.
 
     mode: "auto" | "cpu" | "gpu" | "emulated" (with `profile`, e.g. "h100-nvlink").
@@ -106,15 +109,70 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     `weights_path` saves the trained (unsharded) weights as safetensors; `json_path` writes the
     record, `trace_path` a Chrome/Perfetto trace of its timeline, `torch_profile_dir` a
     torch.profiler trace per rank (the kernel-level view).
+    `timeout_s` bounds the whole launch; `collective_timeout_s` one collective's wait (default
+    `default_collective_timeout`: seconds for the tiny models), so ranks that called different
+    collectives fail with the operation named instead of hanging. `debug_collectives=True` has
+    torch compare every collective's fingerprint across ranks (TORCH_DISTRIBUTED_DEBUG=DETAIL).
     """
     p = prepare(strategy, workers=workers, mode=mode, profile=profile, config=config, layout=layout,
                 **overrides)
-    results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
-                     dims=p.dims, timeout_s=timeout_s, echo=echo, threads_per_worker=threads_per_worker,
-                     options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None})
-    return finish(p, [r["result"] for r in results], results[0].get("weights"), parity=parity,
-                  tolerance=tolerance, timeout_s=timeout_s, json_path=json_path,
-                  trace_path=trace_path, weights_path=weights_path)
+    check_outputs(json_path=json_path, trace_path=trace_path, weights_path=weights_path,
+                  torch_profile_dir=torch_profile_dir)
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds.")
+    if collective_timeout_s is None:
+        collective_timeout_s = default_collective_timeout(p.cfg, p.mode)
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise ValueError(f"max_restarts={max_restarts!r}: give a whole number >= 0.")
+    if max_restarts and not p.cfg.options.get("checkpoint_dir"):
+        raise ValueError("max_restarts needs checkpoint_dir=... (options) to restart from.")
+    restarts = []
+    while True:
+        try:
+            results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
+                             dims=p.dims, timeout_s=timeout_s, echo=echo,
+                             threads_per_worker=threads_per_worker,
+                             collective_timeout_s=min(collective_timeout_s, timeout_s),
+                             debug_collectives=debug_collectives,
+                             options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None})
+            break
+        except WorkerError as e:  # a rank died: go on from the last checkpoint, if there is one
+            if len(restarts) >= max_restarts or not has_checkpoint(p.cfg.options["checkpoint_dir"]):
+                raise
+            restarts.append({"error": str(e).splitlines()[0], "rank": e.rank})
+            p = dataclasses.replace(p, cfg=p.cfg.replace(options={**p.cfg.options, "resume": True}))
+    record = finish(p, [r["result"] for r in results], results[0].get("weights"), parity=parity,
+                    tolerance=tolerance, timeout_s=timeout_s, json_path=None,
+                    trace_path=trace_path, weights_path=weights_path)
+    record["restarts"] = restarts
+    if json_path:
+        save_record(record, json_path)
+    return record
+
+
+def default_collective_timeout(cfg: RunConfig, mode: str) -> float:
+    """Seconds one collective may wait for its peers, proportionate to the job.
+
+    On the shipped models a step takes milliseconds to a second, so a collective that waits a
+    minute is a rank that will never come (a mismatch), not a slow one: 60 s for the tiny
+    models, 180 s for gpt-small, plus the seconds a deliberate input delay adds per step
+    (`loader_delay_s` × micro-batches); at least 300 s on GPUs, where NCCL's first collective
+    sets up its communicators."""
+    seconds = 180.0 if cfg.model == "gpt-small" else 60.0
+    delay = cfg.options.get("loader_delay_s") or 0.0
+    seconds += 4 * float(delay) * cfg.micro_batches
+    return max(seconds, 300.0) if mode == "gpu" else seconds
+
+
+def check_outputs(*, json_path=None, trace_path=None, weights_path=None, torch_profile_dir=None) -> None:
+    """Every file a run will write can be written — checked before it trains, so a typo in a
+    path does not throw a finished run away (ValueError naming the path and the fix)."""
+    for path, what in ((json_path, "record (--json)"), (trace_path, "trace (--trace)"),
+                       (weights_path, "weights (--save-weights)")):
+        if path:
+            check_output(path, what=what)
+    if torch_profile_dir:
+        check_output(torch_profile_dir, what="torch.profiler folder (--profile-torch)", directory=True)
 
 
 def run_rank(name: str, cfg: RunConfig):
@@ -155,7 +213,9 @@ def _train_unguarded(strat: Strategy, ctx, rec, cfg) -> dict | None:
     if strat.worker is not None:
         return (strat.worker(ctx, rec, cfg) or {}).get("weights")
     parts = parallelize(build_model(cfg), cfg, ctx, rec, strat)
-    return train(ctx, rec, cfg, parts, build_optimizer(cfg, parts.params))
+    optimizer = build_optimizer(cfg, parts.params)
+    return train(ctx, rec, cfg, parts, optimizer,
+                 checkpoint=checkpointing(ctx, rec, cfg, parts, optimizer))
 
 
 def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool = True,
@@ -203,10 +263,9 @@ def save_weights(weights: dict | None, path: str | Path) -> Path:
 
     if weights is None:
         raise ValueError("this strategy returned no weights to save.")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in weights.items()}, str(path))
-    return path
+    with atomic_path(path) as tmp:  # a failed write leaves an older file whole
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp))
+    return Path(path)
 
 
 def load_weights(path: str | Path) -> dict:
@@ -268,6 +327,16 @@ def reference(name: str, cfg: RunConfig, *, mode: str = "cpu", timeout_s: float 
     return _REFERENCE_CACHE[key]
 
 
+def _max(diff: torch.Tensor) -> float:
+    """The largest element, NaN if any is NaN (torch's max propagates NaN)."""
+    return float(diff.max()) if diff.numel() else 0.0
+
+
+def _nan_max(a: float, b: float) -> float:
+    """max() that keeps NaN: Python's `max(0.0, nan)` is 0.0, which reported a NaN run as exact."""
+    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
+
+
 def compare(record: dict, weights: dict | None, ref: dict, tol: dict | None) -> dict:
     """Losses, gradient norms and final weights against the reference, elementwise with tolerance."""
     tol = tol or FP32_TOL
@@ -286,9 +355,9 @@ def compare(record: dict, weights: dict | None, ref: dict, tol: dict | None) -> 
             ok = False
             continue
         diff = (got_t - want_t).abs()
-        out[f"{name}_max_abs_diff"] = float(diff.max()) if diff.numel() else 0.0
+        out[f"{name}_max_abs_diff"] = _max(diff)
         ok &= bool(torch.all(diff <= tol["atol"] + tol["rtol"] * want_t.abs()))
-        worst = max(worst, out[f"{name}_max_abs_diff"])
+        worst = _nan_max(worst, out[f"{name}_max_abs_diff"])
     if weights is None:
         out["weights_max_abs_diff"] = None
         out["weights_checked"] = False
@@ -300,11 +369,11 @@ def compare(record: dict, weights: dict | None, ref: dict, tol: dict | None) -> 
         for k, want in ref_weights.items():
             got = weights[k].to(want.dtype)
             diff = (got - want).abs()
-            wdiff = max(wdiff, float(diff.max()) if diff.numel() else 0.0)
+            wdiff = _nan_max(wdiff, _max(diff))
             ok &= bool(torch.all(diff <= tol["atol"] + tol["rtol"] * want.abs()))
         out["weights_max_abs_diff"] = wdiff
         out["weights_checked"] = True
-        worst = max(worst, wdiff)
+        worst = _nan_max(worst, wdiff)
     out["max_abs_diff"] = worst
     out["ok"] = bool(ok)
     return out

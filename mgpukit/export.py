@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mgpukit.files import check_output, write_text
+
 TEMPLATE = '''"""Train any mgpukit strategy on the processes `accelerate launch` or `torchrun` start.
 
 Exported by `mgpukit export {name}` — the same appliers and trainer the notebooks run.
@@ -108,11 +110,15 @@ def script_for(name: str = "ddp") -> str:
     return TEMPLATE.format(name=get(name).name)
 
 
-def export(name: str, out: str | Path) -> Path:
+def export(name: str, out: str | Path, *, force: bool = False) -> Path:
+    """Write the script for `name` to `out`. An existing file with other content is refused
+    unless `force` (it may be the user's edited copy); one with the same content is left as is."""
+    text = script_for(name)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(script_for(name))
-    return out
+    if not force and out.is_file() and out.read_text(errors="replace") == text:
+        return out
+    check_output(out, what="export file (--out)", overwrite=force)
+    return write_text(out, text)
 
 
 def exportable() -> list[str]:
@@ -125,7 +131,7 @@ def exportable() -> list[str]:
 
 def _export_command(args):
     out = Path(args.out)
-    export(args.strategy, out)
+    export(args.strategy, out, force=args.force)
     print(f"wrote {out}")
     return 0
 
@@ -134,4 +140,5 @@ def register(sub):
     p = sub.add_parser("export", help="write the training script for `accelerate launch` / `torchrun`")
     p.add_argument("strategy", nargs="?", default="ddp", help="the script's default strategy")
     p.add_argument("--out", default="scripts/train.py", help="output file")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out file that differs")
     p.set_defaults(func=_export_command)

@@ -28,7 +28,7 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
     """Yield `(strategy, record)` per strategy run (`record` on rank 0, None elsewhere)."""
     from accelerate import PartialState
 
-    from mgpukit.experiment import finish, prepare, run_rank
+    from mgpukit.experiment import check_outputs, finish, prepare, run_rank
     from mgpukit.export import exportable
     from mgpukit.runtime.launcher import build_mesh
 
@@ -38,6 +38,8 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
     names = exportable() if name == "all" else [name]
     # validated before the process group exists: a bad configuration costs no rendezvous
     prepared = [prepare(n, workers=world_size, mode="cpu", config=cfg, layout=layout) for n in names]
+    if json_path:  # a typo in the path must not throw the trained run away
+        check_outputs(json_path=json_path)
     state = PartialState(cpu=not gpu)
     # `accelerate launch --mixed_precision bf16` exports ACCELERATE_MIXED_PRECISION. The kit's
     # strategies train in the layout's dtype (`--dtype`) and build their Accelerator with it, so

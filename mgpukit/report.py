@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
+
+from mgpukit.files import to_json, write_text
 
 from .plots import plot_comm_bytes, plot_loss_parity, plot_memory, plot_timeline, table_summary
 from .plots.style import MEMORY_CATEGORIES, format_bytes, format_time, record_name, source_label
@@ -52,20 +53,7 @@ _TEXT_COLUMNS = {"strategy", "source", "source_label", "dims"}
 
 def write_records(records: Sequence[Record], out_dir: str | Path) -> Path:
     """Write the records as `out_dir/records.json` and return its path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "records.json"
-    path.write_text(json.dumps(list(records), indent=1, default=_json_default) + "\n")
-    return path
-
-
-def _json_default(obj: Any) -> Any:
-    # numpy / torch scalars and arrays slip into records; store them as plain numbers.
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"{type(obj).__name__} in a record is not JSON-serialisable")
+    return write_text(Path(out_dir) / "records.json", to_json(list(records), indent=1) + "\n")
 
 
 def write_report(
@@ -110,9 +98,7 @@ def write_report(
         "</body></html>",
     ]
 
-    path = out / "index.html"
-    path.write_text("\n".join(parts), encoding="utf-8")
-    return path
+    return write_text(out / "index.html", "\n".join(parts))
 
 
 class _Contents:

@@ -15,6 +15,7 @@ import traceback
 import warnings
 from pathlib import Path
 
+from mgpukit.argtypes import positive_int
 from mgpukit.config import RunConfig
 from mgpukit.experiment import run
 from mgpukit.runtime.hardware import default_mode, default_workers
@@ -42,12 +43,15 @@ def _family_rank(family: str) -> int:
 def run_tour(*, workers: int | None = None, steps: int = 10, out: str | Path = "report",
              emulate: str = "h100-nvlink", emulated_workers=(1, 2, 4, 8), only=None,
              progress: bool = True) -> dict:
-    """Run the tour; return {"records", "failures", "report", "extra"}."""
+    """Run the tour; return {"records", "failures", "report", "extra"}.
+
+    Everything it is given is checked before the first run (the output folder, the emulation
+    profile, the names in `only`). A strategy that fails is reported and the tour goes on;
+    whatever finished is written even when the figures at the end fail, and on Ctrl-C the
+    finished runs are written before the `KeyboardInterrupt` goes on up."""
     from tqdm.auto import tqdm
 
-    from mgpukit.report import write_records, write_report
-
-    workers = workers or default_workers()
+    workers = check_tour_args(workers=workers, steps=steps, out=out, emulate=emulate, only=only)
     mode = default_mode() if workers > 1 else "cpu"
     cfg = RunConfig(steps=steps)
     plan = [(n, w) for n, w in tour_plan(workers) if not only or n in only]
@@ -55,6 +59,40 @@ def run_tour(*, workers: int | None = None, steps: int = 10, out: str | Path = "
     jobs = [("measured", name, n) for name, n in plan]
     jobs += [("emulated", "ddp", n) for n in emulated_workers]
     bar = tqdm(jobs, desc="mgpukit tour", disable=not progress, unit="run")
+    try:
+        _run_jobs(bar, records, failures, mode=mode, cfg=cfg, emulate=emulate)
+    except KeyboardInterrupt:
+        try:
+            _write_tour(records, failures, out, emulate, interrupted=True)
+        except Exception as e:  # never let a failed write hide the interrupt
+            warnings.warn(f"the interrupted tour's report could not be written: {e}")
+        raise
+    return {"records": records, "failures": failures,
+            "report": _write_tour(records, failures, out, emulate)}
+
+
+def check_tour_args(*, workers, steps, out, emulate, only) -> int:
+    """The tour's arguments, checked before any run; returns the number of workers."""
+    from mgpukit.costmodel.hardware import load_profile
+    from mgpukit.files import check_output
+
+    workers = default_workers() if workers is None else workers
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers={workers!r}: give a positive number of workers.")
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps={steps!r}: give a positive number of steps.")
+    check_output(out, what="tour report folder (--out)", directory=True)
+    load_profile(emulate)  # an unknown profile fails now, naming the known ones
+    if only is not None:
+        names = {s.name for s in available()}
+        unknown = [n for n in only if n not in names]
+        if unknown or not only:
+            raise ValueError(f"--only {' '.join(unknown) or '(nothing)'}: not a registered strategy; "
+                             f"choose from {', '.join(sorted(names))}.")
+    return workers
+
+
+def _run_jobs(bar, records, failures, *, mode, cfg, emulate) -> None:
     for kind, name, n in bar:
         bar.set_postfix_str(f"{name} ×{n} ({kind})")
         try:
@@ -70,14 +108,26 @@ def run_tour(*, workers: int | None = None, steps: int = 10, out: str | Path = "
         except Exception as e:  # one failing strategy must not hide the others: report it
             failures.append({"strategy": name, "workers": n, "kind": kind, "error": str(e),
                              "traceback": traceback.format_exc()})
-    extra_figures, notes = _extra_figures(records, emulate)
-    notes += [f"FAILED: {f['strategy']} ×{f['workers']} ({f['kind']}): {f['error'].splitlines()[0]}"
-              for f in failures]
+
+
+def _write_tour(records, failures, out, emulate, *, interrupted: bool = False) -> Path:
+    """records.json and results.md first (the data), then the HTML report; a figure that
+    fails becomes a note in the report instead of losing the runs."""
+    from mgpukit.files import write_text
+    from mgpukit.report import write_records, write_report
+
     out = Path(out)
-    report = write_report(records, out, title="mgpukit tour", extra_figures=extra_figures, notes=notes)
     write_records(records, out)
-    (out / "results.md").write_text(results_markdown(records))
-    return {"records": records, "failures": failures, "report": report}
+    write_text(out / "results.md", results_markdown(records))
+    try:
+        extra_figures, notes = _extra_figures(records, emulate)
+    except Exception as e:  # the runs are the result; a figure must not take them down
+        extra_figures, notes = [], [f"FAILED: the extra figures: {' '.join(str(e).split())}"]
+    notes += [f"FAILED: {f['strategy']} ×{f['workers']} ({f['kind']}): "
+              f"{(f['error'].splitlines() or [''])[0]}" for f in failures]
+    if interrupted:
+        notes.append(f"INTERRUPTED (Ctrl-C) after {len(records)} run(s): the report shows those.")
+    return write_report(records, out, title="mgpukit tour", extra_figures=extra_figures, notes=notes)
 
 
 def _extra_figures(records, profile: str):
@@ -122,7 +172,7 @@ def results_markdown(records) -> str:
 
     lines = ["| strategy | source | ranks | final loss | step (ms) | tokens/s | peak MiB/rank | MB sent/step/rank | parity |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
-    for r in table_summary(records):
+    for r in table_summary(records) if records else []:
         def f(v, spec, scale=1.0):
             return format(v * scale, spec) if v is not None else "–"
         parity = {True: "ok", False: "FAIL", None: "–"}[r["parity_ok"]]
@@ -155,12 +205,26 @@ def update_readme(path: str | Path, table: str, *, command: str) -> None:
     _, tail = rest.split(end, 1)
     stamp = time.strftime("%Y-%m-%d")
     block = f"{start}\n_Generated by `{command}` on {stamp}, on {machine_line()}._\n\n{table}{end}"
-    path.write_text(head + block + tail)
+    from mgpukit.files import write_text
+
+    write_text(path, head + block + tail)
+
+
+def check_readme(path: str | Path) -> None:
+    """The README to update exists and has the results markers (checked before the tour)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"--update-readme {path}: no such file.")
+    text = path.read_text(errors="replace")
+    if "<!-- results:start -->" not in text or "<!-- results:end -->" not in text:
+        raise ValueError(f"{path} has no <!-- results:start --> … <!-- results:end --> block to update.")
 
 
 def _tour_command(args):
     from mgpukit.plots.summary import format_summary
 
+    if args.update_readme:
+        check_readme(args.update_readme)
     out = run_tour(workers=args.workers, steps=args.steps, out=args.out, emulate=args.emulate,
                    only=args.only)
     print(format_summary(out["records"]))
@@ -176,8 +240,9 @@ def _tour_command(args):
 
 def register(sub):
     p = sub.add_parser("tour", help="run every strategy on the devices present; write report/index.html")
-    p.add_argument("--workers", type=int, default=None, help="ranks per run (default: every GPU, or 2 CPU workers)")
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="ranks per run (default: every GPU, or 2 CPU workers)")
+    p.add_argument("--steps", type=positive_int, default=10)
     p.add_argument("--out", default="report")
     p.add_argument("--emulate", default="h100-nvlink", help="profile for the emulated part")
     p.add_argument("--only", nargs="*", default=None, help="run only these strategies")

@@ -18,7 +18,7 @@ SCRIPT = str(ROOT / "scripts" / "train.py")
 
 def test_committed_script_is_what_the_exporter_writes():
     path = ROOT / "scripts" / "train.py"
-    assert path.read_text() == script_for("ddp"), "scripts/train.py is stale: run `mgpukit export`"
+    assert path.read_text() == script_for("ddp"), "scripts/train.py is stale: run `mgpukit export --force`"
 
 
 def _free_port():

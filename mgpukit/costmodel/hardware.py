@@ -16,6 +16,7 @@ use ("bus bandwidth" in nccl-tests terms), not the marketing bidirectional figur
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +49,8 @@ class Link:
     beta: float
 
     def __post_init__(self) -> None:
-        if self.alpha < 0 or self.beta <= 0:
-            raise ValueError(f"a link needs alpha >= 0 and beta > 0, got alpha={self.alpha}, beta={self.beta}")
+        if not (math.isfinite(self.alpha) and math.isfinite(self.beta)) or self.alpha < 0 or self.beta <= 0:
+            raise ValueError(f"a link needs finite alpha >= 0 and beta > 0, got alpha={self.alpha}, beta={self.beta}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +87,17 @@ class HardwareProfile:
     op_overhead_by_context: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
+        # a negative bandwidth or a NaN memory size gives negative or NaN times, silently
+        positive = {"memory_bytes": self.memory_bytes, "memory_bandwidth": self.memory_bandwidth,
+                    **{f"peak_flops.{d}": getattr(self.peak_flops, d) for d in DTYPES}}
+        for key, value in positive.items():
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"profile {self.name!r}: {key} must be a finite number > 0, got {value}")
+        overheads = {"op_overhead": self.op_overhead, **{f"op_overhead_{c}": v for c, v in
+                                                         (self.op_overhead_by_context or {}).items()}}
+        for key, value in overheads.items():
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"profile {self.name!r}: efficiency.{key} must be a finite number >= 0, got {value}")
         if self.gpus_per_node < 1:
             raise ValueError(f"profile {self.name!r}: gpus_per_node must be >= 1, got {self.gpus_per_node}")
         if not 0 < self.compute_efficiency <= 1 or not 0 < self.usable_memory <= 1:
@@ -203,12 +215,16 @@ def _read(path: Path) -> HardwareProfile:
 
 
 def save_profile(profile: HardwareProfile, path: str | Path, *, comment: str = "") -> Path:
-    """Write ``profile`` as TOML (stdlib has a TOML reader but no writer, hence by hand).
-
-    ``comment`` lines go at the top: say where the figures came from.
-    """
+    """Write ``profile`` as TOML; ``comment`` lines go at the top (say where the figures
+    came from). `mgpukit calibrate` writes `profile_toml` atomically instead."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(profile_toml(profile, comment=comment))
+    return path
+
+
+def profile_toml(profile: HardwareProfile, *, comment: str = "") -> str:
+    """``profile`` as TOML text (stdlib has a TOML reader but no writer, hence by hand)."""
     lines = [f"# {line}" for line in comment.splitlines()]
     tables = []
     for key, value in profile.to_dict().items():
@@ -218,8 +234,7 @@ def save_profile(profile: HardwareProfile, path: str | Path, *, comment: str = "
             lines.append(f"{key} = {_toml_value(value)}")
     for key, table in tables:
         lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return "\n".join(lines) + "\n"
 
 
 def _toml_value(v) -> str:

@@ -2,9 +2,10 @@
 and the report read. Built in the parent from each rank's `Recorder.result()`."""
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
+
+from mgpukit.files import from_json, to_json, write_text
 
 
 def build_record(*, strategy: str, mode: str, profile: str | None, dims: dict, config: dict,
@@ -41,22 +42,14 @@ def build_record(*, strategy: str, mode: str, profile: str | None, dims: dict, c
 
 
 def save_record(record: dict, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1, default=_jsonable))
-    return path
+    """Write `record` as strict JSON, atomically (a failed write leaves the old file whole);
+    a non-finite number is written as the string "NaN" / "Infinity" / "-Infinity"."""
+    return write_text(path, to_json(record, indent=1))
 
 
 def load_record(path: str | Path) -> dict:
-    return json.loads(Path(path).read_text())
-
-
-def _jsonable(value):
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if hasattr(value, "item"):
-        return value.item()
-    return str(value)
+    """Read a record `save_record` wrote ("NaN" / "Infinity" strings back as floats)."""
+    return from_json(Path(path).read_text())
 
 
 def to_chrome_trace(record: dict) -> dict:
@@ -84,7 +77,4 @@ def to_chrome_trace(record: dict) -> dict:
 
 
 def save_chrome_trace(record: dict, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(to_chrome_trace(record)))
-    return path
+    return write_text(path, to_json(to_chrome_trace(record)))

@@ -37,12 +37,16 @@ class LaunchTimeout(LaunchError):
         self.ranks = list(ranks)
 
 
-def worker_error(log_dir: str, result, store, n: int) -> WorkerError:
+def worker_error(log_dir: str, result, store, n: int, exitcodes: dict | None = None) -> WorkerError:
     """Find the root cause among the failed ranks; the others are listed, not blamed.
 
-    Ranks that torch terminated after the first failure (SignalException) are not failures. Root cause, in
-    order: the earliest rank that raised an error of its own; else a rank that died without
-    raising (segfault, os._exit, OOM kill); else the earliest "peer closed the connection".
+    Ranks that torch terminated after the first failure (SignalException, SIGTERM) are not
+    failures. Root cause, in order: a rank killed by a signal nobody in the launch sends
+    (SIGKILL, SIGSEGV, SIGABRT: the OOM killer, a native crash) — its peers' errors are its
+    consequences, whatever they say; else the earliest rank that raised an error of its own;
+    else a rank that died without raising (os._exit); else the earliest "peer closed the
+    connection". `exitcodes`: every rank's exit code where known (torch's result only keeps
+    the first failure it noticed, which need not be the first that happened).
     """
     raised = {}
     for r in range(n):
@@ -52,9 +56,15 @@ def worker_error(log_dir: str, result, store, n: int) -> WorkerError:
             if "SignalException" not in trace:  # terminated by us after the first failure
                 raised[r] = (int(stamp), trace.rstrip())
     terminated = {r for r in range(n) if store.check([ERROR_KEY.format(rank=r)])} - set(raised)
-    died = sorted(r for r in result.failures if r not in raised and r not in terminated)
+    codes = {r: f.exitcode for r, f in result.failures.items()}
+    codes.update({r: c for r, c in (exitcodes or {}).items() if c is not None and r not in codes})
+    died = sorted(r for r, c in codes.items() if c and r not in raised and r not in terminated
+                  and c != -signal.SIGTERM)
+    crashed = [r for r in died if codes[r] < 0]  # by a signal, and not our SIGTERM
     own = {r: v for r, v in raised.items() if not any(p in v[1] for p in PEER_GONE)}
-    if own:
+    if crashed:
+        rank = crashed[0]
+    elif own:
         rank = min(own, key=lambda r: own[r][0])
     elif died:
         rank = died[0]
@@ -62,19 +72,33 @@ def worker_error(log_dir: str, result, store, n: int) -> WorkerError:
         rank = min(raised, key=lambda r: raised[r][0])
     if rank in raised:
         how, trace = "raised", raised[rank][1]
+        if "Timed out waiting" in trace or "timed out" in trace.lower().splitlines()[-1]:
+            trace += ("\n(A collective waited past its timeout: the other ranks never joined it, or "
+                      "joined a different one. Rerun with --debug-collectives "
+                      "(debug_collectives=True) to have torch name the mismatch.)")
         if rank not in own:
             trace += ("\n(A peer left while this rank waited on it: a rank died, or ranks called "
                       "different collectives. Ranks must call the same collectives in the same order.)")
     else:
-        code = result.failures[rank].exitcode
+        code = codes[rank]
         how = f"died with exit code {code}{_signal_name(code)}"
         trace = "(no Python traceback: the process ended without raising an exception)"
+        trace += _LIKELY_CAUSE.get(code, "")
         trace += tail_logs(log_dir, [rank])
     others = sorted(r for r in {*raised, *died} if r != rank)
     also = f" (rank(s) {others} failed after it)" if others else ""
-    exitcode = result.failures[rank].exitcode if rank in result.failures else None
+    exitcode = codes.get(rank)
     return WorkerError(f"rank {rank} {how}{also}:\n{trace}", rank=rank, traceback=trace,
                        exitcode=exitcode)
+
+
+_LIKELY_CAUSE = {
+    -signal.SIGKILL: ("\n(SIGKILL comes from outside the process; most often the kernel's out-of-memory "
+                      "killer — see `dmesg` — so try fewer workers, a smaller model or batch.)"),
+    -signal.SIGABRT: ("\n(SIGABRT: a C++ library aborted, e.g. gloo on a collective whose sizes differ "
+                      "between ranks; its reason is in the output below.)"),
+    -signal.SIGSEGV: "\n(SIGSEGV: a crash in native code; the output below shows where.)",
+}
 
 
 def _signal_name(exitcode: int | None) -> str:
@@ -87,12 +111,45 @@ def _signal_name(exitcode: int | None) -> str:
 
 
 def tail_logs(log_dir: str, ranks, lines: int = 20) -> str:
+    """The end of each rank's output, or the part of a fault dump that explains it."""
     out = []
     for r in ranks:
         path = os.path.join(log_dir, f"{r}.log")
         if os.path.isfile(path):
             with open(path, errors="replace") as f:
-                text = f.read().rstrip().splitlines()[-lines:]
+                text, what = explain_output(f.read(), lines)
             if text:
-                out.append(f"\n--- rank {r} output (last {len(text)} lines) ---\n" + "\n".join(text))
+                out.append(f"\n--- rank {r} output ({what}) ---\n" + "\n".join(text))
     return "".join(out)
+
+
+_FRAMES_BELOW = ("mgpukit/runtime/launcher.py", "torch/distributed/elastic/", "multiprocessing/")
+
+
+def explain_output(text: str, lines: int = 20) -> tuple[list[str], str]:
+    """(the lines worth showing, what they are) from a rank's output.
+
+    A native abort (gloo's "Received data size doesn't match expected size. Is there a
+    distributed collective mismatch in your code?") is printed *before* Python's fault dump,
+    whose thread stacks and "Extension modules" list would push it out of a plain tail. So for
+    a dump: the lines before it, the fatal line, and the frames of each thread down to the
+    launcher's own (the user's code is above it)."""
+    all_lines = text.rstrip().splitlines()
+    fatal = next((i for i, line in enumerate(all_lines) if line.startswith("Fatal Python error")), None)
+    if fatal is None:
+        tail = all_lines[-lines:]
+        return tail, f"last {len(tail)} lines"
+    keep = all_lines[max(0, fatal - lines):fatal + 1]
+    skipping = False
+    for line in all_lines[fatal + 1:]:
+        if line.startswith("Extension modules:"):
+            break
+        if line.startswith(("Thread ", "Current thread ")):
+            skipping = False
+            keep += ["", line]
+        elif not skipping and any(p in line for p in _FRAMES_BELOW):
+            skipping = True  # the launcher and the process machinery below the user's code
+        elif not skipping and line.strip():
+            keep.append(line)
+    return keep, "its native error, and the Python stacks down to the launcher"
+

@@ -10,9 +10,12 @@ start method), with the four traps of that launcher closed:
    `DistributedType.NO` and rank 0 everywhere: N unsynchronised copies. Each worker here builds
    Accelerate's `PartialState(cpu=True)` first and checks that it reports the right rank and
    world size, so an `Accelerator()` made later inside `fn` shares that correct state.
-2. **A fixed port.** The parent opens the rendezvous store itself on 127.0.0.1, port 0 (the
-   kernel picks a free one) and workers join it as clients, so two launches at once never
-   collide and there is no window between "find a free port" and "bind it".
+2. **A fixed port, open to the network.** The parent opens the rendezvous store itself on a
+   socket it bound to 127.0.0.1, port 0 (the kernel picks a free one), and workers join it as
+   clients: two launches at once never collide, there is no window between "find a free port"
+   and "bind it", and nobody else on the network can write the store's keys (`TCPStore`
+   given only a host name listens on every interface, IPv4 and IPv6). Gloo's own sockets are
+   pinned to the loopback interface too (`GLOO_SOCKET_IFNAME`, unless the caller set it).
 3. **Errors and hangs.** A rank that raises ends the launch at once; the error names the rank
    and carries its traceback (the earliest failure is the root cause — a peer that died of a
    closed connection afterwards is listed, not blamed). A launch that runs past `timeout_s`
@@ -23,14 +26,20 @@ start method), with the four traps of that launcher closed:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
+import faulthandler
 import logging
+import math
 import os
+import pickle
 import shutil
 import signal
+import socket
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections import OrderedDict
@@ -73,8 +82,10 @@ class WorkerSpec:
     profile: str | None
     threads: int
     timeout_s: float
+    collective_timeout_s: float  # a collective waiting longer than this raises in its rank
     t0: float  # time.perf_counter() in the parent at launch: timelines start here
     log_dir: str  # each rank writes what it prints to <log_dir>/<rank>.log
+    host: str  # where the rendezvous store listens (loopback unless asked otherwise)
     options: dict
     dims: ParallelDims  # the mesh every worker builds: (pp, dp, tp)
 
@@ -104,6 +115,9 @@ def launch(
     echo: bool = True,
     options: dict | None = None,
     dims: ParallelDims | None = None,
+    host: str = "127.0.0.1",
+    collective_timeout_s: float | None = None,
+    debug_collectives: bool = False,
     **kwargs: Any,
 ) -> list[Any]:
     """Run `fn(*args, **kwargs)` on `world_size` workers; return each rank's value, by rank.
@@ -111,15 +125,33 @@ def launch(
     mode: "auto" (GPUs with NCCL when enough are visible, else CPU workers with gloo), "cpu",
     "gpu", or "emulated" (CPU workers whose timings come from a virtual clock of `profile`).
     timeout_s: the whole launch's limit; a hung rank ends in `LaunchTimeout`, not a hang.
+    collective_timeout_s: how long one collective may wait for its peers before it raises in
+    its rank, naming the operation (default: `timeout_s`). Keep it well under `timeout_s` so a
+    mismatch is reported by the rank that waits, not by the launch's clock.
+    debug_collectives: run the workers with `TORCH_DISTRIBUTED_DEBUG=DETAIL`: every collective
+    first compares its fingerprint (op, shapes, dtypes) across ranks, so ranks that call
+    different collectives fail at once with "Detected mismatch between collectives" instead
+    of hanging (an extra check per collective: for debugging, not for timing).
     echo: print what workers printed (prefixed by rank) once they finish.
     options: free-form settings handed to every worker's context (`mgpukit.current().options`).
     dims: how the workers are cut into (pp, dp, tp) — every worker's context carries the
     `DeviceMesh` built from it (`ctx.mesh`, `ctx.group("dp")`); default: all data parallel.
+    host: the address the rendezvous store listens on — loopback by default, so nothing on
+    the network can reach it; give another only when workers elsewhere must join.
     `device_guard` and `strict_p2p` in options (default: env MGPUKIT_DEVICE_GUARD /
     MGPUKIT_STRICT_P2P = 1) turn on the CPU checks of the GPU path.
     """
-    if not isinstance(world_size, int) or world_size < 1:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise LaunchError(f"world_size must be a positive integer, got {world_size!r}.")
+    if (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+            or not math.isfinite(timeout_s) or timeout_s <= 0):
+        raise LaunchError(f"timeout_s={timeout_s!r}: give a positive, finite number of seconds.")
+    collective_timeout_s = timeout_s if collective_timeout_s is None else collective_timeout_s
+    if (isinstance(collective_timeout_s, bool) or not isinstance(collective_timeout_s, (int, float))
+            or not math.isfinite(collective_timeout_s) or collective_timeout_s <= 0):
+        raise LaunchError(f"collective_timeout_s={collective_timeout_s!r}: give a positive, finite "
+                          f"number of seconds.")
+    collective_timeout_s = min(collective_timeout_s, timeout_s)
     dims = dims or ParallelDims(dp=world_size)
     if dims.world_size != world_size:
         raise LaunchError(f"dims {dims.as_dict()} describe {dims.world_size} workers, but "
@@ -146,8 +178,9 @@ def launch(
         options.setdefault(key, os.environ.get(var) == "1")
     spec = WorkerSpec(
         world_size=world_size, mode=mode, profile=profile, threads=threads,
-        timeout_s=timeout_s, t0=time.perf_counter(), options=options,
-        log_dir=tempfile.mkdtemp(prefix="mgpukit-launch-"), dims=dims,
+        timeout_s=timeout_s, collective_timeout_s=collective_timeout_s, t0=time.perf_counter(),
+        options={**options, "debug_collectives": bool(debug_collectives)},
+        log_dir=tempfile.mkdtemp(prefix="mgpukit-launch-"), dims=dims, host=host,
     )
     try:
         return _run(fn, args, kwargs, spec, echo=echo)
@@ -172,7 +205,7 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
     # holding a lock no thread will release — and its port reaches the workers through a pipe.
     port_read, port_write = os.pipe()
     base_env = {
-        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_ADDR": spec.host,
         "MASTER_PORT": "0",  # replaced in each worker by the port read from the pipe
         "WORLD_SIZE": str(n),
         "LOCAL_WORLD_SIZE": str(n),
@@ -180,23 +213,36 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
         "OMP_NUM_THREADS": str(spec.threads),
         "MGPUKIT_MODE": spec.mode,
     }
+    if spec.options.get("debug_collectives"):
+        base_env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # read when the process group is made
+    if spec.host in ("127.0.0.1", "localhost", "::1") and "GLOO_SOCKET_IFNAME" not in os.environ:
+        lo = _loopback_interface()
+        if lo:
+            base_env["GLOO_SOCKET_IFNAME"] = lo
     envs = {r: {**base_env, "RANK": str(r), "LOCAL_RANK": str(r), "GROUP_RANK": "0"} for r in range(n)}
-    # torch's elastic layer logs every worker failure at ERROR level; we raise our own error.
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
-    pc = start_processes(
-        name="mgpukit",
-        entrypoint=_worker_main,
-        args={r: (fn, args, kwargs, spec, port_read) for r in range(n)},
-        envs=envs,
-        logs_specs=DefaultLogsSpecs(log_dir=spec.log_dir, redirects=Std.NONE),
-        start_method="fork",
-    )
+    # torch's elastic layer logs every worker failure at ERROR level, and torch.multiprocessing
+    # a "Terminating process ... via signal SIGTERM" per peer it ends; we raise our own error.
+    for name in ("torch.distributed.elastic", "torch.multiprocessing.spawn"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    with _callers_signal_handlers():  # elastic installs its own; Ctrl-C must stay the caller's
+        pc = start_processes(
+            name="mgpukit",
+            entrypoint=_worker_main,
+            args={r: (fn, args, kwargs, spec, port_read) for r in range(n)},
+            envs=envs,
+            logs_specs=DefaultLogsSpecs(log_dir=spec.log_dir, redirects=Std.NONE),
+            start_method="fork",
+        )
     worker_pids = list(pc.pids().values())
     os.close(port_read)
-    store = None
+    store = listener = None
     try:
-        store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                              timeout=datetime.timedelta(seconds=spec.timeout_s))
+        listener = _listen(spec.host)
+        store = dist.TCPStore(spec.host, 0, is_master=True, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=spec.timeout_s),
+                              master_listen_fd=listener.fileno())
+        listener.detach()  # the store owns the socket now and closes it itself
+        listener = None
         os.write(port_write, f"{store.port:08d}".encode() * n)  # 8 bytes per worker: atomic
         result = pc.wait(timeout=spec.timeout_s, period=0.02)
         if result is None:
@@ -209,7 +255,10 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
                 ranks=unfinished,
             )
         if result.is_failed():
-            raise worker_error(spec.log_dir, result, store, n)
+            # every rank's exit code: torch's result keeps only the first failure it noticed
+            procs = getattr(getattr(pc, "_pc", None), "processes", None) or []
+            exitcodes = {r: p.exitcode for r, p in enumerate(procs)}
+            raise worker_error(spec.log_dir, result, store, n, exitcodes)
         if echo:
             _echo(spec.log_dir, n)
         return [result.return_values[r] for r in range(n)]
@@ -219,6 +268,59 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
         _kill(tree)
         os.close(port_write)
         del store
+        if listener is not None:
+            listener.close()
+
+
+_ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")  # what elastic's start() takes over
+
+
+@contextlib.contextmanager
+def _callers_signal_handlers():
+    """Give the caller its own signal handlers back once the workers are started.
+
+    torch-elastic's `start_processes` installs handlers that turn SIGINT/SIGTERM into its
+    `SignalException` — an ordinary `Exception` — and leaves them installed: after one launch,
+    Ctrl-C in a notebook or a tour was swallowed by any `except Exception`. Restored here, a
+    Ctrl-C during (or after) a launch raises `KeyboardInterrupt` as usual, and the launch's
+    `finally` ends every worker.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # elastic installs nothing outside the main thread either
+        return
+    sigs = [getattr(signal, name) for name in _ELASTIC_SIGNALS if hasattr(signal, name)]
+    saved = {sig: signal.getsignal(sig) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:  # None: installed from C, cannot be put back from Python
+                signal.signal(sig, handler)
+
+
+def _listen(host: str) -> socket.socket:
+    """A listening TCP socket on `host`, port 0, for the store to serve on (`master_listen_fd`).
+
+    `TCPStore(host, port, is_master=True)` binds to every interface whatever `host` says; a
+    socket bound here first is the only way to keep it on the address asked for."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, 0))
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise LaunchError(f"cannot listen on host={host!r} ({e}); use an address of this "
+                          f"machine, or the default 127.0.0.1.") from None
+    return sock
+
+
+def _loopback_interface() -> str | None:
+    """The name of the interface holding 127.0.0.1 ("lo" on Linux, "lo0" on macOS)."""
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address.startswith("127.") for a in addrs):
+            return name
+    return None
 
 
 def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
@@ -226,10 +328,18 @@ def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
     import traceback
 
     rank = int(os.environ["RANK"])
+    # A worker inherits elastic's handlers, which turn SIGTERM into a Python exception that a
+    # rank blocked inside a gloo call never gets to raise. The parent owns shutdown: SIGTERM
+    # ends a worker at once, and Ctrl-C (SIGINT, sent to the whole terminal's process group)
+    # is the parent's to act on — it ends the workers itself.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if spec.options.get("debug_collectives"):
+        dist.set_debug_level_from_env()  # torch read the level at import, before the fork
     _capture_output(spec.log_dir, rank)
     os.environ["MASTER_PORT"] = str(int(os.read(port_read, 8)))
     os.close(port_read)
-    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), is_master=False,
+    store = dist.TCPStore(spec.host, int(os.environ["MASTER_PORT"]), is_master=False,
                           timeout=datetime.timedelta(seconds=spec.timeout_s))
 
     def report_failure():
@@ -238,9 +348,27 @@ def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
         # before the process group is torn down, since tearing it down wakes the peers.
         store.set(ERROR_KEY.format(rank=rank), f"{time.time_ns()}\n{traceback.format_exc()}")
 
-    # tensors cross to the parent by pickling: CUDA ones would need CUDA in the parent (the
-    # very thing a notebook must not initialise), so they come back as CPU copies
-    return _to_cpu(_run_in_worker(fn, args, kwargs, spec, rank, report_failure, store))
+    return _run_in_worker(fn, args, kwargs, spec, rank, report_failure, store)
+
+
+def check_picklable(value, where: str = "the return value") -> None:
+    """Raise TypeError naming the part of `value` that cannot be pickled, and its type.
+
+    A worker's return value reaches the parent pickled; torch pickles it after the function
+    returned, where a failure only reads "the process ended without raising an exception"."""
+    try:
+        pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        return
+    except Exception as e:
+        error = e
+    items = (value.items() if isinstance(value, dict)
+             else enumerate(value) if isinstance(value, (list, tuple)) else ())
+    for key, item in items:
+        check_picklable(item, f"{where}[{key!r}]")  # raises for the first bad part, deepest first
+    raise TypeError(f"{where} could not be pickled to send it back to the parent: "
+                    f"{type(value).__module__}.{type(value).__qualname__} ({error}). Return plain "
+                    f"data — numbers, strings, lists, dicts, tensors — not functions, locks, "
+                    f"open files or modules.")
 
 
 def _to_cpu(value):
@@ -261,7 +389,10 @@ def _run_in_worker(fn, args, kwargs, spec: WorkerSpec, rank: int, report_failure
     try:
         if spec.mode == "gpu" and torch.cuda._is_in_bad_fork():  # before Accelerate touches CUDA
             raise LaunchError(BAD_FORK)
-        value = _setup_and_call(fn, args, kwargs, spec, rank)
+        # tensors cross to the parent by pickling: CUDA ones would need CUDA in the parent (the
+        # very thing a notebook must not initialise), so they come back as CPU copies
+        value = _to_cpu(_setup_and_call(fn, args, kwargs, spec, rank))
+        check_picklable(value)  # here, where a failure is reported with its cause
         # Leave together: a rank that tore its process group down while a slower peer was
         # still connecting would fail that peer. A store barrier, not a collective, so it can
         # never pair up with a collective some rank is still (wrongly) waiting in.
@@ -281,7 +412,7 @@ def _setup_and_call(fn, args, kwargs, spec: WorkerSpec, rank: int):
     from accelerate import PartialState
 
     torch.set_num_threads(spec.threads)
-    timeout = datetime.timedelta(seconds=spec.timeout_s)
+    timeout = datetime.timedelta(seconds=spec.collective_timeout_s)
     state = PartialState(cpu=spec.mode != "gpu", timeout=timeout)
     if state.num_processes != spec.world_size or state.process_index != rank:
         raise LaunchError(
@@ -330,6 +461,9 @@ def _capture_output(log_dir: str, rank: int) -> None:
         except OSError:
             pass
     sys.stdout = sys.stderr = log
+    # a native crash (segfault, a C++ abort in gloo) dumps the Python stacks into the same file,
+    # not wherever the parent's fault handler pointed (pytest, a notebook's kernel)
+    faulthandler.enable(file=log, all_threads=True)
 
 
 def _release_openmp_threads() -> None:

@@ -30,6 +30,9 @@ TRAINER_KNOBS = (
          choices=("linear", "none")),
     Knob("warmup_steps", int, 0, "steps of linear warmup to the scaled rate", minimum=0),
     Knob("base_batch", int, None, "the global batch the learning rate was tuned for", minimum=1),
+    Knob("checkpoint_dir", str, None, "folder for torch.distributed.checkpoint saves (training/checkpoint.py)"),
+    Knob("checkpoint_every", int, 0, "save every k steps (0: only after the last step)", minimum=0),
+    Knob("resume", bool, False, "start from the latest checkpoint in checkpoint_dir"),
 )
 
 

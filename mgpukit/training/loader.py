@@ -41,12 +41,13 @@ def loader_options(options: dict) -> tuple[float, int]:
 class BatchLoader:
     """This rank's batches for steps 0..steps-1, in order (see the module docstring)."""
 
-    def __init__(self, cfg, rank: int, world_size: int, rec, *, steps: int | None = None):
+    def __init__(self, cfg, rank: int, world_size: int, rec, *, steps: int | None = None,
+                 start_step: int = 0):
         self.batches = Batches(cfg, rank, world_size)
         self.steps = cfg.steps if steps is None else steps
         self.delay, self.depth = loader_options(cfg.options)
         self.emulated = rec.clock.emulated
-        self._step = 0
+        self._start = self._step = start_step  # a resumed run picks up its data where it stopped
         self._queue = None
         # Emulated prefetch: the loader thread's virtual timeline (when it is free to start
         # the next batch; when each batch was taken off the queue).
@@ -63,7 +64,7 @@ class BatchLoader:
 
     def _produce(self):
         try:
-            for step in range(self.steps):
+            for step in range(self._start, self.steps):
                 self._queue.put(self._load(step))  # blocks while `depth` batches wait unconsumed
         except BaseException as e:  # hand it to the training loop instead of leaving it waiting
             self._queue.put(e)

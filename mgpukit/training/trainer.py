@@ -17,12 +17,18 @@ are combined once, after training, in one untimed reduction over the world (a pi
 lives on its last stage, its gradient is spread over the stages; data-parallel replicas hold
 the same averaged gradient), so logging never sits inside a timed step.
 
+A non-finite loss or gradient (too high a learning rate; an overflow that fp16's loss scaler
+does not handle) stops the run at once, before the optimizer step that would spread it into
+the weights: `NonFiniteError` names the step and the rank. The check costs nothing extra — the gradient norm already logged is a float64
+sum of every squared gradient element, non-finite exactly when some element is.
+
 The trainer is the only place that calls `optimizer.step()` (outside the parameter server,
 which keeps its own topology): `tests/test_trainer.py` counts.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import torch.distributed as dist
@@ -41,6 +47,9 @@ class Checkpointing:
 
     start_step: int = 0
     on_step_end: Callable[[int], None] | None = None  # e.g. save every k steps
+    # this rank's logged (loss, grad sq-norm) per step; a resumed run starts with the steps
+    # before `start_step` (restored from the checkpoint), so its record covers the whole run
+    logs: list[tuple[float, float]] = dataclasses.field(default_factory=list)
 
 
 def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
@@ -49,14 +58,14 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
     ckpt = checkpoint or Checkpointing()
     reset_device_peak(ctx.device)  # a GPU's high-water mark would outlive the previous run
     dp_size, dp_rank = ctx.size("dp"), ctx.coords["dp"]
-    loader = loader or BatchLoader(cfg, dp_rank, dp_size, rec)
+    loader = loader or BatchLoader(cfg, dp_rank, dp_size, rec, start_step=ckpt.start_step)
     slowed = apply_straggler(rec, ctx, cfg.options)
     idle = (IdleMarker(rec, ctx.group("dp")) if cfg.options.get("straggler")
             or cfg.options.get("show_idle") else None)
     lr_at = lr_schedule(cfg, dp_size)
     if lr_at is not None:
         rec.extra["lr"] = []
-    logs = []
+    logs = ckpt.logs
     for step in range(ckpt.start_step, cfg.steps):
         with rec.step(step):
             with rec.compute("data"):
@@ -69,6 +78,9 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
             scale = parts.scaler.scale if parts.scaler is not None else 1.0
             finite = parts.scaler.unscale_(parts.params) if parts.scaler is not None else True
             sq_norm = parts.grad_sq() if parts.grad_sq else grad_sq_norm(parts.params)
+            if finite:  # fp16's scaler skips an overflowing step by design; anything else stops here
+                check_finite(float(loss) / scale if loss is not None else None, sq_norm,
+                             step=step, rank=ctx.rank)  # before the weights change
             if lr_at is not None:
                 set_lr(optimizer, lr_at(step))
                 rec.extra["lr"].append(lr_at(step))
@@ -93,6 +105,25 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
     if parts.scaler is not None:
         rec.extra["loss_scale"] = {"final": parts.scaler.scale, "skipped_steps": parts.scaler.skipped}
     return gather_weights(rec, ctx, parts)
+
+
+class NonFiniteError(FloatingPointError):
+    """The loss or a gradient was NaN or infinite; the optimizer step was not taken."""
+
+
+def check_finite(loss, sq_norm: float, *, step: int, rank: int) -> None:
+    """Raise `NonFiniteError` when the loss or the gradient's squared norm is not finite.
+
+    `sq_norm` is Σ‖g‖² in float64 over this rank's gradients (every float32 square fits), so
+    one `isfinite` on it covers every element: no extra pass over the gradients."""
+    loss_value = float(loss) if loss is not None else 0.0
+    bad = [what for what, v in (("loss", loss_value), ("gradient", sq_norm)) if not math.isfinite(v)]
+    if bad:
+        shown = loss_value if "loss" in bad else sq_norm ** 0.5
+        raise NonFiniteError(
+            f"non-finite {' and '.join(bad)} ({shown}) at step {step} on rank {rank}: stopped before "
+            f"the optimizer step, so the weights are those after step {step - 1}. Usually the "
+            f"learning rate is too high (lower --lr) or the inputs overflow.")
 
 
 def log_steps(rec, ctx, parts: Parts, logs: list[tuple[float, float]]) -> None:

@@ -18,6 +18,8 @@ the largest per-step loss difference and `ok` the final-loss verdict (`method` s
 """
 from __future__ import annotations
 
+import math
+
 
 def loss_parity(record: dict, ref_record: dict, *, rtol: float, window: int = 5) -> dict:
     """Compare the loss curve of `record` with the reference's: final loss within `rtol`."""
@@ -34,7 +36,13 @@ def loss_parity(record: dict, ref_record: dict, *, rtol: float, window: int = 5)
         "final_loss": final,
         "reference_final_loss": ref_final,
         "final_rel_gap": gap,
-        "max_rel_gap": max(abs(a - b) / abs(b) for a, b in zip(got, want)),
-        "max_abs_diff": max(abs(a - b) for a, b in zip(got, want)),
+        "max_rel_gap": _nan_max(abs(a - b) / abs(b) for a, b in zip(got, want)),
+        "max_abs_diff": _nan_max(abs(a - b) for a, b in zip(got, want)),
         "ok": bool(gap <= rtol),
     }
+
+
+def _nan_max(values) -> float:
+    """max() that keeps NaN (Python's max drops a NaN that is not first)."""
+    values = list(values)
+    return math.nan if any(math.isnan(v) for v in values) else max(values)

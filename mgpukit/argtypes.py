@@ -1,0 +1,40 @@
+"""argparse types shared by the subcommands: each refuses a bad value in argparse's one line."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number greater than 0")
+    return value
+
+
+def key_value(text: str) -> tuple[str, object]:
+    """argparse type of `-o KEY=VALUE`: VALUE is read as JSON when it is (1, 0.5, true), else kept
+    as a string."""
+    key, eq, value = text.partition("=")
+    if not eq or not key or not value:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE; write e.g. -o bucket_mb=1")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value

@@ -1,0 +1,228 @@
+"""Every bad input is refused before anything starts: one line `mgpukit: error: <cause and fix>`
+on stderr, exit code 2, no traceback, no worker launched.
+
+Method: the CLI's `main(argv)` runs in this process (fast: no interpreter start per case) with
+the launcher's process start replaced by a tripwire; each case must come back as exactly one
+stderr line naming its cause. The public functions behind the CLI are fed bad values too and
+must raise ValueError (or LaunchError, a RuntimeError naming what to change) before launching.
+`tests/test_cli.py` checks the same contract through the real console entry point."""
+import math
+from pathlib import Path
+
+import pytest
+
+import mgpukit
+from mgpukit.cli import main
+from mgpukit.runtime import launcher
+
+PROFILE = Path(__file__).resolve().parents[1] / "data" / "hardware" / "h100-nvlink.toml"
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    def tripwire(*a, **k):
+        raise AssertionError("a launch started although the input was bad")
+    monkeypatch.setattr(launcher, "_run", tripwire)
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Broken inputs on disk: a file that is not TOML, profiles with a negative bandwidth, a NaN
+    memory size, a zero FLOP rate and a missing key, a plain file where a folder is expected."""
+    text = PROFILE.read_text()
+
+    def variant(name, old_start, new_line):
+        lines = [new_line if line.startswith(old_start) else line for line in text.splitlines()]
+        assert lines != text.splitlines(), f"{old_start!r} not in the profile"
+        path = tmp_path / name
+        path.write_text("\n".join(lines) + "\n")
+        return str(path)
+    (tmp_path / "bad.toml").write_text("name = [\n")
+    (tmp_path / "plain").write_text("x")
+    (tmp_path / "mine.py").write_text("# the user's own script\n")
+    return {
+        "bad_toml": str(tmp_path / "bad.toml"),
+        "neg_beta": variant("neg.toml", "beta =", "beta = -5e9"),
+        "nan_mem": variant("nanmem.toml", "memory_bytes =", "memory_bytes = nan"),
+        "inf_bw": variant("infbw.toml", "memory_bandwidth =", "memory_bandwidth = inf"),
+        "no_name": variant("noname.toml", "name =", "# no name"),
+        "file": str(tmp_path / "plain"),
+        "mine": str(tmp_path / "mine.py"),
+        "missing": str(tmp_path / "nope.md"),
+    }
+
+
+# (argv, a piece of the one line that must name the cause)
+CLI_CASES = [
+    # run: strategy knobs (-o)
+    ("run pp-interleaved -o v=0", "must be at least 1"),
+    ("run pp-interleaved -o v=abc", "must be an integer"),
+    ("run ddp -o v=0", "unknown option 'v'"),
+    ("run ddp -o nope=1", "valid options:"),
+    ("run dp-bucketed -o bucket_mb=-3", "bucket_mb=-3"),
+    ("run dp-bucketed -o bucket_mb=abc", "must be a finite number"),
+    ("run dp-bucketed -o bucket_mb=NaN", "must be a finite number"),
+    ("run ddp -o =1", "is not KEY=VALUE"),
+    ("run ddp -o bucket_mb", "is not KEY=VALUE"),
+    ("run ddp -o bucket_mb=", "is not KEY=VALUE"),
+    # run: numbers
+    ("run ddp --timeout 0", "--timeout: 0"),
+    ("run ddp --timeout -5", "--timeout: -5"),
+    ("run ddp --timeout nan", "--timeout: nan"),
+    ("run ddp --timeout inf", "--timeout: inf"),
+    ("run ddp --lr -1", "lr=-1.0"),
+    ("run ddp --lr nan", "lr=nan"),
+    ("run ddp --lr inf", "lr=inf"),
+    ("run ddp --lr abc", "--lr: invalid float value"),
+    ("run ddp --workers 0", "--workers: 0 must be at least 1"),
+    ("run ddp --workers -2", "--workers: -2"),
+    ("run ddp --workers 2.5", "'2.5' is not a whole number"),
+    ("run ddp --steps 0", "--steps: 0"),
+    ("run ddp --steps x", "not a whole number"),
+    ("run ddp --global-batch 0", "--global-batch: 0"),
+    ("run ddp --global-batch 7", "multiple of 2"),
+    ("run ddp --micro-batches 0", "--micro-batches: 0"),
+    ("run ddp --micro-batches 3", "multiple of 6"),
+    # run: names and layouts
+    ("run nope", "mgpukit list"),
+    ("run", "required: strategy"),
+    ("run ddp --model nope", "model='nope'"),
+    ("run ddp --optimizer nope", "invalid choice: 'nope'"),
+    ("run ddp --mode nope", "invalid choice: 'nope'"),
+    ("run ddp --mode gpu", "needs 2 GPUs"),
+    ("run ddp --mode emulated", "needs a hardware profile"),
+    ("run ddp --dp 0", "--dp: 0"),
+    ("run ddp --pp 0", "--pp: 0"),
+    ("run ddp --v 0", "--v: 0"),
+    ("run ddp --dp 3 --workers 2", "3 workers"),
+    ("run ddp --workers 3", "multiple of 3"),
+    ("run pp-interleaved --workers 4", "cannot be cut into 8 equal pipeline stages"),
+    ("run pp-1f1b --pp 2 --schedule gpipe", "runs the '1f1b' schedule"),
+    ("run ddp --pp 2", "cannot be combined with pipeline"),
+    # run: profiles (validated on load, the file named)
+    ("run ddp --emulate nope", "unknown hardware profile 'nope'"),
+    ("run ddp --emulate {bad_toml}", "bad.toml"),
+    ("run ddp --emulate {neg_beta}", "neg.toml: a link needs finite alpha >= 0 and beta > 0"),
+    ("run ddp --emulate {nan_mem}", "nanmem.toml: profile 'h100-nvlink': memory_bytes must be a finite number > 0"),
+    ("run ddp --emulate {inf_bw}", "infbw.toml: profile 'h100-nvlink': memory_bandwidth must be a finite"),
+    ("run ddp --emulate {no_name}", "lacks the key 'name'"),
+    ("run ddp --emulate /nonexistent/x.toml", "no hardware profile file"),
+    # run: output paths
+    ("run ddp --json", "expected one argument"),
+    ("run ddp --json {file}/r.json", "is a file, not a directory"),
+    ("run ddp --trace {file}/t.json", "is a file, not a directory"),
+    ("run ddp --save-weights {file}/w.safetensors", "is a file, not a directory"),
+    ("run ddp --profile-torch {file}", "not a directory"),
+    # plan
+    ("plan --tp 0", "--tp 0"),
+    ("plan --gpus 0", "--gpus 0"),
+    ("plan --search --gpus 0", "--gpus 0"),
+    ("plan --gpus -8", "--gpus -8"),
+    ("plan --top -1", "--top -1"),
+    ("plan --search --top 0", "--top 0"),
+    ("plan --pp 0", "--pp 0"),
+    ("plan --dp 0", "--dp 0"),
+    ("plan --v 0", "--v 0"),
+    ("plan --micro-batch 0", "--micro-batch 0"),
+    ("plan --global-batch -1", "--global-batch -1"),
+    ("plan --zero 5", "invalid choice: 5"),
+    ("plan --schedule nope", "invalid choice: 'nope'"),
+    ("plan --dtype fp8", "invalid choice: 'fp8'"),
+    ("plan --gpus abc", "invalid int value"),
+    ("plan --gpus 8 --tp 3", "does not divide --gpus 8"),
+    ("plan --model nope", "unknown model 'nope'"),
+    ("plan --profile nope", "unknown hardware profile 'nope'"),
+    ("plan --profile {bad_toml}", "bad.toml"),
+    ("plan --profile {neg_beta}", "neg.toml"),
+    ("plan --profile {nan_mem}", "memory_bytes must be a finite number > 0"),
+    ("plan --json {file}/p.json", "is a file, not a directory"),
+    # bench
+    ("bench --repeats -1", "--repeats: -1"),
+    ("bench --repeats 0", "--repeats: 0"),
+    ("bench --workers 0", "--workers: 0"),
+    ("bench --workers -1", "--workers: -1"),
+    ("bench nope", "unknown benchmark 'nope'"),
+    ("bench launch --json {file}/b.json", "is a file, not a directory"),
+    # tour
+    ("tour --only dpp", "--only dpp: not a registered strategy"),
+    ("tour --only", "--only (nothing)"),
+    ("tour --emulate nope", "unknown hardware profile 'nope'"),
+    ("tour --emulate {nan_mem}", "memory_bytes must be a finite number > 0"),
+    ("tour --steps 0", "--steps: 0"),
+    ("tour --workers 0", "--workers: 0"),
+    ("tour --out {file}", "is not a directory"),
+    ("tour --update-readme {missing}", "no such file"),
+    # export, calibrate, the rest
+    ("export nope", "unknown strategy 'nope'"),
+    ("export ddp --out {mine}", "already exists; pass --force"),
+    ("export ddp --out {file}/x.py", "is a file, not a directory"),
+    ("calibrate --workers 1", "at least 2 workers"),
+    ("calibrate --workers 0", "at least 2 workers"),
+    ("calibrate --out {file}/m.toml", "is a file, not a directory"),
+    ("info --bogus", "unrecognized arguments: --bogus"),
+    ("nope-command", "invalid choice: 'nope-command'"),
+    ("", "required: command"),
+]
+
+
+def test_the_table_is_big_enough():
+    assert len(CLI_CASES) + len(API_CASES) >= 60 and len(CLI_CASES) >= 60
+
+
+@pytest.mark.parametrize("argv, cause", CLI_CASES, ids=[c[0] or "(none)" for c in CLI_CASES])
+def test_a_bad_cli_input_is_one_line_exit_2_nothing_launched(argv, cause, files, no_launch, capsys):
+    args = [a.format(**files) for a in argv.split()]
+    try:
+        code = main(args)
+    except SystemExit as e:  # argparse refuses from inside the parser
+        code = e.code
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 2, captured.err
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("mgpukit: error: ") and cause in lines[0], lines[0]
+    assert "Traceback" not in captured.err + captured.out
+
+
+def _noop():
+    return None
+
+
+# (function, keyword arguments, exception type, a piece of its message)
+API_CASES = [
+    ("run", dict(strategy="ddp", workers=0), ValueError, "workers=0"),
+    ("run", dict(strategy="ddp", workers=2.5), ValueError, "workers=2.5"),
+    ("run", dict(strategy="ddp", steps=0), ValueError, "steps must be at least 1"),
+    ("run", dict(strategy="ddp", steps="3"), ValueError, "must be a whole number"),
+    ("run", dict(strategy="ddp", lr=-1), ValueError, "lr=-1"),
+    ("run", dict(strategy="ddp", lr=math.nan), ValueError, "lr=nan"),
+    ("run", dict(strategy="ddp", timeout_s=0), ValueError, "timeout_s=0"),
+    ("run", dict(strategy="ddp", timeout_s=math.nan), ValueError, "timeout_s=nan"),
+    ("run", dict(strategy="dp-bucketed", options={"bucket_mb": -3}), ValueError, "bucket_mb=-3"),
+    ("run", dict(strategy="ddp", options={"nope": 1}), ValueError, "unknown option 'nope'"),
+    ("run", dict(strategy="ddp", options="bucket_mb=1"), ValueError, "give a dict"),
+    ("run", dict(strategy="ddp", mode="nope"), Exception, "mode='nope'"),
+    ("launch", dict(world_size=0), launcher.LaunchError, "world_size"),
+    ("launch", dict(world_size=True), launcher.LaunchError, "world_size"),
+    ("launch", dict(world_size=2, timeout_s=0), launcher.LaunchError, "timeout_s=0"),
+    ("launch", dict(world_size=2, timeout_s=-1), launcher.LaunchError, "timeout_s=-1"),
+    ("launch", dict(world_size=2, mode="nope"), launcher.LaunchError, "mode='nope'"),
+    ("load_profile", dict(name="{neg_beta}"), ValueError, "neg.toml"),
+    ("load_profile", dict(name="{nan_mem}"), ValueError, "nanmem.toml"),
+    ("load_profile", dict(name="nope"), ValueError, "unknown hardware profile"),
+]
+
+
+@pytest.mark.parametrize("fn, kwargs, error, cause", API_CASES,
+                         ids=[f"{c[0]}-{'-'.join(f'{k}={v}' for k, v in c[1].items())}" for c in API_CASES])
+def test_a_bad_argument_to_a_public_function_is_refused_before_launching(fn, kwargs, error, cause, files,
+                                                                          no_launch):
+    from mgpukit.costmodel.hardware import load_profile
+
+    kwargs = {k: v.format(**files) if isinstance(v, str) else v for k, v in kwargs.items()}
+    call = {"run": lambda kw: mgpukit.run(kw.pop("strategy"), **kw),
+            "launch": lambda kw: mgpukit.launch(_noop, kw.pop("world_size"), **kw),
+            "load_profile": lambda kw: load_profile(kw["name"])}[fn]
+    with pytest.raises(error) as info:
+        call(dict(kwargs))
+    assert cause in str(info.value)
