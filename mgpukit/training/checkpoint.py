@@ -81,6 +81,10 @@ def _state(ctx, parts, optimizer, next_step: int, logs) -> dict:
              # then covers the whole run, and its parity can be checked
              f"logs/rank{ctx.rank}": torch.tensor(logs, dtype=torch.float64).reshape(-1, 2)}
     for p in parts.params:
+        if id(p) not in names:
+            raise ValueError("checkpointing saves parameters the model owns by name; this strategy "
+                             "trains flat shards of its own (hand-written ZeRO), which it cannot "
+                             "save yet: use ddp, dp-bucketed, a pipeline, tp or fsdp2.")
         state[f"model/{names[id(p)]}"] = p.data
         for key, value in optimizer.state.get(p, {}).items():
             state[f"optim/{names[id(p)]}/{key}"] = value
