@@ -7,6 +7,7 @@ import mgpukit
 from mgpukit.costmodel.shapes import ModelShape
 from mgpukit.costmodel.tensor_parallel import tp_bytes_per_step, tp_collectives
 from mgpukit.experiment import prepare, run
+from mgpukit.lessons.tensor_parallel import layernorm_saved_bytes
 from mgpukit.models import GPT, gpt_tiny
 from mgpukit.strategies.tensor_parallel.apply import split_block
 from mgpukit.strategies.tensor_parallel.comm import TPGroup
@@ -73,37 +74,11 @@ def test_bytes_and_counts_per_step_match_the_cost_model(strategy):
         assert abs(comm["bytes_sent"] - want) <= 0.01 * want, (comm["bytes_sent"], want)
 
 
-def _layernorm_saved_bytes(sp: bool):
-    """Bytes the LayerNorms of the split GPT save for backward, on this rank (one micro-batch)."""
-    from mgpukit.measure.memory import ActivationMeter
-    from mgpukit.measure.recorder import Recorder
-    from mgpukit.runtime.context import current
-    from mgpukit.strategies.tensor_parallel.apply import apply_tp
-
-    ctx = current()
-    model = GPT(gpt_tiny())
-    apply_tp(model, ctx, Recorder(ctx), sp=sp)
-    meter = ActivationMeter(model.parameters())
-    hooks = {}
-    for name, m in model.named_modules():
-        if isinstance(m, torch.nn.LayerNorm):
-            def enter(mod, args, name=name):
-                hooks[name] = meter.track()
-                hooks[name].__enter__()
-
-            def leave(mod, args, out, name=name):
-                hooks.pop(name).__exit__(None, None, None)
-            m.register_forward_pre_hook(enter)
-            m.register_forward_hook(leave, prepend=True)  # before the hook that gathers
-    logits = model(torch.randint(0, 64, (4, 64)))
-    return meter.peak, logits.shape
-
-
 def test_sequence_parallel_splits_the_layernorm_activations():
-    plain = mgpukit.launch(_layernorm_saved_bytes, 2, False, dims=mgpukit.ParallelDims(tp=2))
-    split = mgpukit.launch(_layernorm_saved_bytes, 2, True, dims=mgpukit.ParallelDims(tp=2))
-    assert plain[0][1] == split[0][1] == torch.Size([4, 64, 32])  # vocab-split logits: V/t each
-    assert 0 < split[0][0] <= plain[0][0] / 2, (split[0][0], plain[0][0])
+    plain = mgpukit.launch(layernorm_saved_bytes, 2, False, dims=mgpukit.ParallelDims(tp=2))[0]
+    split = mgpukit.launch(layernorm_saved_bytes, 2, True, dims=mgpukit.ParallelDims(tp=2))[0]
+    assert plain["logits_shape"] == split["logits_shape"] == (4, 64, 32)  # vocab-split logits: V/t each
+    assert 0 < split["bytes"] <= plain["bytes"] / 2, (split["bytes"], plain["bytes"])
 
 
 @pytest.mark.parametrize("strategy, kw, match", [

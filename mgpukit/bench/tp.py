@@ -15,7 +15,6 @@ Setting (say it with every figure):
 """
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import warnings
 
@@ -40,42 +39,22 @@ def _overhead(steps: int, rounds: int) -> dict:
             "ok": ours / native <= 1.1, "tp": 2, "model": "gpt-tiny", "rounds": med}
 
 
-def predicted_step_s(model: str, tp: int, profile: str, global_batch: int = 8) -> float:
-    """The analytic model's step time of `tp` on `profile` (fp32, one micro-batch of the batch)."""
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel import Layout, load_profile, step_time
-    from mgpukit.costmodel.shapes import ModelShape
-
-    shape = ModelShape.from_gpt_config(RunConfig(model=model).model_config())
-    layout = Layout(tp=tp, micro_batch=global_batch, dtype="fp32")
-    return step_time(shape, layout, load_profile(profile))["total_s"]
-
-
 def _links(quick: bool) -> dict:
     from mgpukit.experiment import run
+    from mgpukit.lessons.tensor_parallel import predicted_step
 
     model, tp = ("gpt-tiny", 4) if quick else ("gpt-small", 8)
     out = {"model": model, "tp": tp, "profiles": {}}
-    for profile in ("h100-nvlink", "h100-pcie"):
+    for profile, link in (("h100-nvlink", "NVLink (h100-nvlink)"), ("h100-pcie", "PCIe (h100-pcie)")):
         rec = run("tp", workers=tp, mode="emulated", profile=profile, model=model, steps=3, parity=False)
         out["profiles"][profile] = {"emulated_s": _median(rec),
-                                    "analytic_s": predicted_step_s(model, tp, profile)}
-    out["profiles"]["h100-ib"] = {"emulated_s": None, "analytic_s": _ib_step_s(model, tp)}
+                                    "analytic_s": predicted_step(model, tp, link)["total_s"]}
+    ib = "InfiniBand across nodes (h100-ib, 1 GPU/node)"
+    out["profiles"]["h100-ib"] = {"emulated_s": None, "analytic_s": predicted_step(model, tp, ib)["total_s"]}
     nv, pcie = out["profiles"]["h100-nvlink"], out["profiles"]["h100-pcie"]
     out["pcie_over_nvlink"] = {"emulated": pcie["emulated_s"] / nv["emulated_s"],
                                "analytic": pcie["analytic_s"] / nv["analytic_s"]}
     return out
-
-
-def _ib_step_s(model: str, tp: int) -> float:
-    """The analytic step time with the tp group across nodes: h100-ib with one GPU per node."""
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel import Layout, load_profile, step_time
-    from mgpukit.costmodel.shapes import ModelShape
-
-    hw = dataclasses.replace(load_profile("h100-ib"), gpus_per_node=1)
-    shape = ModelShape.from_gpt_config(RunConfig(model=model).model_config())
-    return step_time(shape, Layout(tp=tp, micro_batch=8, dtype="fp32"), hw)["total_s"]
 
 
 @bench("tp", help="tp vs DTensor tp-native step time (cpu), tp over NVLink / PCIe / IB "

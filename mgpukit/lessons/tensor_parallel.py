@@ -93,8 +93,9 @@ def bytes_table(record: dict) -> list[dict]:
 
 # ------------------------------------------------------------ 4. sequence parallelism's memory
 
-def layernorm_saved_bytes(sp: bool, *, batch: int = 4) -> int:
-    """Inside a launch: bytes the LayerNorms of this rank's split GPT save for backward."""
+def layernorm_saved_bytes(sp: bool, *, batch: int = 4) -> dict:
+    """Inside a launch: bytes the LayerNorms of this rank's split GPT save for backward
+    (`bytes`), and the shape of this rank's logits (`logits_shape`: the vocabulary is split)."""
     from mgpukit.measure.memory import ActivationMeter
     from mgpukit.measure.recorder import Recorder
     from mgpukit.models import GPT, gpt_tiny
@@ -116,8 +117,8 @@ def layernorm_saved_bytes(sp: bool, *, batch: int = 4) -> int:
                 active.pop(name).__exit__(None, None, None)
             m.register_forward_pre_hook(enter)
             m.register_forward_hook(leave, prepend=True)  # before the hook that gathers
-    model(torch.randint(0, model.cfg.vocab_size, (batch, model.cfg.seq_len)))
-    return meter.peak
+    logits = model(torch.randint(0, model.cfg.vocab_size, (batch, model.cfg.seq_len)))
+    return {"bytes": meter.peak, "logits_shape": tuple(logits.shape)}
 
 
 def sequence_parallel_memory(t: int = 2) -> dict:
@@ -127,7 +128,8 @@ def sequence_parallel_memory(t: int = 2) -> dict:
 
     out = {}
     for sp in (False, True):
-        out["tp-sp" if sp else "tp"] = launch(layernorm_saved_bytes, t, sp, dims=ParallelDims(tp=t), echo=False)[0]
+        ranks = launch(layernorm_saved_bytes, t, sp, dims=ParallelDims(tp=t), echo=False)
+        out["tp-sp" if sp else "tp"] = ranks[0]["bytes"]
     return out
 
 
