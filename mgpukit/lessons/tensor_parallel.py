@@ -14,6 +14,7 @@ import torch
 from mgpukit.costmodel.comm import bus_factor
 from mgpukit.costmodel.shapes import ModelShape
 from mgpukit.costmodel.tensor_parallel import tp_collectives
+from mgpukit.plots.layout import finish
 from mgpukit.plots.style import PREDICTED, series_color
 
 
@@ -59,12 +60,11 @@ def plot_block(sp: bool = False) -> go.Figure:
             fig.add_annotation(x=i + 0.45, y=1.25, text=f"fwd: {fwd[label]}", showarrow=False, font_size=10)
             fig.add_annotation(x=i + 0.45, y=-0.25, text=f"bwd: {bwd[label]}", showarrow=False, font_size=10)
     rep = "T/t tokens (sequence-parallel)" if sp else "replicated on every tp rank"
-    fig.update_layout(
-        title=f"one block, tensor parallel{' + sequence parallel' if sp else ''}: grey/teal = {rep}, "
-              f"blue = split by heads / columns, red = collective",
-        height=230, margin=dict(l=10, r=10, t=60, b=10), showlegend=False,
-        xaxis=dict(visible=False, range=[-0.1, len(_BLOCK)]), yaxis=dict(visible=False, range=[-0.5, 1.5]))
-    return fig
+    fig.update_layout(xaxis=dict(visible=False, range=[-0.1, len(_BLOCK)]),
+                      yaxis=dict(visible=False, range=[-0.5, 1.5]))
+    return finish(fig, title=f"one block, tensor parallel{' + sequence parallel' if sp else ''}",
+                  subtitle=f"grey/teal = {rep}, blue = split by heads / columns, red = collective",
+                  legend="none", plot_height=170)
 
 
 # ------------------------------------------------------------------- 3. bytes, measured vs table
@@ -179,11 +179,9 @@ def plot_tp_scaling(model: str = "gpt-tiny", tps=(1, 2, 4), emulated: list[dict]
                                                         for r in recs],
                 mode="markers", marker=dict(size=11, symbol="diamond", color=series_color(i)),
                 name=f"{prof}, emulated (virtual clock)"))
-    fig.update_layout(title=f"{model}: step time vs tensor-parallel degree", height=420,
-                      xaxis=dict(title="tp degree", type="log", tickvals=list(tps)),
-                      yaxis=dict(title="step time (µs)", type="log"),
-                      legend=dict(orientation="h", y=-0.25), margin=dict(b=140))
-    return fig
+    fig.update_layout(xaxis=dict(title="tp degree", type="log", tickvals=list(tps)),
+                      yaxis=dict(title="step time (µs)", type="log"))
+    return finish(fig, title=f"{model}: step time vs tensor-parallel degree", legend="below")
 
 
 def tp_explorer(model: str = "1.3b"):
