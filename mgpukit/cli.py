@@ -12,7 +12,7 @@ import json
 import sys
 import warnings
 
-from mgpukit.argtypes import key_value, positive_float, positive_int
+from mgpukit.argtypes import key_value, nonnegative_int, positive_float, positive_int
 
 
 def _info(args):
@@ -87,6 +87,16 @@ def add_run_arguments(p):
     p.add_argument("--debug-collectives", action="store_true",
                    help="TORCH_DISTRIBUTED_DEBUG=DETAIL in the workers: ranks that call different "
                         "collectives fail at once, naming both (slower; for debugging)")
+    ck = p.add_argument_group("checkpoint and restart (torch.distributed.checkpoint)")
+    ck.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                    help="save checkpoints here (= -o checkpoint_dir=DIR); any layout can load them")
+    ck.add_argument("--checkpoint-every", type=positive_int, default=None, metavar="K",
+                    help="save every K steps (default: after the last step only)")
+    ck.add_argument("--resume", action="store_true", default=None,
+                    help="start from the latest checkpoint in --checkpoint-dir")
+    ck.add_argument("--max-restarts", type=nonnegative_int, default=0, metavar="N",
+                    help="when a rank fails, relaunch the run up to N times from the last checkpoint "
+                         "(needs --checkpoint-dir; the record lists the restarts)")
 
 
 def layout_from_args(args) -> dict:
@@ -101,7 +111,25 @@ def config_from_args(args):
                                 "global_batch": args.global_batch, "lr": args.lr,
                                 "micro_batches": args.micro_batches,
                                 "optimizer": args.optimizer}.items() if v is not None}
-    return RunConfig(**fields, options=dict(args.option or []))
+    return RunConfig(**fields, options=checkpoint_options(args, dict(args.option or [])))
+
+
+def checkpoint_options(args, options: dict) -> dict:
+    """`options` with the checkpoint flags' knobs; a flag and an `-o` that disagree are refused."""
+    for flag, key in (("checkpoint_dir", "checkpoint_dir"), ("checkpoint_every", "checkpoint_every"),
+                      ("resume", "resume")):
+        value = getattr(args, flag, None)
+        if value is None:
+            continue
+        if key in options and options[key] != value:
+            raise ValueError(f"--{flag.replace('_', '-')} {value} and -o {key}={options[key]} disagree; "
+                             f"give one of them.")
+        options[key] = value
+    restarts = getattr(args, "max_restarts", 0)
+    if restarts and not options.get("checkpoint_dir"):
+        raise ValueError(f"--max-restarts {restarts} needs --checkpoint-dir DIR: a restarted run "
+                         f"goes on from the last checkpoint (without one it would start over).")
+    return options
 
 
 def _run(args):
@@ -112,8 +140,14 @@ def _run(args):
                  config=config_from_args(args), layout=layout_from_args(args),
                  parity=not args.no_parity, timeout_s=args.timeout, json_path=args.json, trace_path=args.trace,
                  torch_profile_dir=args.profile_torch, weights_path=args.save_weights, echo=True,
-                 collective_timeout_s=args.collective_timeout, debug_collectives=args.debug_collectives)
+                 collective_timeout_s=args.collective_timeout, debug_collectives=args.debug_collectives,
+                 max_restarts=args.max_restarts)
     print_summary([record])
+    for r in record.get("restarts") or []:
+        print(f"restarted after rank {r['rank']} failed: {r['error']}")
+    if record.get("resumed_from_step"):
+        print(f"resumed from the checkpoint of step {record['resumed_from_step']}: step times "
+              f"cover steps {record['resumed_from_step']}..{len(record['losses']) - 1}")
     if args.json:
         print(f"record written to {args.json}")
     if args.trace:

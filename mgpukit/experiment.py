@@ -126,6 +126,11 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
         raise ValueError(f"max_restarts={max_restarts!r}: give a whole number >= 0.")
     if max_restarts and not p.cfg.options.get("checkpoint_dir"):
         raise ValueError("max_restarts needs checkpoint_dir=... (options) to restart from.")
+    if p.cfg.options.get("resume") and not p.cfg.options.get("checkpoint_dir"):
+        raise ValueError("resume=true needs checkpoint_dir=... (--checkpoint-dir) to resume from.")
+    if p.cfg.options.get("checkpoint_dir"):
+        check_output(p.cfg.options["checkpoint_dir"], what="checkpoint folder (checkpoint_dir)",
+                     directory=True)
     restarts = []
     while True:
         try:

@@ -30,6 +30,7 @@ def _kill_after_saving(real):
 
 @pytest.mark.parametrize("strategy, workers, layout", [
     ("ddp", 2, None), ("dp-bucketed", 2, None), ("pp-1f1b", 2, {"pp": 2}),
+    ("zero3", 2, None), ("tp", 2, None), ("fsdp2", 2, None),
 ])
 def test_killed_and_resumed_run_matches_the_uninterrupted_one_bitwise(strategy, workers, layout,
                                                                        tmp_path, monkeypatch):
@@ -44,6 +45,7 @@ def test_killed_and_resumed_run_matches_the_uninterrupted_one_bitwise(strategy, 
     assert (tmp_path / "latest").read_text().strip() == f"step-{KILL_AFTER:06d}"
     resumed = mgpukit.run(strategy, **common, options={**options, "resume": True})
     assert len(resumed["step_time_s"]) == STEPS - KILL_AFTER  # it really ran only the rest
+    assert resumed["resumed_from_step"] == KILL_AFTER and whole["resumed_from_step"] is None
     # bitwise (== on floats); steps 0..k-1 come back from the checkpoint, k.. are recomputed
     assert resumed["losses"] == whole["losses"]
     assert resumed["grad_norms"] == whole["grad_norms"]
@@ -137,3 +139,76 @@ def test_a_worker_that_fails_once_is_restarted_from_the_checkpoint_with_parity(t
     assert "SIGKILL" in rec["restarts"][0]["error"]
     assert rec["parity"]["ok"], rec["parity"]
     assert len(rec["losses"]) == 5 and len(rec["step_time_s"]) == 3
+
+
+# ---- resharding: a checkpoint saved on 4 workers loads on 2, and into one process ------------
+def _load_and_save_again(name, cfg, src, dst):
+    """In every rank: the strategy's parts and optimizer, the checkpoint under `src` loaded into
+    them, then saved again under `dst` (what a resumed run holds before its first step)."""
+    from mgpukit import strategies
+    from mgpukit.measure.recorder import Recorder
+    from mgpukit.parallelize import parallelize
+    from mgpukit.runtime.context import current
+    from mgpukit.training.building import build_model, build_optimizer
+
+    ctx = current()
+    torch.manual_seed(cfg.seed)
+    rec = Recorder(ctx)
+    parts = parallelize(build_model(cfg), cfg, ctx, rec, strategies.get(name))
+    optimizer = build_optimizer(cfg, parts.params)
+    logs = []
+    step = ckpt_mod.load_checkpoint(src, ctx, rec, parts, optimizer, logs=logs)
+    ckpt_mod.save_checkpoint(dst, step, ctx, rec, parts, optimizer, logs=logs)
+
+
+def _equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("saved, loaded", [("zero3", "zero3"), ("zero3", "ddp"), ("fsdp2", "fsdp2"),
+                                           ("zero1", "zero2"), ("ddp", "fsdp2"), ("tp", "tp")])
+def test_a_checkpoint_of_4_workers_loads_on_2_and_in_one_process_unchanged(saved, loaded, tmp_path):
+    """AdamW (moments and a step count per parameter), 3 steps on 4 workers, checkpointed: the
+    full tensors read back in one process are the run's final weights exactly; loaded by 2
+    workers (another strategy too) and saved again they are the same tensors, weights and
+    optimizer state; loaded into the single-process model and optimizer, the same again."""
+    from mgpukit.experiment import load_weights, prepare
+    from mgpukit.runtime.launcher import launch
+    from mgpukit.training.building import build_model, build_optimizer
+
+    common = dict(mode="cpu", parity=False, timeout_s=180, optimizer="adamw")
+    mgpukit.run(saved, workers=4, steps=3, options={"checkpoint_dir": str(tmp_path / "at4")},
+                weights_path=tmp_path / "w.safetensors", **common)
+    at4 = ckpt_mod.load_full(tmp_path / "at4")
+    assert at4["step"] == 3
+    assert _equal(at4["model"], load_weights(tmp_path / "w.safetensors"))
+    assert at4["optim"].keys() == at4["model"].keys()
+    assert all(v.keys() == {"exp_avg", "exp_avg_sq", "step"} for v in at4["optim"].values())
+
+    p = prepare(loaded, workers=2, mode="cpu", optimizer="adamw", steps=3)
+    launch(_load_and_save_again, p.workers, p.strategy.name, p.cfg, tmp_path / "at4",
+           tmp_path / "at2", mode="cpu", dims=p.dims, timeout_s=120, echo=False)
+    at2 = ckpt_mod.load_full(tmp_path / "at2")
+    assert at2["step"] == 3 and _equal(at2["model"], at4["model"])
+    assert at2["optim"].keys() == at4["optim"].keys()
+    assert all(_equal(at2["optim"][n], at4["optim"][n]) for n in at4["optim"])
+
+    model = build_model(p.cfg)
+    optimizer = build_optimizer(p.cfg, model.parameters())
+    assert ckpt_mod.load_into(tmp_path / "at4", model, optimizer) == 3
+    assert _equal({n: q.detach() for n, q in model.named_parameters()}, at4["model"])
+    assert all(_equal(optimizer.state[q], at4["optim"][n]) for n, q in model.named_parameters())
+
+
+def test_a_run_resumed_on_2_workers_from_4_goes_on_with_parity(tmp_path):
+    """zero3 checkpointed at step 3 on 4 workers, resumed on 2: the same global batches from
+    step 3 on (the data position is the step), the first 3 logged losses carried over, and
+    the whole run passes parity against the single-process reference."""
+    common = dict(mode="cpu", timeout_s=180)
+    opts = {"checkpoint_dir": str(tmp_path)}
+    first = mgpukit.run("zero3", workers=4, steps=KILL_AFTER, parity=False, options=opts, **common)
+    rec = mgpukit.run("zero3", workers=2, steps=STEPS, options={**opts, "resume": True}, **common)
+    assert rec["parity"]["ok"], rec["parity"]
+    assert len(rec["step_time_s"]) == STEPS - KILL_AFTER and len(rec["losses"]) == STEPS
+    assert rec["losses"][:KILL_AFTER] == pytest.approx(first["losses"], rel=1e-12, abs=0)
+    assert rec["resumed_from_step"] == KILL_AFTER

@@ -28,6 +28,9 @@ def build_record(*, strategy: str, mode: str, profile: str | None, dims: dict, c
         "losses": lead["losses"],
         "grad_norms": lead["grad_norms"],
         "step_time_s": step_times,
+        # a run resumed from a checkpoint ran (and timed) only steps resumed_from_step.. ;
+        # step_time_s[i] is step resumed_from_step + i (losses cover every step)
+        "resumed_from_step": lead.get("extra", {}).get("resumed_from_step"),
         "tokens_per_s": (tokens_per_step / median) if median else None,
         "memory": {str(r["rank"]): r["memory"] for r in ranks},
         "comm": {str(r["rank"]): r["comm"] for r in ranks if r["comm"] is not None},

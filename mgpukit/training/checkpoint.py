@@ -2,16 +2,39 @@
 
 A checkpoint is what a run needs to go on as if it had never stopped: the weights, the
 optimizer's state (SGD's momentum, Adam's moments and step), the next step to run, each rank's
-RNG state. The data position needs nothing more: a batch depends only on (seed, step, data
-rank), so the step *is* the position.
+RNG state and its share of the logged losses. The data position needs nothing more: a batch
+depends only on (seed, step, data rank) and the global batch is the same whatever the number
+of workers, so the step *is* the position (`step × global_batch` samples consumed) — and a run
+resumed on another number of workers reads the same samples from there on.
 
-Every rank saves its own share in one collective call (`dcp.save`): replicas of a tensor
-(data-parallel ranks hold the same weights) are written once, a pipeline stage writes only its
-layers, and the names are the unsplit model's (`blocks.2.attn.q_proj.weight`,
-`optim/blocks.2.attn.q_proj.weight/momentum_buffer`) — so the files describe the model, not
-the layout that wrote them. Loading is `dcp.load` into this rank's tensors, in place (the
-dp-bucketed strategy's gradients are views into its buckets; the parameters stay the same
-objects).
+Every rank saves its own share in one collective call (`dcp.save`), under the names of the
+unsplit model (`model/blocks.2.attn.q_proj.weight`,
+`optim/blocks.2.attn.q_proj.weight/momentum_buffer`) and in its full shape: the files describe
+the model, not the layout that wrote them, so any layout can load them (*resharding*: a
+checkpoint written by zero3 on 4 workers loads into zero3 or ddp on 2, or into one process,
+`load_full`). What a rank holds of a tensor it saves as *chunks* — boxes of the full tensor at
+an offset — and DCP writes every chunk once and reads, for each box a rank asks for, the
+overlapping pieces of whatever boxes were written:
+
+    ddp, pipelines      whole tensors (replicas are written once, by one rank)
+    fsdp2, tp-native    DTensors: DCP knows their shards (Shard(0) on dp; the tp splits)
+    tp (ours)           one box per split parameter: offset rank·n along `tp_dim`
+    zero1/2/3 (ours)    this rank's flat shard of each unit cut along the parameters it
+                        spans: a range of a parameter's flattened elements is at most a
+                        partial row, full rows and a partial row (`boxes`), each a box; the
+                        optimizer's state over the shard is cut the same way; padding is not
+                        saved (zero on load, as it is in training)
+
+Loading is `dcp.load` into this rank's tensors, in place (the dp-bucketed strategy's gradients
+are views into its buckets; the parameters stay the same objects; ZeRO-1/2 then all-gather
+their shards into the full parameters).
+
+The logged losses: each rank keeps its `contribution` per step (summed over the world they are
+the global loss and squared gradient norm). Resumed on as many ranks, each loads its own, and
+the record is bitwise the uninterrupted one's; resumed on another number, rank 0 takes the sum
+of the old ranks' contributions (in rank order) and the others 0. The RNG states load on as
+many ranks; on another number each rank keeps its seeded state (the shipped models draw no
+random numbers while training: no dropout).
 
 Saving is atomic: the files go to ``<dir>/step-K.partial``, which is renamed to ``step-K``
 once every rank has written, and only then does ``<dir>/latest`` (written atomically) point to
@@ -24,18 +47,25 @@ runs; the tensors themselves DCP reads as raw bytes, and any pickled object with
 `torch.load(weights_only=True)`.
 
 Reference: PyTorch Distributed Checkpoint (torch.distributed.checkpoint), and torchtitan's
-checkpointing, which saves the same pieces through it.
+checkpointing, which saves the same pieces through it; the flat-shard-to-parameter map is what
+DeepSpeed's universal checkpoint computes to reshard ZeRO's partitions.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import pickle
+import warnings
+from collections import defaultdict
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.metadata import StorageMeta, TensorStorageMetadata
+from torch.distributed.checkpoint.metadata import (ChunkStorageMetadata, MetadataIndex, StorageMeta,
+                                                   TensorProperties, TensorStorageMetadata)
+from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType
 
 from mgpukit.files import write_text
 from mgpukit.training.trainer import Checkpointing
@@ -63,10 +93,73 @@ def checkpointing(ctx, rec, cfg, parts, optimizer) -> Checkpointing | None:
     return ck
 
 
+# ---- where this rank's tensors sit in the full model's -----------------------------------------
+@dataclasses.dataclass
+class Piece:
+    """A box of the full tensor `name` (`size`) that this rank holds: `view(t)` is that box of
+    `t`, a tensor shaped like the rank's parameter (the parameter itself, or optimizer state
+    over it); `offsets` None: the whole tensor, as it is (replicated, or a DTensor)."""
+
+    name: str
+    size: tuple
+    offsets: tuple | None = None
+    view: object = None  # Callable[[Tensor], Tensor]
+
+
+def boxes(shape, a: int, b: int) -> list[tuple[tuple, tuple, int]]:
+    """Elements [a, b) of a row-major tensor of `shape` (flattened) as boxes:
+    [(offsets, sizes, first flat index)], each contiguous in memory — at most a partial row,
+    a block of full rows and a partial row per dimension."""
+    if a >= b:
+        return []
+    if len(shape) == 0:
+        return [((), (), 0)]
+    row = math.prod(shape[1:])
+    lo, hi = -(-a // row), b // row  # the full rows [lo, hi)
+    if lo > hi:  # a and b inside one row
+        i = a // row
+        return [((i, *o), (1, *z), i * row + f) for o, z, f in boxes(shape[1:], a - i * row, b - i * row)]
+    out = []
+    if a < lo * row:  # the end of row lo-1
+        out += [((lo - 1, *o), (1, *z), (lo - 1) * row + f)
+                for o, z, f in boxes(shape[1:], a - (lo - 1) * row, row)]
+    if lo < hi:
+        out.append(((lo, *[0] * (len(shape) - 1)), (hi - lo, *shape[1:]), lo * row))
+    if hi * row < b:  # the start of row hi
+        out += [((hi, *o), (1, *z), hi * row + f) for o, z, f in boxes(shape[1:], 0, b - hi * row)]
+    return out
+
+
+def _zero_pieces(unit, names) -> list[Piece]:
+    """This rank's flat shard of a ZeRO unit as boxes of the parameters it spans."""
+    lo, hi = unit.rank * unit.shard_numel, (unit.rank + 1) * unit.shard_numel
+    out, offset = [], 0
+    for q in unit.params:
+        a, b = max(offset, lo), min(offset + q.numel(), hi)
+        for offs, sizes, f in boxes(tuple(q.shape), a - offset, b - offset):
+            start = offset + f - lo  # where the box starts in the shard
+            out.append(Piece(names[id(q)], tuple(q.shape), offs,
+                             lambda t, s=start, z=sizes: t[s:s + math.prod(z)].view(z)))
+        offset += q.numel()
+    return out
+
+
+def _tp_piece(p, name: str, ctx) -> Piece:
+    """Our tensor-parallel split: rank i of t holds the i-th of t equal slices along `tp_dim`."""
+    dim, t = p.tp_dim, ctx.size("tp")
+    size = list(p.shape)
+    size[dim] *= t
+    offsets = [0] * p.dim()
+    offsets[dim] = ctx.coords["tp"] * p.shape[dim]
+    return Piece(name, tuple(size), tuple(offsets), lambda x: x)
+
+
 def _names(parts) -> dict[int, str]:
     """id(parameter) -> its name in the unsplit model (no DDP `module.`, no stage index)."""
     names = {}
     module = parts.module
+    if hasattr(module, "shards") and hasattr(module, "model"):  # ZeRO's ShardedModule
+        module = module.model
     for name, p in module.named_parameters():
         if isinstance(module, torch.nn.ModuleList):  # pipeline stages: "0.blocks.2..." -> "blocks.2..."
             name = name.split(".", 1)[1]
@@ -74,21 +167,101 @@ def _names(parts) -> dict[int, str]:
     return names
 
 
-def _state(ctx, parts, optimizer, next_step: int, logs) -> dict:
+def _zero(parts):
+    """The hand-written ZeRO stage behind `parts`, or None."""
+    from mgpukit.strategies.sharding.zero1 import Zero1
+
+    return parts.sync if isinstance(parts.sync, Zero1) else None
+
+
+def placements(ctx, parts) -> list[tuple[torch.Tensor, list[Piece]]]:
+    """For each tensor the optimizer steps: the pieces of the full model it holds."""
     names = _names(parts)
-    state = {"step": torch.tensor(next_step, dtype=torch.int64),
-             # what this rank logged so far (loss, grad sq-norm per step): the resumed record
-             # then covers the whole run, and its parity can be checked
-             f"logs/rank{ctx.rank}": torch.tensor(logs, dtype=torch.float64).reshape(-1, 2)}
+    zero = _zero(parts)
+    if zero is not None:
+        return [(unit.shard, _zero_pieces(unit, names)) for unit in zero.units]
+    out = []
     for p in parts.params:
         if id(p) not in names:
-            raise ValueError("checkpointing saves parameters the model owns by name; this strategy "
-                             "trains flat shards of its own (hand-written ZeRO), which it cannot "
-                             "save yet: use ddp, dp-bucketed, a pipeline, tp or fsdp2.")
-        state[f"model/{names[id(p)]}"] = p.data
+            raise ValueError(f"checkpointing saves the parameters the model owns by name; "
+                             f"{type(parts.sync).__name__} trains tensors of its own.")
+        name = names[id(p)]
+        if getattr(p, "tp_dim", None) is not None and ctx.size("tp") > 1:
+            out.append((p, [_tp_piece(p, name, ctx)]))
+        else:  # a whole tensor, or a DTensor (DCP knows its shards)
+            out.append((p, [Piece(name, tuple(p.shape))]))
+    return out
+
+
+class Chunks:
+    """Boxes of one full tensor held by this rank, in the form DCP saves and loads (its
+    `_Checkpointable` protocol, which DTensor implements the same way)."""
+
+    def __init__(self, size, views: list[tuple[tuple, torch.Tensor]]):
+        self._size, self.views = torch.Size(size), views
+
+    def size(self) -> torch.Size:
+        return self._size
+
+    def __create_write_items__(self, fqn, obj):
+        return [WriteItem(index=MetadataIndex(fqn, torch.Size(o)), type=WriteItemType.SHARD,
+                          tensor_data=TensorWriteData(
+                              chunk=ChunkStorageMetadata(offsets=torch.Size(o), sizes=t.size()),
+                              properties=TensorProperties.create_from_tensor(t), size=self._size))
+                for o, t in self.views]
+
+    def __create_chunk_list__(self):
+        return [ChunkStorageMetadata(offsets=torch.Size(o), sizes=t.size()) for o, t in self.views]
+
+    def __get_tensor_shard__(self, index):
+        for o, t in self.views:
+            if torch.Size(o) == index.offset:
+                return t
+        raise ValueError(f"{index.fqn}: no chunk at offset {index.offset} on this rank")
+
+
+class _SavePlanner(dcp.DefaultSavePlanner):
+    def lookup_object(self, index):
+        obj = self.state_dict.get(index.fqn)
+        return obj.__get_tensor_shard__(index) if isinstance(obj, Chunks) else super().lookup_object(index)
+
+
+class _LoadPlanner(dcp.DefaultLoadPlanner):
+    def set_up_planner(self, state_dict, metadata=None, is_coordinator=False):
+        chunks = {k: v for k, v in state_dict.items() if isinstance(v, Chunks)}
+        super().set_up_planner(state_dict, metadata, is_coordinator)  # sets unknown types to None
+        state_dict.update(chunks)
+        self.state_dict.update(chunks)
+
+    def lookup_tensor(self, index):
+        obj = self.state_dict.get(index.fqn)
+        return obj.__get_tensor_shard__(index) if isinstance(obj, Chunks) else super().lookup_tensor(index)
+
+
+def _put(state: dict, key: str, pieces: list[Piece], tensor: torch.Tensor) -> None:
+    """`tensor` (shaped like the rank's parameter) under `key` + each piece's name."""
+    for piece in pieces:
+        k = key.format(piece.name)
+        if piece.offsets is None:
+            state[k] = tensor
+            continue
+        chunks = state.setdefault(k, Chunks(piece.size, []))
+        chunks.views.append((piece.offsets, piece.view(tensor)))
+
+
+def _state(ctx, parts, optimizer, next_step: int, logs) -> dict:
+    state = {"step": torch.tensor(next_step, dtype=torch.int64),
+             # this rank's share of what was logged so far: the resumed record covers the run
+             f"logs/rank{ctx.rank}": torch.tensor(logs, dtype=torch.float64).reshape(-1, 2),
+             f"rng/rank{ctx.rank}": torch.get_rng_state()}
+    for p, pieces in placements(ctx, parts):
+        _put(state, "model/{}", pieces, p.detach())
         for key, value in optimizer.state.get(p, {}).items():
-            state[f"optim/{names[id(p)]}/{key}"] = value
-    state[f"rng/rank{ctx.rank}"] = torch.get_rng_state()
+            if value.shape == p.shape:  # elementwise state: cut like the parameter
+                _put(state, f"optim/{{}}/{key}", pieces, value)
+            else:  # a scalar (Adam's step): the same for every piece
+                for piece in pieces:
+                    state[f"optim/{piece.name}/{key}"] = value
     return state
 
 
@@ -98,7 +271,8 @@ def save_checkpoint(root, next_step: int, ctx, rec, parts, optimizer, *, logs=()
     final = root / f"step-{next_step:06d}"
     partial = root / f"step-{next_step:06d}.partial"
     with rec.untimed():
-        dcp.save(_state(ctx, parts, optimizer, next_step, list(logs)), checkpoint_id=str(partial))
+        dcp.save(_state(ctx, parts, optimizer, next_step, list(logs)), checkpoint_id=str(partial),
+                 planner=_SavePlanner())
         _barrier()
         if ctx.rank == 0:
             if final.exists():  # an older save of the same step, e.g. a run resumed twice
@@ -126,36 +300,111 @@ def latest(root) -> Path:
 
 def load_checkpoint(root, ctx, rec, parts, optimizer, *, logs: list | None = None) -> int:
     """Load the latest checkpoint under `root` into this rank's parts and optimizer, in place
-    (and the logged steps into `logs`); return the step to start from (collective)."""
+    (and this rank's logged steps into `logs`); return the step to start from (collective).
+    The checkpoint may come from another layout or number of ranks (module docstring)."""
     path = latest(root)
     reader = SafeReader(str(path))
     metadata = reader.read_metadata().state_dict_metadata
-    names = _names(parts)
-    by_name = {names[id(p)]: p for p in parts.params}
-    state = _state(ctx, parts, optimizer, 0, [])
-    logs_key = f"logs/rank{ctx.rank}"
-    if isinstance(metadata.get(logs_key), TensorStorageMetadata):
-        state[logs_key] = torch.empty(metadata[logs_key].size, dtype=torch.float64)
-    for key, meta in metadata.items():  # optimizer state not created yet (SGD makes it lazily)
-        if key.startswith("optim/") and key not in state:
-            name, _ = key[len("optim/"):].rsplit("/", 1)
-            if name in by_name and isinstance(meta, TensorStorageMetadata):
-                state[key] = torch.empty(meta.size, dtype=meta.properties.dtype,
-                                         device=by_name[name].device)
+    saved_optim = defaultdict(dict)  # name -> {state key: its metadata}
+    for key, meta in metadata.items():
+        if key.startswith("optim/") and isinstance(meta, TensorStorageMetadata):
+            name, k = key[len("optim/"):].rsplit("/", 1)
+            saved_optim[name][k] = meta
+    state = {"step": torch.tensor(0, dtype=torch.int64)}
+    optim_state = {}  # parameter -> {key: the tensor loaded into}
+    for p, pieces in placements(ctx, parts):
+        _put(state, "model/{}", pieces, p.detach())
+        held = dict(optimizer.state.get(p, {}))
+        for k in sorted({k for piece in pieces for k in saved_optim.get(piece.name, {})}):
+            pc = next(pc for pc in pieces if k in saved_optim.get(pc.name, {}))
+            meta = saved_optim[pc.name][k]
+            elementwise = tuple(meta.size) == pc.size
+            if k not in held:  # not created yet: SGD and Adam make their state at the first step
+                held[k] = (torch.zeros_like(p.detach()) if elementwise else
+                           torch.empty(meta.size, dtype=meta.properties.dtype))
+            if elementwise:
+                _put(state, f"optim/{{}}/{k}", pieces, held[k])
+            else:
+                names = list(dict.fromkeys(pc.name for pc in pieces))  # a name can have 3 boxes
+                for i, name in enumerate(names):  # every piece saved the same scalar
+                    state[f"optim/{name}/{k}"] = held[k] if i == 0 else held[k].clone()
+        optim_state[p] = held
+    old_ranks = sorted(int(k.rsplit("rank", 1)[1]) for k in metadata if k.startswith("logs/rank"))
+    same_world = len(old_ranks) == ctx.world_size
+    if same_world:
+        state[f"logs/rank{ctx.rank}"] = torch.empty(metadata[f"logs/rank{ctx.rank}"].size, dtype=torch.float64)
+        state[f"rng/rank{ctx.rank}"] = torch.empty(metadata[f"rng/rank{ctx.rank}"].size, dtype=torch.uint8)
+    elif ctx.rank == 0:
+        for r in old_ranks:
+            state[f"logs/rank{r}"] = torch.empty(metadata[f"logs/rank{r}"].size, dtype=torch.float64)
     missing = [k for k in state if k not in metadata]
     if missing:
         raise ValueError(f"checkpoint {path} lacks {missing[:3]}: it was saved by another "
-                         f"model or layout (or another number of ranks).")
+                         f"model (or one whose layers do not split like this layout's).")
     with rec.untimed():
-        dcp.load(state, storage_reader=reader)
-    for key, value in state.items():
-        if key.startswith("optim/"):
-            name, k = key[len("optim/"):].rsplit("/", 1)
-            optimizer.state[by_name[name]][k] = value
-    torch.set_rng_state(state[f"rng/rank{ctx.rank}"])
+        dcp.load(state, storage_reader=reader, planner=_LoadPlanner())
+    for p, held in optim_state.items():
+        if held:
+            optimizer.state[p] = held
+    if same_world:
+        torch.set_rng_state(state[f"rng/rank{ctx.rank}"])
     if logs is not None:
-        logs[:] = [tuple(row) for row in state[logs_key].tolist()]
+        if same_world:
+            rows = state[f"logs/rank{ctx.rank}"]
+        else:  # another number of ranks: rank 0 carries the old world's sum, in rank order
+            steps = int(state["step"])
+            rows = torch.zeros(steps, 2, dtype=torch.float64)
+            if ctx.rank == 0:
+                for r in old_ranks:
+                    rows = rows + state[f"logs/rank{r}"]
+        logs[:] = [tuple(row) for row in rows.tolist()]
+    zero = _zero(parts)
+    if zero is not None:
+        with rec.untimed():
+            zero.after_load()
     return int(state["step"])
+
+
+def find_checkpoint(path) -> Path:
+    """`path` itself when it is one checkpoint (holds ``.metadata``), else its `latest`."""
+    path = Path(path)
+    return path if (path / ".metadata").is_file() else latest(path)
+
+
+def load_full(path) -> dict:
+    """A checkpoint as full tensors in this one process, whatever layout and number of ranks
+    wrote it: ``{"step", "model": {name: tensor}, "optim": {name: {key: tensor}}}``. `path`:
+    a checkpoint folder or the `checkpoint_dir` holding `latest`."""
+    reader = SafeReader(str(find_checkpoint(path)))
+    metadata = reader.read_metadata().state_dict_metadata
+    state = {"step": torch.tensor(0, dtype=torch.int64)}
+    for key, meta in metadata.items():
+        if key.startswith(("model/", "optim/")) and isinstance(meta, TensorStorageMetadata):
+            state[key] = torch.empty(meta.size, dtype=meta.properties.dtype)
+    with warnings.catch_warnings():  # "torch.distributed is ... uninitialized": that is the point
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, storage_reader=reader, no_dist=True)
+    out = {"step": int(state["step"]), "model": {}, "optim": defaultdict(dict)}
+    for key, value in state.items():
+        if key.startswith("model/"):
+            out["model"][key[len("model/"):]] = value
+        elif key.startswith("optim/"):
+            name, k = key[len("optim/"):].rsplit("/", 1)
+            out["optim"][name][k] = value
+    out["optim"] = dict(out["optim"])
+    return out
+
+
+def load_into(path, model: torch.nn.Module, optimizer=None) -> int:
+    """Load a checkpoint (any layout, any number of ranks) into a single-process `model` and
+    its `optimizer`; return the step to go on from."""
+    full = load_full(path)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(full["model"][name])
+            if optimizer is not None and name in full["optim"]:
+                optimizer.state[p] = dict(full["optim"][name])
+    return full["step"]
 
 
 _DCP_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")

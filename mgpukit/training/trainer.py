@@ -47,8 +47,9 @@ class Checkpointing:
 
     start_step: int = 0
     on_step_end: Callable[[int], None] | None = None  # e.g. save every k steps
-    # this rank's logged (loss, grad sq-norm) per step; a resumed run starts with the steps
-    # before `start_step` (restored from the checkpoint), so its record covers the whole run
+    # this rank's share of the logged (loss, grad sq-norm) per step (`contribution`): summed
+    # over the world they are the global values. A resumed run starts with the steps before
+    # `start_step` (restored from the checkpoint), so its record covers the whole run.
     logs: list[tuple[float, float]] = dataclasses.field(default_factory=list)
 
 
@@ -92,10 +93,12 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
                 parts.after_step(step)  # e.g. ZeRO-1/2: all-gather the updated shards
             if parts.scaler is not None:
                 parts.scaler.update(finite)
-        logs.append((float(loss) / scale if loss is not None else 0.0, sq_norm))
+        logs.append(contribution(ctx, parts, float(loss) / scale if loss is not None else None, sq_norm))
         if ckpt.on_step_end is not None:
             ckpt.on_step_end(step)
-    log_steps(rec, ctx, parts, logs)
+    if ckpt.start_step:  # the record's step times cover only the steps this run ran
+        rec.extra["resumed_from_step"] = ckpt.start_step
+    log_steps(rec, ctx, logs)
     rec.memory = memory_breakdown(parts.module, optimizer, parts.engine.meter, ctx.device)
     if getattr(parts.engine, "memory_note", None):
         rec.memory["source"] += "; " + parts.engine.memory_note
@@ -126,16 +129,19 @@ def check_finite(loss, sq_norm: float, *, step: int, rank: int) -> None:
             f"learning rate is too high (lower --lr) or the inputs overflow.")
 
 
-def log_steps(rec, ctx, parts: Parts, logs: list[tuple[float, float]]) -> None:
-    """Per step: loss of the global batch (held by the last stage of each replica, averaged
-    over replicas) and the full gradient norm (squares summed over the stages; replicas hold
-    the same gradient, so their mean — unless each holds a disjoint shard of it, ZeRO, then
-    their sum). One untimed reduction over the world."""
+def contribution(ctx, parts: Parts, loss: float | None, sq_norm: float) -> tuple[float, float]:
+    """This rank's share of step's logged (loss, Σ‖g‖²): summed over the world, the loss of the
+    global batch (held by the last stage of each replica, averaged over replicas) and the full
+    gradient's squared norm (squares summed over the stages; replicas hold the same gradient,
+    so their mean — unless each holds a disjoint shard of it, ZeRO, then their sum)."""
     dp = ctx.size("dp")
     replicas = 1 if parts.grads_sharded else dp
-    flat = []
-    for loss, sq in logs:
-        flat += [loss / dp if parts.holds_loss else 0.0, sq / replicas]
+    return (loss / dp if parts.holds_loss and loss is not None else 0.0, sq_norm / replicas)
+
+
+def log_steps(rec, ctx, logs: list[tuple[float, float]]) -> None:
+    """Per step, the sum over the world of every rank's `contribution`: one untimed reduction."""
+    flat = [v for pair in logs for v in pair]
     world = dist.group.WORLD if dist.is_initialized() and ctx.world_size > 1 else None
     total = rec.reduce_values(flat, group=world)
     for i in range(0, len(total), 2):

@@ -101,6 +101,13 @@ class Zero1:
             self.rec.all_gather(unit.full, unit.shard.detach().clone(), group=self.group)
             unit.full_grad.zero_()  # the optimizer zeroed only my slice
 
+    def after_load(self) -> None:
+        """After a checkpoint was loaded into my shards (`training.checkpoint`, untimed):
+        every rank gets every shard back into the full parameters."""
+        for unit in self.units:
+            torch.distributed.all_gather_into_tensor(unit.full, unit.shard.detach().clone(),
+                                                     group=self.group)
+
     def sharded_parts(self, parts):
         """The trainer's `Parts` with the optimizer over my shards (see `parallelize`)."""
         self.meter = getattr(parts.engine, "meter", None)

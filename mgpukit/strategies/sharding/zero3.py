@@ -113,6 +113,9 @@ class Zero3(Zero2):
     def after_step(self, step: int) -> None:
         pass  # the shards *are* the parameters now; the next forward gathers them
 
+    def after_load(self) -> None:
+        pass  # a checkpoint loads into the shards; the next forward gathers them
+
     # ---- weights for parity / checkpoints ----------------------------------------------------
     def state_dict_of(self, state_dict):
         """The full weights: gather every unit (bookkeeping, untimed), read them, free again."""
