@@ -6,11 +6,17 @@ trap `mgpukit.launch` closes for notebooks), builds the same device mesh `mgpuki
 its workers, and runs the one runner's `run_rank`; rank 0 gathers the per-rank results into the
 same result record, with the same parity check, that `mgpukit run` writes (`experiment.finish`).
 `name="all"` runs every strategy in turn on the same process group.
+
+Several nodes need nothing else: `torchrun --nnodes 2 ... --rdzv-endpoint HOST:PORT` or
+`accelerate launch --num_machines 2 --machine_rank R --main_process_ip HOST ...` on each node
+start the same script, every process reads its node from the launcher's environment
+(`runtime.nodes`), the ranks share their nodes once, and the record names each rank's node.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import time
 import warnings
 from collections.abc import Iterator
@@ -20,6 +26,7 @@ import torch.distributed as dist
 
 from mgpukit.config import RunConfig
 from mgpukit.runtime import context as _context
+from mgpukit.runtime.nodes import NodeLayout, node_rank_from_env
 from mgpukit.strategies.policies.precision import accelerate_precision
 
 
@@ -52,6 +59,10 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
                       f"so it is not applied.", stacklevel=2)
     if state.num_processes != world_size:
         raise RuntimeError(f"Accelerate sees {state.num_processes} processes but WORLD_SIZE={world_size}.")
+    nodes = gather_nodes(world_size)
+    if state.process_index == 0:
+        for p in prepared:
+            nodes.warn(p.dims)
     for p in prepared:
         p = dataclasses.replace(p, mode="gpu" if gpu else "cpu")
         if dist.is_initialized():
@@ -59,7 +70,7 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
         ctx = _context.WorkerContext(rank=state.process_index, world_size=world_size, mode=p.mode,
                                      profile=None, device=state.device, t0=time.perf_counter(),
                                      threads=torch.get_num_threads(), dims=p.dims,
-                                     mesh=build_mesh(p.dims, state.device))
+                                     mesh=build_mesh(p.dims, state.device), nodes=nodes)
         _context.set_current(ctx)
         out = run_rank(p.strategy.name, p.cfg)
         results = [None] * world_size
@@ -73,6 +84,20 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
             path = json_path if len(prepared) == 1 else None
             record = finish(p, results, out["weights"], parity=parity, json_path=path, in_process=ctx)
         yield p.strategy.name, record
+
+
+def gather_nodes(world_size: int) -> NodeLayout:
+    """Every rank's node (GROUP_RANK from torchrun, which `accelerate launch` runs too) and the
+    host it runs on, shared once over the process group: the same on every rank."""
+    mine = (node_rank_from_env(), socket.gethostname())
+    every = [mine] * world_size
+    if dist.is_initialized() and world_size > 1:
+        dist.all_gather_object(every, mine)
+    hosts = {}
+    for node, host in every:
+        hosts.setdefault(node, host)
+    return NodeLayout(of_rank=tuple(n for n, _ in every),
+                      hosts=tuple(hosts.get(n, "") for n in range(max(hosts) + 1)))
 
 
 def teardown() -> None:
