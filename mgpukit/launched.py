@@ -6,11 +6,17 @@ trap `mgpukit.launch` closes for notebooks), builds the same device mesh `mgpuki
 its workers, and runs the one runner's `run_rank`; rank 0 gathers the per-rank results into the
 same result record, with the same parity check, that `mgpukit run` writes (`experiment.finish`).
 `name="all"` runs every strategy in turn on the same process group.
+
+Several nodes need nothing else: `torchrun --nnodes 2 ... --rdzv-endpoint HOST:PORT` or
+`accelerate launch --num_machines 2 --machine_rank R --main_process_ip HOST ...` on each node
+start the same script, every process reads its node from the launcher's environment
+(`runtime.nodes`), the ranks share their nodes once, and the record names each rank's node.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import time
 import warnings
 from collections.abc import Iterator
@@ -20,7 +26,10 @@ import torch.distributed as dist
 
 from mgpukit.config import RunConfig
 from mgpukit.runtime import context as _context
+from mgpukit.runtime.nodes import NodeLayout, node_rank_from_env
+from mgpukit.runtime.peers import PeerLostError, PeerWatch
 from mgpukit.strategies.policies.precision import accelerate_precision
+from mgpukit.training.checkpoint import has_checkpoint
 
 
 def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
@@ -33,6 +42,7 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
     from mgpukit.runtime.launcher import build_mesh
 
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    cfg = resume_after_restart(cfg)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     gpu = torch.cuda.is_available() and torch.cuda.device_count() >= local
     names = exportable() if name == "all" else [name]
@@ -52,27 +62,68 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
                       f"so it is not applied.", stacklevel=2)
     if state.num_processes != world_size:
         raise RuntimeError(f"Accelerate sees {state.num_processes} processes but WORLD_SIZE={world_size}.")
+    nodes = gather_nodes(world_size)
+    if state.process_index == 0:
+        for p in prepared:
+            nodes.warn(p.dims)
+    watch = PeerWatch.from_env(state.process_index, world_size, nodes)
     for p in prepared:
         p = dataclasses.replace(p, mode="gpu" if gpu else "cpu")
-        if dist.is_initialized():
-            dist.barrier()  # a common origin for every rank's timeline
-        ctx = _context.WorkerContext(rank=state.process_index, world_size=world_size, mode=p.mode,
-                                     profile=None, device=state.device, t0=time.perf_counter(),
-                                     threads=torch.get_num_threads(), dims=p.dims,
-                                     mesh=build_mesh(p.dims, state.device))
-        _context.set_current(ctx)
-        out = run_rank(p.strategy.name, p.cfg)
-        results = [None] * world_size
-        if dist.is_initialized():
-            dist.all_gather_object(results, out["result"])
-        else:
-            results = [out["result"]]
-        _context.set_current(None)
+        try:
+            if watch:
+                watch.started()
+            if dist.is_initialized():
+                dist.barrier()  # a common origin for every rank's timeline
+            ctx = _context.WorkerContext(rank=state.process_index, world_size=world_size, mode=p.mode,
+                                         profile=None, device=state.device, t0=time.perf_counter(),
+                                         threads=torch.get_num_threads(), dims=p.dims,
+                                         mesh=build_mesh(p.dims, state.device), nodes=nodes)
+            _context.set_current(ctx)
+            out = run_rank(p.strategy.name, p.cfg)
+            results = [None] * world_size
+            if dist.is_initialized():
+                dist.all_gather_object(results, out["result"])
+            else:
+                results = [out["result"]]
+        except Exception as e:
+            lost = watch.failed(e) if watch else None
+            if lost is None:
+                raise
+            dist.destroy_process_group()  # nothing to leave together with: `teardown` skips its barrier
+            raise PeerLostError(lost) from e
+        finally:
+            _context.set_current(None)
+        if watch:
+            watch.finished()
         record = None
         if ctx.rank == 0:
             path = json_path if len(prepared) == 1 else None
             record = finish(p, results, out["weights"], parity=parity, json_path=path, in_process=ctx)
         yield p.strategy.name, record
+
+
+def resume_after_restart(cfg: RunConfig) -> RunConfig:
+    """Under `torchrun --max-restarts N`, a restarted attempt (TORCHELASTIC_RESTART_COUNT > 0)
+    of a run that saves checkpoints (`-o checkpoint_dir=DIR`) goes on from the last one."""
+    root = cfg.options.get("checkpoint_dir")
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+    if restarted and root and not cfg.options.get("resume") and has_checkpoint(root):
+        return cfg.replace(options={**cfg.options, "resume": True})
+    return cfg
+
+
+def gather_nodes(world_size: int) -> NodeLayout:
+    """Every rank's node (GROUP_RANK from torchrun, which `accelerate launch` runs too) and the
+    host it runs on, shared once over the process group: the same on every rank."""
+    mine = (node_rank_from_env(), socket.gethostname())
+    every = [mine] * world_size
+    if dist.is_initialized() and world_size > 1:
+        dist.all_gather_object(every, mine)
+    hosts = {}
+    for node, host in every:
+        hosts.setdefault(node, host)
+    return NodeLayout(of_rank=tuple(n for n, _ in every),
+                      hosts=tuple(hosts.get(n, "") for n in range(max(hosts) + 1)))
 
 
 def teardown() -> None:

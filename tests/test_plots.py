@@ -198,6 +198,22 @@ def test_timeline_emulated_title_one_bar_per_event_colored_by_kind():
     assert "bubble 12.5%" in fig.layout.title.subtitle.text and "predicted 10.0%" in fig.layout.title.subtitle.text
 
 
+def test_timeline_colours_communication_that_crossed_nodes_apart():
+    from mgpukit.plots.style import INTER_NODE_COLOR
+
+    rec = make_record(world_size=4)
+    for e in rec["timeline"]:  # ranks 0-1 on node 0, 2-3 on node 1: say rank 3's all-reduces crossed
+        if e["kind"] == "all_reduce" and e["rank"] == 3:
+            e["inter_node"] = True
+    fig = plot_timeline(rec)
+    inter = next(t for t in fig.data if t.name == "all_reduce · inter-node")
+    local = next(t for t in fig.data if t.name == "all_reduce")
+    assert inter.marker.color == INTER_NODE_COLOR != local.marker.color == KIND_COLORS["all_reduce"]
+    assert inter.marker.pattern.shape == "/" and set(inter.y) == {"rank 3 · comm"}
+    assert "rank 3 · comm" not in set(local.y)
+    assert bar_count(fig) == len(rec["timeline"])
+
+
 def test_timeline_one_step_and_measured_label():
     rec = make_record()
     fig = plot_timeline(rec, step=1)

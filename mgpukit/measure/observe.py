@@ -340,25 +340,30 @@ class CommObserver(TorchDispatchMode):
             return func(*args, **kwargs)
         if name in ("send", "recv"):
             return self._p2p(func, name, pg, payload, args, kwargs)
+        ranks = dist.get_process_group_ranks(pg)
         if self.emulated:
             start, end = self._charge(name, payload, pg)
             with self.clock.paused():
                 out = func(*args, **kwargs)
             self.clock._mark_pending(written_of(args, out), end)
-            self.sink.event("comm", name, start, end)
+            self.sink.event("comm", name, start, end, ranks=ranks)
             work = _work_of(func, out)
             if work is not None:
                 _WAIT_HOOKS[id(work)] = (work, lambda: self.clock.join(end), self)
             return out
         start = self.now()
         out = func(*args, **kwargs)
-        self._time_work(name, start, _work_of(func, out))
+        self._time_work(name, start, _work_of(func, out), ranks)
         return out
 
-    def _time_work(self, name, start, work):
-        """Measured: the event ends when the work completes (future) or is waited."""
+    def _time_work(self, name, start, work, ranks=None):
+        """Measured: the event ends when the work completes (future) or is waited.
+        `ranks`: the global ranks it ran among (marks an event that crossed nodes)."""
+        def done(*_):
+            self.sink.event("comm", name, start, self.now(), ranks=ranks)
+
         if work is None:
-            self.sink.event("comm", name, start, self.now())
+            done()
             return
         if self.use_futures:
             try:
@@ -366,11 +371,9 @@ class CommObserver(TorchDispatchMode):
             except RuntimeError:  # gloo send/recv, reduce-scatter: no future
                 fut = None
             if fut is not None:
-                self._futures.append(
-                    fut.then(lambda _f: self.sink.event("comm", name, start, self.now())))
+                self._futures.append(fut.then(done))
                 return
-        _WAIT_HOOKS[id(work)] = (work, lambda: self.sink.event("comm", name, start, self.now()),
-                                 self)
+        _WAIT_HOOKS[id(work)] = (work, done, self)
 
     def _charge(self, name, nbytes, pg):
         """Emulated: (start, end) on the virtual clock; the ready-time exchange is unobserved."""
@@ -382,13 +385,14 @@ class CommObserver(TorchDispatchMode):
 
     def _p2p(self, func, name, pg, nbytes, args, kwargs):
         peer_local, tag = args[2], args[3]
+        peer = dist.get_global_rank(pg, peer_local)
+        pair = (dist.get_rank(), peer)
         if not self.emulated:
             start = self.now()
             out = func(*args, **kwargs)
-            self._time_work(name, start, _work_of(func, out))
+            self._time_work(name, start, _work_of(func, out), pair)
             return out
         clock = self.clock
-        peer = dist.get_global_rank(pg, peer_local)
         with self.suspended(), clock.paused():
             if name == "send":
                 start, arrival = clock.send_times(nbytes, peer)
@@ -401,7 +405,7 @@ class CommObserver(TorchDispatchMode):
                 out = func(*args, **kwargs)
         work = _work_of(func, out)
         if name == "send":
-            self.sink.event("comm", "send", start, arrival)
+            self.sink.event("comm", "send", start, arrival, ranks=pair)
 
             def done():
                 _ORIG_WAIT(stamp_work)
@@ -412,7 +416,7 @@ class CommObserver(TorchDispatchMode):
                 begin = clock.now()
                 arrival = clock.arrival(float(stamp.item()), nbytes, peer)
                 clock.join(arrival)
-                self.sink.event("comm", "recv", begin, max(begin, arrival))
+                self.sink.event("comm", "recv", begin, max(begin, arrival), ranks=pair)
         if work is not None:
             _WAIT_HOOKS[id(work)] = (work, done, self)
         return out
@@ -426,13 +430,14 @@ class CommObserver(TorchDispatchMode):
         pg = group if isinstance(group, ProcessGroup) else _resolve_process_group(group)
         payload = _nbytes(payload_of(args, None))
         self._record(name, payload, pg.size())
+        ranks = dist.get_process_group_ranks(pg)
         if self.emulated:
             start, end = self._charge(name, payload, pg)
             with self.clock.paused():
                 out = func(*args, **kwargs)
             written = written_of(args, out)
             self.clock._mark_pending(written, end)
-            self.sink.event("comm", name, start, end)
+            self.sink.event("comm", name, start, end, ranks=ranks)
         else:
             start, end = self.now(), None
             out = func(*args, **kwargs)
@@ -440,18 +445,18 @@ class CommObserver(TorchDispatchMode):
         for t in _tensors(written):
             k = _key(t)
             if k:
-                self._open[k] = (name, start, end)
+                self._open[k] = (name, start, end, ranks)
         return out
 
     def _finish_functional(self, t):
         entry = self._open.pop(_key(t), None) if isinstance(t, torch.Tensor) else None
         if entry is None:
             return
-        name, start, end = entry
+        name, start, end, ranks = entry
         if self.emulated:
             self.clock.join(end)
         else:
-            self.sink.event("comm", name, start, self.now())
+            self.sink.event("comm", name, start, self.now(), ranks=ranks)
 
     def _touch(self, args, kwargs):
         """An op reads an unfinished AsyncCollectiveTensor: wait for it here, so the wait is

@@ -24,6 +24,7 @@ def build_record(*, strategy: str, mode: str, profile: str | None, dims: dict, c
         "profile": profile,
         "world_size": len(ranks),
         "dims": dims,
+        "nodes": nodes_of(ranks),
         "config": config,
         "losses": lead["losses"],
         "grad_norms": lead["grad_norms"],
@@ -42,6 +43,20 @@ def build_record(*, strategy: str, mode: str, profile: str | None, dims: dict, c
         "extra": {str(r["rank"]): r.get("extra", {}) for r in ranks if r.get("extra")},
         "env": env,
     }
+
+
+def nodes_of(ranks: list[dict]) -> dict:
+    """Which node each rank ran on: ``{"count", "ranks_per_node", "of_rank", "hosts"}``
+    (`of_rank[r]` is rank r's node index; `hosts[n]` node n's host name where known — two
+    "nodes" on one machine, as in the loopback tests, share a host name)."""
+    of_rank = [r.get("node", 0) for r in sorted(ranks, key=lambda r: r["rank"])]
+    hosts: dict[int, str] = {}
+    for r in ranks:
+        if r.get("host"):
+            hosts.setdefault(r.get("node", 0), r["host"])
+    count = len(set(of_rank))
+    return {"count": count, "ranks_per_node": max(of_rank.count(n) for n in set(of_rank)) if of_rank else 0,
+            "of_rank": of_rank, "hosts": [hosts.get(n) for n in sorted(hosts)]}
 
 
 def save_record(record: dict, path: str | Path) -> Path:

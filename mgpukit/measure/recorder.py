@@ -13,6 +13,10 @@ correctness is real) and writes down what it cost:
 Bytes are counted as the ring algorithm moves them per rank ("bus bytes"): all-reduce
 2(n-1)/n·B, reduce-scatter and all-gather (n-1)/n·B, point-to-point B. `payload_bytes` counts
 the tensors handed to the backend — what compression shrinks.
+
+A communication event whose group crosses nodes (`ctx.spans_nodes`) carries
+`"inter_node": True`: its bytes took the network, not the node's own links, and the timeline
+colours it apart.
 """
 from __future__ import annotations
 
@@ -76,9 +80,13 @@ class Recorder:
             sync()
 
     def event(self, stream: str, kind: str, start, end, **fields):
+        """A timeline event; `ranks=` (the global ranks of a communication) marks it
+        `inter_node` when they sit on more than one node."""
         ev = {"rank": self.rank, "stream": stream, "kind": kind,
               "microbatch": fields.get("microbatch"), "stage": fields.get("stage"),
               "step": self._step, "start": start, "end": end}
+        if fields.get("ranks") is not None and self.ctx.spans_nodes(fields["ranks"]):
+            ev["inter_node"] = True
         self.events.append(ev)
         if not isinstance(start, float | int) or not isinstance(end, float | int):
             self._unresolved.append(ev)
@@ -169,7 +177,7 @@ class Recorder:
             with self.clock.paused():
                 start, end = self.clock.collective(name, nbytes, ranks, group)
                 work = run(async_op)
-            self.event("comm", name, start, end)
+            self.event("comm", name, start, end, ranks=ranks)
             if not async_op:
                 if work is not None:
                     work.wait()
@@ -180,9 +188,9 @@ class Recorder:
             start = self._mark()
             work = run(async_op)
             if not async_op:
-                self.event("comm", name, start, self._mark())
+                self.event("comm", name, start, self._mark(), ranks=ranks)
                 return None
-            handle = Handle(work, lambda t: self.event("comm", name, start, t),
+            handle = Handle(work, lambda t: self.event("comm", name, start, t, ranks=ranks),
                             end=self.clock.completion(work))
         self._pending.append(handle)
         return handle
@@ -231,9 +239,10 @@ class Recorder:
         """The float64 timestamp an emulated message carries beside its payload."""
         return torch.tensor([value], dtype=torch.float64, device=self.ctx.device)
 
-    def _comm_done(self, kind: str, start):
+    def _comm_done(self, kind: str, start, peer: int):
         """on_done of a measured message: its event, ending when the work finished (or now)."""
-        return lambda end: self.event("comm", kind, start, end if end is not None else self._mark())
+        return lambda end: self.event("comm", kind, start, end if end is not None else self._mark(),
+                                      ranks=(self.rank, peer))
 
     def isend(self, tensor, dst: int, *, group=None, waited_now: bool = False) -> Handle:
         """Point-to-point send (global ranks). Emulated: the send time travels with the data.
@@ -254,11 +263,11 @@ class Recorder:
                 start, arrival = self.clock.send_times(nbytes, dst)
                 works = [dist.isend(self._stamp(start), dst, group=group),
                          dist.isend(tensor, dst, group=group)]
-            self.event("comm", "send", start, arrival)
+            self.event("comm", "send", start, arrival, ranks=(self.rank, dst))
             work, on_done = Works(works), (lambda _: self.clock.join(arrival))
         else:
             start = self._mark()
-            work, on_done = dist.isend(tensor, dst, group=group), self._comm_done("send", start)
+            work, on_done = dist.isend(tensor, dst, group=group), self._comm_done("send", start, dst)
         if strict is not None:  # stamped at wait(): strict mode checks correctness, not time
             handle = Handle(strict.send(work, group, dst), on_done)
             strict.posted(group, dst, handle)
@@ -285,13 +294,13 @@ class Recorder:
                 start = self.clock.now()
                 arrival = self.clock.arrival(float(stamp.item()), nbytes, src)
                 self.clock.join(arrival)
-                self.event("comm", "recv", start, max(start, arrival))
+                self.event("comm", "recv", start, max(start, arrival), ranks=(src, self.rank))
 
             handle = Handle(Works(works), done)
         else:
             start = self._mark()
             work = dist.irecv(tensor, src, group=group)
-            handle = Handle(work, self._comm_done("recv", start),
+            handle = Handle(work, self._comm_done("recv", start, src),
                             end=None if strict is not None or waited_now
                             else self.clock.completion(work, future=False))
         if strict is not None:
@@ -326,7 +335,7 @@ class Recorder:
                 if emulated:
                     start, arrival = self.clock.send_times(_nbytes(t), dst)
                     arrivals.append(arrival)
-                    self.event("comm", "send", start, arrival)
+                    self.event("comm", "send", start, arrival, ranks=(self.rank, dst))
                     ops.append(dist.P2POp(dist.isend, self._stamp(start), dst, group=group))
                 ops.append(dist.P2POp(dist.isend, t, dst, group=group))
             for t, src in recvs:
@@ -341,8 +350,8 @@ class Recorder:
             if not emulated:
                 end = end if end is not None else self._mark()  # one clock read for the batch
                 for kind, items in (("send", sends), ("recv", recvs)):
-                    for _ in items:
-                        self.event("comm", kind, start, end)
+                    for _, peer in items:
+                        self.event("comm", kind, start, end, ranks=(self.rank, peer))
                 return
             for arrival in arrivals:  # the sends' handles, then the receives', as isend/irecv
                 self.clock.join(arrival)
@@ -350,7 +359,7 @@ class Recorder:
             for stamp, (t, src) in zip(stamps, recvs):
                 arrival = self.clock.arrival(float(stamp.item()), _nbytes(t), src)
                 self.clock.join(arrival)
-                self.event("comm", "recv", recv_start, max(recv_start, arrival))
+                self.event("comm", "recv", recv_start, max(recv_start, arrival), ranks=(src, self.rank))
 
         if after_ready is not None:  # strict mode checks correctness, not time (see isend)
             ready = after_ready(work)
@@ -376,6 +385,8 @@ class Recorder:
             self._resolve()
         return {
             "rank": self.rank,
+            "node": self.ctx.node,
+            "host": self.ctx.nodes.hosts[self.ctx.node] if self.ctx.nodes.hosts else None,
             "losses": self.losses,
             "grad_norms": self.grad_norms,
             "step_time_s": self.step_times,

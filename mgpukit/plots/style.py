@@ -36,6 +36,10 @@ KIND_COLORS: dict[str, str] = {
     "data": "#BCBD22",
 }
 
+# Communication whose group spans nodes (an event with "inter_node": True) — it ran on the
+# network, not the node's own links — is drawn in this colour, hatched, whatever its kind.
+INTER_NODE_COLOR = "#A50F15"
+
 # Kinds not in KIND_COLORS (broadcast, all_to_all, ...) get a stable colour from here,
 # chosen by a checksum of the name so a kind keeps its colour across figures and sessions.
 _FALLBACK_COLORS = ("#8C6D31", "#393B79", "#637939", "#843C39", "#7B4173", "#3182BD", "#31A354")

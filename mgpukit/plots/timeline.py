@@ -2,7 +2,9 @@
 
 The Gantt is drawn with horizontal `go.Bar`s whose `base` is the start time and whose length
 is the duration — one trace per kind, so a few thousand events stay fast and every kind keeps
-its colour from `KIND_COLORS`. (plotly.express.timeline would need datetimes.)
+its colour from `KIND_COLORS`. (plotly.express.timeline would need datetimes.) Communication
+that crossed nodes (`"inter_node": True`) gets its own trace per kind, "all_reduce · inter-node",
+in `INTER_NODE_COLOR`, hatched: on real clusters that is the slow link.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from .layout import finish
-from .style import KIND_COLORS, PREDICTED, Record, kind_color, record_name, source_kind, source_label, time_unit
+from .style import INTER_NODE_COLOR, KIND_COLORS, PREDICTED, Record, kind_color, record_name, source_kind, source_label, time_unit
 
 # Text drawn on a bar that carries a micro-batch: "F3" = forward of micro-batch 3.
 # Zero-bubble schedules split backward into B (input gradient) and W (weight gradient).
@@ -40,16 +42,21 @@ def plot_timeline(record: Record, *, step: int | None = None) -> go.Figure:
     span = max((e["end"] for e in events), default=0.0) - min((e["start"] for e in events), default=0.0)
     mult, unit = time_unit(span)
 
-    by_kind: dict[str, list[Mapping[str, Any]]] = {}
+    by_kind: dict[tuple[str, bool], list[Mapping[str, Any]]] = {}
     for e in events:
-        by_kind.setdefault(e["kind"], []).append(e)
-    known = [k for k in KIND_COLORS if k in by_kind]
-    kinds = known + sorted(k for k in by_kind if k not in KIND_COLORS)
+        by_kind.setdefault((e["kind"], bool(e.get("inter_node"))), []).append(e)
+    order = {k: i for i, k in enumerate(KIND_COLORS)}
+    kinds = sorted(by_kind, key=lambda ki: (ki[0] not in order, order.get(ki[0], 0), ki[0], ki[1]))
 
     fig = go.Figure()
-    for kind in kinds:
-        evs = by_kind[kind]
+    for kind, inter in kinds:
+        evs = by_kind[(kind, inter)]
         idle = kind == "idle"
+        name = f"{kind} · inter-node" if inter else kind
+        marker = dict(color=INTER_NODE_COLOR if inter else kind_color(kind), opacity=0.45 if idle else 1.0,
+                      line=dict(width=0.5, color="white"))
+        if inter:
+            marker["pattern"] = dict(shape="/", fgcolor="white", solidity=0.2)
         fig.add_trace(
             go.Bar(
                 orientation="h",
@@ -59,11 +66,10 @@ def plot_timeline(record: Record, *, step: int | None = None) -> go.Figure:
                 text=None if idle else [_bar_text(e) for e in evs],
                 textposition="inside",
                 insidetextanchor="middle",
-                name=kind,
-                marker=dict(color=kind_color(kind), opacity=0.45 if idle else 1.0,
-                            line=dict(width=0.5, color="white")),
+                name=name,
+                marker=marker,
                 customdata=[_hover_text(e, mult, unit) for e in evs],
-                hovertemplate=f"<b>{kind}</b> · %{{y}}<br>%{{customdata}}<extra></extra>",
+                hovertemplate=f"<b>{name}</b> · %{{y}}<br>%{{customdata}}<extra></extra>",
             )
         )
 

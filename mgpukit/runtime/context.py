@@ -9,6 +9,8 @@ instead of talking to "the world":
     ctx.size("pp")         # pipeline degree
     ctx.coords["dp"]       # this rank's data-parallel index (which slice of the batch)
     ctx.axis_ranks("pp")   # global ranks of this rank's pipeline, stage order
+    ctx.node               # the node (machine) this rank runs on; ctx.nodes: every rank's
+    ctx.spans_nodes(ranks) # True when a group of global ranks crosses nodes (the network)
 
 `current()` exists for code written in a notebook cell, which is launched as a plain function
 and has no other way to ask "which rank am I, in which mode?".
@@ -21,6 +23,7 @@ from typing import Any
 import torch
 
 from mgpukit.runtime.dims import ParallelDims
+from mgpukit.runtime.nodes import NodeLayout
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -35,10 +38,22 @@ class WorkerContext:
     options: dict = dataclasses.field(default_factory=dict)
     dims: ParallelDims | None = None  # None: every rank a data-parallel replica
     mesh: Any = None  # torch DeviceMesh over the launched group, axes ("pp", "dp", "tp")
+    nodes: NodeLayout | None = None  # None: every rank on one node (one machine)
 
     def __post_init__(self):
         if self.dims is None:
             object.__setattr__(self, "dims", ParallelDims(dp=self.world_size))
+        if self.nodes is None:
+            object.__setattr__(self, "nodes", NodeLayout.single(self.world_size))
+
+    @property
+    def node(self) -> int:
+        """The index of the node this rank runs on (0 on one machine)."""
+        return self.nodes.node_of(self.rank)
+
+    def spans_nodes(self, ranks) -> bool:
+        """Whether a group of global `ranks` crosses nodes: its traffic takes the network."""
+        return self.nodes.spans(ranks)
 
     @property
     def is_emulated(self) -> bool:

@@ -52,6 +52,7 @@ import torch.distributed as dist
 
 from mgpukit.runtime import context as _context
 from mgpukit.runtime.dims import ParallelDims
+from mgpukit.runtime.nodes import NodeLayout, for_profile
 from mgpukit.runtime.failures import (ERROR_KEY, LaunchError, LaunchTimeout, WorkerError, tail_logs,
                                       worker_error)
 
@@ -88,6 +89,7 @@ class WorkerSpec:
     host: str  # where the rendezvous store listens (loopback unless asked otherwise)
     options: dict
     dims: ParallelDims  # the mesh every worker builds: (pp, dp, tp)
+    nodes: NodeLayout  # which node each rank is on (emulated: the profile's gpus_per_node)
 
 
 def resolve_mode(mode: str, world_size: int) -> str:
@@ -172,6 +174,10 @@ def launch(
             OversubscribedWarning,
             stacklevel=2,
         )
+    # forked workers share this machine; emulated ones stand for GPUs placed as the profile says
+    nodes = (for_profile(world_size, profile) if mode == "emulated"
+             else NodeLayout(of_rank=(0,) * world_size, hosts=(socket.gethostname(),)))
+    nodes.warn(dims)
     threads = threads_per_worker or max(1, cores // world_size)
     options = dict(options or {})
     for key, var in _CHECK_SWITCHES.items():  # read once, here, and handed to every worker
@@ -180,7 +186,7 @@ def launch(
         world_size=world_size, mode=mode, profile=profile, threads=threads,
         timeout_s=timeout_s, collective_timeout_s=collective_timeout_s, t0=time.perf_counter(),
         options={**options, "debug_collectives": bool(debug_collectives)},
-        log_dir=tempfile.mkdtemp(prefix="mgpukit-launch-"), dims=dims, host=host,
+        log_dir=tempfile.mkdtemp(prefix="mgpukit-launch-"), dims=dims, host=host, nodes=nodes,
     )
     try:
         return _run(fn, args, kwargs, spec, echo=echo)
@@ -425,7 +431,7 @@ def _setup_and_call(fn, args, kwargs, spec: WorkerSpec, rank: int):
     ctx = _context.WorkerContext(
         rank=rank, world_size=spec.world_size, mode=spec.mode, profile=spec.profile,
         device=state.device, t0=spec.t0, threads=spec.threads, options=spec.options,
-        dims=spec.dims, mesh=build_mesh(spec.dims, state.device),
+        dims=spec.dims, mesh=build_mesh(spec.dims, state.device), nodes=spec.nodes,
     )
     _context.set_current(ctx)
     return fn(*args, **kwargs)
