@@ -49,15 +49,15 @@ def dp_collective_bytes(psi: float, layout: Layout) -> dict[str, float]:
 
 def comm_bytes_per_step(shape: ModelShape, layout: Layout) -> dict[str, float]:
     """Bytes sent per GPU per step: ``dp``, ``tp``, ``pp`` and ``total`` (fullest stage)."""
-    psi = max(stage_params(shape, layout, s) for s in {0, layout.pp - 1})
+    psi = max(stage_params(shape, layout, s) for s in range(layout.pp))
     n = layout.dp
     dp = 0.0
     for kind, (count, nbytes) in dp_collective_bytes(psi, layout).items():
         dp += count * bus_factor(kind, n) * nbytes
 
     t, m = layout.tp, layout.num_micro_batches
-    activation = shape.seq_len * layout.micro_batch * shape.d_model * layout.dtype_bytes
-    layers = shape.n_layer // layout.pp
+    activation = shape.seq_len // layout.cp * layout.micro_batch * shape.d_model * layout.dtype_bytes
+    layers = max(layout.layers_of_stage(shape.n_layer, s) for s in range(layout.pp))
     tp = m * layers * tp_allreduces_per_layer(layout.checkpointing) * bus_factor("all_reduce", t) * activation
 
     pp = 0.0
