@@ -17,8 +17,9 @@ tile costs a full tile and a partial wave a full wave, so the useful fraction is
 (batched GEMMs multiply the tile count by the batch). The library picks the tile that wastes
 least; we take the best of the profile's tiles. ``R = peak · efficiency · η``, where
 ``efficiency`` is what a large, well-shaped GEMM sustains (the profile's ``[gemm]`` table;
-its source is written beside it). A profile without a ``[gemm]`` table falls back to a flat
-``peak · compute_efficiency`` for every matmul (the CPU profiles).
+its source is written beside it). The table describes tensor-core GEMMs (bf16, fp16, tf32);
+fp32 GEMMs run on the CUDA cores with other tiles, and they, like every matmul on a profile
+without a ``[gemm]`` table (the CPU profiles), fall back to a flat ``peak · compute_efficiency``.
 
 **Memory-bound kernels** (norms, activations, softmax, dropout, residual adds, optimizer
 updates) do too few FLOPs per byte to matter: they take ``bytes / BW``, bytes = what they read
@@ -33,10 +34,18 @@ import math
 from mgpukit.costmodel.hardware import HardwareProfile
 
 
-def wave_efficiency(m: int, n: int, profile: HardwareProfile, *, batch: int = 1) -> float:
+TENSOR_CORE_DTYPES = ("bf16", "fp16", "tf32")
+
+
+def _table(profile: HardwareProfile, dtype: str):
+    """The ``[gemm]`` table when it applies to ``dtype`` (tensor-core GEMMs), else None."""
+    return profile.gemm if dtype in TENSOR_CORE_DTYPES else None
+
+
+def wave_efficiency(m: int, n: int, profile: HardwareProfile, *, batch: int = 1, dtype: str = "bf16") -> float:
     """Useful fraction of the tiles × waves a GEMM with an ``m × n`` output (``batch`` of them)
     keeps busy, best tile of the profile's (module docstring); 1.0 without a ``[gemm]`` table."""
-    g = profile.gemm
+    g = _table(profile, dtype)
     if g is None:
         return 1.0
     best = 0.0
@@ -47,17 +56,18 @@ def wave_efficiency(m: int, n: int, profile: HardwareProfile, *, batch: int = 1)
     return best
 
 
-def depth_efficiency(k: int, profile: HardwareProfile) -> float:
+def depth_efficiency(k: int, profile: HardwareProfile, *, dtype: str = "bf16") -> float:
     """``k / (k + k_half)``: each output tile loops over the reduction in steps and pays a fixed
     prologue (filling its pipeline of shared-memory stages) and epilogue (writing the tile), so a
     short reduction amortises them poorly; 1.0 without a ``[gemm]`` table."""
-    g = profile.gemm
+    g = _table(profile, dtype)
     return 1.0 if g is None else k / (k + g.k_half)
 
 
 def matmul_rate(profile: HardwareProfile, dtype: str) -> float:
     """FLOP/s of a large, well-shaped GEMM: ``peak · [gemm] efficiency`` (or ``compute_efficiency``)."""
-    eff = profile.gemm.efficiency if profile.gemm is not None else profile.compute_efficiency
+    g = _table(profile, dtype)
+    eff = g.efficiency if g is not None else profile.compute_efficiency
     return profile.flops(dtype) * eff
 
 
@@ -66,10 +76,11 @@ def gemm_seconds(m: int, n: int, k: int, profile: HardwareProfile, *, dtype: str
     """Seconds of ``batch`` GEMMs ``(m × k)·(k × n)``: ``max(FLOPs / R, bytes / BW)`` with
     ``R = peak · efficiency · η(m, n)`` (module docstring). ``extra_bytes`` adds traffic the
     kernel also moves (an accumulator it reads, a fused epilogue)."""
-    e = 4 if dtype == "fp32" else 2
+    e = 2 if dtype in ("bf16", "fp16") else 4
     flops = 2.0 * m * n * k * batch
     nbytes = e * batch * (m * k + k * n + m * n) + extra_bytes
-    rate = matmul_rate(profile, dtype) * wave_efficiency(m, n, profile, batch=batch) * depth_efficiency(k, profile)
+    rate = (matmul_rate(profile, dtype) * wave_efficiency(m, n, profile, batch=batch, dtype=dtype)
+            * depth_efficiency(k, profile, dtype=dtype))
     return max(flops / rate, nbytes / profile.memory_bandwidth)
 
 

@@ -86,7 +86,8 @@ def _layer_kernels(shape: ModelShape, layout: Layout, profile: HardwareProfile) 
     drop = 1 if shape.dropout else 0
     if layout.flash_attention:
         flops = 4.0 * batch * q * s * hd
-        rate = matmul_rate(profile, dt) * wave_efficiency(q, hd, profile, batch=batch) * depth_efficiency(hd, profile)
+        rate = (matmul_rate(profile, dt) * wave_efficiency(q, hd, profile, batch=batch, dtype=dt)
+                * depth_efficiency(hd, profile, dtype=dt))
         a_fwd, a_bwd, a_mem_fwd, a_mem_bwd = flops / rate, 2.5 * flops / rate, 0.0, 0.0
     else:
         a_fwd = (gemm_seconds(q, s, hd, profile, dtype=dt, batch=batch)  # scores = Q·Kᵀ
