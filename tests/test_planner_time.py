@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from mgpukit.costmodel import Layout, LayoutError, check_layout, get_shape, load_profile, memory_per_rank, plan, step_time
-from mgpukit.costmodel import plan_cli
+from mgpukit.costmodel import comm_bytes_per_step, plan_cli
 from mgpukit.costmodel.comm import allgather_time, group_link, reduce_scatter_time
 from mgpukit.costmodel.memory import stage_memory
 from mgpukit.costmodel.kernels import depth_efficiency, gemm_seconds, wave_efficiency
@@ -163,6 +163,8 @@ def test_context_parallel_ring_attention():
     ib = dataclasses.replace(load_profile("h100-ib"), gpus_per_node=1)
     short = get_shape("7b").with_(seq_len=4096)
     assert step_time(short, dataclasses.replace(cp, micro_batch=1), ib)["comm_cp_s"] > 0
+    kv = 2 * (32768 // 8) * long.kv_dim * 2  # this rank's K and V chunk, bf16
+    assert comm_bytes_per_step(long, cp)["cp"] == pytest.approx(2 * long.n_layer * 7 * 3 * kv)  # fwd + bwd (×2)
     with pytest.raises(LayoutError, match="cp=3 must divide seq_len"):
         check_layout(short, dataclasses.replace(base, cp=3))
 

@@ -177,7 +177,8 @@ def format_plan(pl: Plan) -> str:
     lines += ["", f"predicted MFU             {t['mfu']:6.1%}   (hardware FLOPs utilisation {t['hfu']:.1%})",
               f"predicted bubble          {t['bubble_fraction']:6.1%}",
               f"predicted throughput      {t['tokens_per_s']:,.0f} tokens/s",
-              "predicted sent per GPU    " + ", ".join(f"{k} {_bytes(pl.comm_bytes[k]).strip()}" for k in ("dp", "tp", "pp"))
+              "predicted sent per GPU    " + ", ".join(f"{k} {_bytes(pl.comm_bytes[k]).strip()}" for k in ("dp", "tp", "pp", "cp")
+                                          if k != "cp" or pl.layout.cp > 1)
               + " per step",
               "(analytical cost model: predictions, not measurements)"]
     return "\n".join(lines)
