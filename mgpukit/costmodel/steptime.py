@@ -19,7 +19,8 @@ The model, per GPU of each pipeline stage, for one micro-batch of ``b`` sequence
    The norms, dropouts and residuals act on activations replicated across the tp group unless
    sequence parallelism splits them (Korthikanti et al. 2022).
 3. **Recomputation**: ``full`` repeats every layer's forward (GEMMs and memory kernels) in
-   backward; ``selective`` repeats the attention core.
+   backward; ``selective`` repeats the attention core (free with flash attention, whose
+   backward recomputes the scores anyway).
 4. **Tensor parallel** collectives: 4 per layer per micro-batch (6 with full recomputation),
    exposed (Megatron-LM), or with ``tp_overlap`` hidden behind the layer's GEMMs
    (exposed = ``max(0, comm − GEMMs)`` per layer; Wang et al. 2022, "Overlap communication
@@ -168,9 +169,11 @@ def _stage(shape, layout, profile, stage: int, kernels: dict) -> dict[str, float
     layers = layout.layers_of_stage(shape.n_layer, stage)
     ends = _ends(shape, layout, profile, embed=stage == 0, head=stage == p - 1)
     k = kernels
-    # recomputation in backward: the whole layer's forward, or (selective) the attention core's
-    recompute_gemm = {"none": 0.0, "selective": k["attn_gemm_fwd"], "full": k["gemm_fwd"]}[layout.checkpointing]
-    recompute_mem = {"none": 0.0, "selective": k["attn_mem_fwd"], "full": k["mem_fwd"]}[layout.checkpointing]
+    # recomputation in backward: the whole layer's forward, or (selective) the attention core's,
+    # which flash attention's backward already recomputes (counted in its 2.5×)
+    selective = 0.0 if layout.flash_attention else 1.0
+    recompute_gemm = {"none": 0.0, "selective": selective * k["attn_gemm_fwd"], "full": k["gemm_fwd"]}[layout.checkpointing]
+    recompute_mem = {"none": 0.0, "selective": selective * k["attn_mem_fwd"], "full": k["mem_fwd"]}[layout.checkpointing]
     gemm = layers * (k["gemm_fwd"] + k["gemm_bwd"] + recompute_gemm) + ends["gemm_fwd"] + ends["gemm_bwd"]
     # accumulate this micro-batch's weight gradients into the fp32 main gradients
     accum = stage_params(shape, layout, stage) * ((e + 8) if layout.dtype != "fp32" else 12)
