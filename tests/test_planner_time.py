@@ -178,3 +178,11 @@ def test_plan_cli_takes_cp_and_stage_layers(capsys):
     assert "add up" in capsys.readouterr().err
     p = plan("7b", 16, "h100-nvlink", Layout(dp=4, cp=2, tp=2, num_micro_batches=2))
     assert p.fits and p.time["comm_cp_s"] >= 0
+
+
+def test_gemm_table_round_trips_through_toml(tmp_path):
+    from mgpukit.costmodel import save_profile
+
+    path = save_profile(A100, tmp_path / "a100.toml", comment="round trip")
+    again = load_profile(str(path))
+    assert again.gemm == A100.gemm and again == A100
