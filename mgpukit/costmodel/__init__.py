@@ -11,7 +11,8 @@ No torch inside: everything is arithmetic on a :class:`ModelShape`, a :class:`La
 Modules: ``hardware`` (profiles), ``comm`` (alpha-beta collectives), ``shapes`` (model sizes,
 parameter counts), ``flops``, ``layout`` (parallel degrees + validation), ``pipeline``
 (bubble, activations in flight), ``memory`` (ZeRO + activations), ``volume`` (bytes sent),
-``steptime``, ``planner`` (plan + search), ``plan_cli`` (``mgpukit plan``); ``schedules`` and
+``kernels`` (GEMM roofline with tile/wave quantisation, memory-bound kernels), ``steptime``,
+``planner`` (plan + search), ``published`` (Megatron-LM's Table 1 beside the prediction), ``plan_cli`` (``mgpukit plan``); ``schedules`` and
 ``simulate`` hold pipeline schedule tables and their event simulation.
 """
 
@@ -26,6 +27,7 @@ from mgpukit.costmodel.comm import (
 )
 from mgpukit.costmodel.flops import flops_per_step, megatron_flops
 from mgpukit.costmodel.hardware import (
+    GemmModel,
     HardwareProfile,
     Link,
     PeakFlops,
@@ -44,7 +46,7 @@ from mgpukit.costmodel.volume import comm_bytes_per_step
 
 __all__ = [
     "allgather_time", "allreduce_time", "broadcast_time", "group_link", "link_for_ranks", "p2p_time",
-    "reduce_scatter_time", "flops_per_step", "megatron_flops", "HardwareProfile", "Link", "PeakFlops",
+    "reduce_scatter_time", "flops_per_step", "megatron_flops", "GemmModel", "HardwareProfile", "Link", "PeakFlops",
     "ProfileNotFoundError", "list_profiles", "load_profile", "save_profile", "Layout", "LayoutError",
     "check_layout", "activation_bytes_per_layer", "memory_per_rank", "bubble_fraction",
     "microbatches_in_flight", "Plan", "plan", "search", "ModelShape", "get_shape", "list_shapes",

@@ -64,6 +64,25 @@ class PeakFlops:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GemmModel:
+    """How fast a GEMM runs, by its shape (`mgpukit.costmodel.kernels`): the ``[gemm]`` table.
+
+    ``efficiency``: fraction of peak a large, well-shaped GEMM sustains; ``sms``: streaming
+    multiprocessors (one output tile per SM per wave); ``tiles``: the output-tile shapes the
+    library picks from (NVIDIA, "Matrix Multiplication Background User's Guide", §2.3, §3).
+    """
+
+    efficiency: float
+    sms: int
+    tiles: tuple[tuple[int, int], ...] = ((256, 128), (128, 128))
+    k_half: float = 0.0  # reduction length at which a tile reaches half its rate (prologue/epilogue)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.efficiency <= 1 or self.sms < 1 or not self.tiles:
+            raise ValueError(f"[gemm] needs 0 < efficiency <= 1, sms >= 1 and some tiles; got {self}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class HardwareProfile:
     """One accelerator and its links. Sizes are bytes, rates bytes/s or FLOP/s, times s.
 
@@ -85,6 +104,8 @@ class HardwareProfile:
     op_overhead: float = 0.0  # seconds of host dispatch per op (CPU workers, calibrated); 0 on GPUs
     # Per-op overhead by where the op runs (see `dispatch_overhead`); None: `op_overhead` for all.
     op_overhead_by_context: dict[str, float] | None = None
+    # GEMM time by shape (tile/wave quantisation); None: flat ``compute_efficiency`` for every matmul
+    gemm: GemmModel | None = None
 
     def __post_init__(self) -> None:
         # a negative bandwidth or a NaN memory size gives negative or NaN times, silently
@@ -133,6 +154,8 @@ class HardwareProfile:
             "peak_flops": {d: getattr(self.peak_flops, d) for d in DTYPES},
             "intra_node": {"alpha": self.intra_node.alpha, "beta": self.intra_node.beta},
             "inter_node": {"alpha": self.inter_node.alpha, "beta": self.inter_node.beta},
+            **({"gemm": {"efficiency": self.gemm.efficiency, "sms": self.gemm.sms, "k_half": self.gemm.k_half,
+                         "tiles": [list(t) for t in self.gemm.tiles]}} if self.gemm else {}),
             "efficiency": {"compute": self.compute_efficiency, "usable_memory": self.usable_memory,
                            "op_overhead": self.op_overhead,
                            **{f"op_overhead_{c}": v for c, v in (self.op_overhead_by_context or {}).items()}},
@@ -157,9 +180,16 @@ class HardwareProfile:
                 op_overhead=float(eff.get("op_overhead", 0.0)),
                 op_overhead_by_context={c: float(eff[f"op_overhead_{c}"]) for c in OP_CONTEXTS
                                         if f"op_overhead_{c}" in eff} or None,
+                gemm=_gemm(d["gemm"]) if "gemm" in d else None,
             )
         except KeyError as e:
             raise ValueError(f"hardware profile {d.get('name', '?')!r} lacks the key {e.args[0]!r}") from None
+
+
+def _gemm(d: dict) -> GemmModel:
+    tiles = tuple((int(m), int(n)) for m, n in d.get("tiles", GemmModel.tiles))
+    return GemmModel(efficiency=float(d["efficiency"]), sms=int(d["sms"]), tiles=tiles,
+                     k_half=float(d.get("k_half", 0.0)))
 
 
 # ------------------------------------------------------------------------ files
@@ -243,6 +273,8 @@ def _toml_value(v) -> str:
     if isinstance(v, int):
         return str(v)
     if isinstance(v, float):
-        return repr(v)  # repr of a finite float is valid TOML ("2e-06", "370000000000.0")
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"  # repr of a finite float is valid TOML ("2e-06", "370000000000.0")
     escaped = str(v).replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'

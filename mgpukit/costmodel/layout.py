@@ -4,7 +4,15 @@
 on GPU Clusters Using Megatron-LM"): tensor parallelism inside a layer, pipeline parallelism
 across layers, data parallelism across replicas, optionally sharded with ZeRO stage 1-3
 (Rajbhandari et al. 2020). Ranks are ordered as in Megatron-LM: tp fastest, then dp, then pp,
-so a tp group is ``tp`` consecutive ranks (one node when tp ≤ GPUs per node).
+so a tp group is ``tp`` consecutive ranks (one node when tp ≤ GPUs per node). Context
+parallelism (``cp``, ring attention: Liu et al. 2023, "Ring Attention with Blockwise
+Transformers"; Megatron-Core's ``context_parallel_size``) splits every sequence over ``cp``
+ranks and sits between tp and dp in the rank order (tp, cp, dp, pp), so the world is
+``dp × cp × tp × pp``.
+
+Pipeline stages hold ``n_layer / pp`` layers each unless ``stage_layers`` lists them (uneven
+stages, e.g. one layer fewer on the first and last stage, which also hold the embedding and
+the loss, as Llama 3 did; Dubey et al. 2024, §3.3.2).
 
 The global batch is ``dp · micro_batch · num_micro_batches`` sequences: each data-parallel
 replica runs ``num_micro_batches`` micro-batches (through the pipeline, or one after the
@@ -45,9 +53,13 @@ class Layout:
     num_micro_batches: int = 1  # per data-parallel replica per step
     checkpointing: str = "none"  # none | selective | full
     dtype: str = "bf16"  # bf16 / fp16: mixed precision with fp32 master weights; fp32: plain
+    cp: int = 1  # context parallelism: each sequence split over cp ranks (ring attention)
+    stage_layers: tuple[int, ...] | None = None  # layers per pipeline stage; None: n_layer / pp each
+    tp_overlap: bool = False  # tp collectives overlapped with the layer's GEMMs (comm/compute overlap)
+    flash_attention: bool = True  # fused attention (no s×s scores in HBM); False: Megatron-2021 softmax
 
     def __post_init__(self) -> None:
-        for f in ("dp", "tp", "pp", "v", "micro_batch", "num_micro_batches"):
+        for f in ("dp", "tp", "pp", "cp", "v", "micro_batch", "num_micro_batches"):
             value = getattr(self, f)
             if not isinstance(value, int) or value < 1:
                 raise LayoutError(f"{f}={value!r} must be a positive integer")
@@ -62,13 +74,25 @@ class Layout:
         if self.v > 1 and self.schedule != "interleaved":
             raise LayoutError(f"v={self.v} model chunks per rank needs schedule='interleaved'; set v=1 "
                               f"or switch the schedule to 'interleaved'")
+        if self.stage_layers is not None:
+            layers = tuple(self.stage_layers)
+            if len(layers) != self.pp or any(not isinstance(n, int) or n < 1 for n in layers):
+                raise LayoutError(f"stage_layers={self.stage_layers!r} must list pp={self.pp} positive layer counts, "
+                                  f"one per pipeline stage")
+            object.__setattr__(self, "stage_layers", layers)
         if self.schedule == "interleaved" and (self.v < 2 or self.pp < 2):
             raise LayoutError(f"the interleaved schedule needs pp >= 2 and v >= 2 chunks per rank "
                               f"(got pp={self.pp}, v={self.v}); with v=1 it is plain 1f1b")
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.cp * self.tp * self.pp
+
+    def layers_of_stage(self, n_layer: int, stage: int) -> int:
+        """Transformer layers on pipeline ``stage``: ``stage_layers[stage]``, or ``n_layer / pp``."""
+        if self.stage_layers is not None:
+            return self.stage_layers[stage]
+        return n_layer // self.pp
 
     @property
     def global_batch(self) -> int:
@@ -92,11 +116,16 @@ class Layout:
 
     def describe(self) -> str:
         """One line: ``dp 8 × tp 8 × pp 1, ZeRO-1, SP, 1f1b, mb 1 × 64 = 512, ckpt selective, bf16``."""
-        parts = [f"dp {self.dp} × tp {self.tp} × pp {self.pp}", f"ZeRO-{self.zero}"]
+        cp = f" × cp {self.cp}" if self.cp > 1 else ""
+        parts = [f"dp {self.dp}{cp} × tp {self.tp} × pp {self.pp}", f"ZeRO-{self.zero}"]
         if self.sp and self.tp > 1:
             parts.append("SP")
         if self.pp > 1:
             parts.append(self.schedule + (f" v={self.v}" if self.v > 1 else ""))
+            if self.stage_layers is not None:
+                parts.append("stages " + "/".join(map(str, self.stage_layers)))
+        if self.tp_overlap and self.tp > 1:
+            parts.append("tp overlap")
         parts.append(f"micro-batch {self.micro_batch} × {self.num_micro_batches} = global batch {self.global_batch}")
         parts.append(f"ckpt {self.checkpointing}")
         parts.append(self.dtype)
@@ -106,22 +135,34 @@ class Layout:
 def check_layout(shape, layout: Layout, *, gpus: int | None = None) -> None:
     """Refuse a layout that cannot run ``shape`` on ``gpus`` GPUs, saying what to change."""
     if gpus is not None and layout.world_size != gpus:
-        rest = layout.tp * layout.pp
+        rest = layout.tp * layout.pp * layout.cp
+        cp, cpv = (" × cp", f" × {layout.cp}") if layout.cp > 1 else ("", "")
         hint = (f"use dp = {gpus // rest}" if gpus % rest == 0
-                else f"pick tp × pp dividing {gpus} (tp × pp = {rest} does not)")
-        raise LayoutError(f"dp × tp × pp = {layout.dp} × {layout.tp} × {layout.pp} = {layout.world_size}, "
+                else f"pick tp × pp{cp} dividing {gpus} (tp × pp{cp} = {rest} does not)")
+        raise LayoutError(f"dp{cp} × tp × pp = {layout.dp}{cpv} × {layout.tp} × {layout.pp} = {layout.world_size}, "
                           f"but there are {gpus} GPUs; {hint}")
+    if shape.seq_len % layout.cp:
+        raise LayoutError(f"cp={layout.cp} must divide seq_len={shape.seq_len} so each rank holds an equal "
+                          f"slice of every sequence; choose cp in {divisors(shape.seq_len)[:8]}")
     heads = _gcd(shape.n_head, shape.kv_heads)
     if heads % layout.tp:
         what = f"n_head={shape.n_head}" + (f" and n_kv_head={shape.kv_heads}" if shape.kv_heads != shape.n_head else "")
         raise LayoutError(f"tp={layout.tp} must divide {what} so each tp rank holds whole heads; "
                           f"choose tp in {divisors(heads)}")
-    if shape.n_layer % layout.pp:
+    if layout.stage_layers is not None:
+        if sum(layout.stage_layers) != shape.n_layer:
+            raise LayoutError(f"stage_layers={'/'.join(map(str, layout.stage_layers))} hold "
+                              f"{sum(layout.stage_layers)} layers but the model has n_layer={shape.n_layer}; "
+                              f"make them add up")
+        if layout.schedule == "interleaved" and any(n % layout.v for n in layout.stage_layers):
+            raise LayoutError(f"interleaved with v={layout.v} needs every stage's layer count divisible by v; "
+                              f"got stage_layers={'/'.join(map(str, layout.stage_layers))}")
+    elif shape.n_layer % layout.pp:
         raise LayoutError(f"pp={layout.pp} must divide n_layer={shape.n_layer} so every stage gets the same "
                           f"number of layers; choose pp in {divisors(shape.n_layer)}")
     if layout.schedule == "interleaved":
         chunks = layout.pp * layout.v
-        if shape.n_layer % chunks:
+        if layout.stage_layers is None and shape.n_layer % chunks:
             ok = [v for v in divisors(shape.n_layer // layout.pp) if v >= 2]
             raise LayoutError(f"interleaved with pp={layout.pp}, v={layout.v} needs n_layer={shape.n_layer} "
                               f"divisible by pp × v = {chunks}; choose v in {ok or 'none: use 1f1b'}")

@@ -74,7 +74,7 @@ def activation_bytes_per_layer(
 def stage_params(shape: ModelShape, layout: Layout, stage: int) -> float:
     """Parameters held by one GPU of pipeline ``stage`` (tp-split, before ZeRO sharding)."""
     split, replicated = layer_param_split(shape)
-    n = shape.n_layer // layout.pp * (split / layout.tp + replicated)
+    n = layout.layers_of_stage(shape.n_layer, stage) * (split / layout.tp + replicated)
     pieces = param_breakdown(shape)
     d = shape.d_model
     if stage == 0:  # token embedding (vocab-parallel) + position table (replicated)
@@ -128,7 +128,7 @@ def stage_memory(shape: ModelShape, layout: Layout, stage: int, *, micro_batch: 
 
     kw = dict(micro_batch=b, tp=layout.tp, sp=layout.sp, dtype_bytes=e)
     per_layer = activation_bytes_per_layer(shape, checkpointing=layout.checkpointing, **kw)
-    layers = shape.n_layer // layout.pp
+    layers = layout.layers_of_stage(shape.n_layer, stage)
     in_flight = microbatches_in_flight(layout.schedule, layout.pp, layout.num_micro_batches, layout.v, stage)
     act = layers * per_layer * in_flight
     # During backward one layer's recomputed activations exist at once, for one micro-batch.
@@ -139,7 +139,7 @@ def stage_memory(shape: ModelShape, layout: Layout, stage: int, *, micro_batch: 
     if stage == layout.pp - 1:  # final-norm input, lm_head input, fp32 logits for the loss
         sbh = shape.seq_len * b * shape.d_model
         act += 2 * e * sbh / (layout.tp if layout.sp else 1) + 4 * shape.seq_len * b * shape.vocab / layout.tp
-    mem["activations"] = act
+    mem["activations"] = act / layout.cp  # context parallelism: each rank holds seq_len / cp tokens
     mem["total"] = sum(mem[c] for c in CATEGORIES)
     return mem
 
@@ -148,5 +148,5 @@ def memory_per_rank(shape: ModelShape, layout: Layout, *, micro_batch: int | Non
     """Bytes per GPU by category (``params, grads, optimizer, activations, total``) on the
     fullest GPU: the first pipeline stage (most micro-batches in flight) or the last (logits).
     ``micro_batch`` overrides ``layout.micro_batch``."""
-    stages = {0, layout.pp - 1}
+    stages = range(layout.pp) if layout.stage_layers is not None else {0, layout.pp - 1}
     return max((stage_memory(shape, layout, s, micro_batch=micro_batch) for s in stages), key=lambda m: m["total"])

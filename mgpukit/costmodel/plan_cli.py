@@ -34,6 +34,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dp", type=int, help="data-parallel degree (default: gpus / (tp·pp))")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1)")
+    p.add_argument("--cp", type=int, default=1, help="context-parallel degree: ring attention over seq (default 1)")
+    p.add_argument("--stage-layers", default=None, metavar="N,N,...",
+                   help="layers per pipeline stage, comma-separated (default: n_layer / pp each)")
+    p.add_argument("--tp-overlap", action="store_true", help="overlap tp collectives with the layer's GEMMs")
+    p.add_argument("--no-flash", dest="flash", action="store_false",
+                   help="unfused attention: s×s scores through HBM (Megatron-LM 2021); default flash attention")
     p.add_argument("--zero", type=int, default=0, choices=range(4), help="ZeRO stage 0-3 (default 0)")
     p.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
                    help="sequence parallelism (default: on when tp > 1)")
@@ -62,17 +68,27 @@ def register(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-_POSITIVE = ("gpus", "dp", "tp", "pp", "v", "micro_batch", "global_batch", "micro_batches", "top")
+_POSITIVE = ("gpus", "dp", "tp", "pp", "cp", "v", "micro_batch", "global_batch", "micro_batches", "top")
 
 
 def layout_from_args(args) -> Layout:
-    tp, pp = args.tp, args.pp
-    if args.dp is None and args.gpus % (tp * pp):
-        raise ValueError(f"tp × pp = {tp * pp} does not divide --gpus {args.gpus}; choose tp and pp whose product does")
-    dp = args.dp if args.dp is not None else args.gpus // (tp * pp)
+    tp, pp, cp = args.tp, args.pp, getattr(args, "cp", 1)
+    if args.dp is None and args.gpus % (tp * pp * cp):
+        what = "tp × pp × cp" if cp > 1 else "tp × pp"
+        raise ValueError(f"{what} = {tp * pp * cp} does not divide --gpus {args.gpus}; choose degrees whose product does")
+    dp = args.dp if args.dp is not None else args.gpus // (tp * pp * cp)
     v = args.v if args.v is not None else (2 if args.schedule == "interleaved" else 1)
-    kw = dict(dp=dp, tp=tp, pp=pp, zero=args.zero, sp=(tp > 1) if args.sp is None else args.sp,
-              schedule=args.schedule, v=v, micro_batch=args.micro_batch, checkpointing=args.ckpt, dtype=args.dtype)
+    stage_layers = getattr(args, "stage_layers", None)
+    if stage_layers is not None:
+        try:
+            stage_layers = tuple(int(x) for x in stage_layers.split(","))
+        except ValueError:
+            raise ValueError(f"--stage-layers {stage_layers!r}: give whole numbers separated by commas, "
+                             f"one per stage (e.g. 7,9,9,7)") from None
+    kw = dict(dp=dp, tp=tp, pp=pp, cp=cp, zero=args.zero, sp=(tp > 1) if args.sp is None else args.sp,
+              schedule=args.schedule, v=v, micro_batch=args.micro_batch, checkpointing=args.ckpt, dtype=args.dtype,
+              stage_layers=stage_layers, tp_overlap=getattr(args, "tp_overlap", False),
+              flash_attention=getattr(args, "flash", True))
     if args.global_batch is not None:
         return Layout.from_global_batch(global_batch=args.global_batch, **kw)
     m = args.micro_batches if args.micro_batches is not None else (4 * pp if pp > 1 else 1)
@@ -152,14 +168,17 @@ def format_plan(pl: Plan) -> str:
     if not pl.fits:
         lines.append(f"  hint: {_advice(pl)}")
     lines += ["", "predicted step time"]
-    rows = [("compute", t["compute_s"]), ("tp comm", t["comm_tp_s"]), ("pp comm", t["comm_pp_s"]),
-            ("dp comm", t["comm_dp_s"]), ("bubble", t["bubble_s"]), ("optimizer", t["optimizer_s"]),
-            ("total", t["total_s"])]
+    rows = [("GEMMs", t["compute_s"]), ("memory-bound", t["memory_s"]), ("tp comm", t["comm_tp_s"]),
+            ("cp comm", t["comm_cp_s"]), ("pp comm", t["comm_pp_s"]), ("dp comm", t["comm_dp_s"]),
+            ("bubble", t["bubble_s"]), ("optimizer", t["optimizer_s"]), ("total", t["total_s"])]
+    if pl.layout.cp == 1:
+        rows = [r for r in rows if r[0] != "cp comm"]
     lines += [f"  {name:<12}{_sec(v)}" for name, v in rows]
     lines += ["", f"predicted MFU             {t['mfu']:6.1%}   (hardware FLOPs utilisation {t['hfu']:.1%})",
               f"predicted bubble          {t['bubble_fraction']:6.1%}",
               f"predicted throughput      {t['tokens_per_s']:,.0f} tokens/s",
-              "predicted sent per GPU    " + ", ".join(f"{k} {_bytes(pl.comm_bytes[k]).strip()}" for k in ("dp", "tp", "pp"))
+              "predicted sent per GPU    " + ", ".join(f"{k} {_bytes(pl.comm_bytes[k]).strip()}" for k in ("dp", "tp", "pp", "cp")
+                                          if k != "cp" or pl.layout.cp > 1)
               + " per step",
               "(analytical cost model: predictions, not measurements)"]
     return "\n".join(lines)

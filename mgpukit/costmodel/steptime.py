@@ -1,48 +1,146 @@
-"""Predicted time of one training step: compute + exposed communication + pipeline bubble.
+"""Predicted time of one training step: kernels + exposed communication + pipeline bubble.
 
-The model, per GPU of the slowest pipeline stage (the last: it also runs the logits):
+The model, per GPU of each pipeline stage, for one micro-batch of ``b`` sequences
+(``n = b · seq_len / cp`` tokens on this GPU):
 
-1. **Compute.** A micro-batch's forward takes ``FLOPs / (tp · peak · efficiency)``; backward
-   twice that; recomputation adds its extra forward (:mod:`mgpukit.costmodel.flops`).
-2. **Tensor parallel** all-reduces sit on the critical path between matmuls and are not
-   overlapped (Shoeybi et al. 2019): ``4`` per layer per micro-batch (6 with full recompute).
-3. **Pipeline** sends: one activation forward and one gradient back per micro-batch and
-   chunk, also not overlapped.
-4. The stage's busy time per micro-batch ``t_mb`` (1-3) times ``m`` is stretched by the
-   schedule's bubble: ``m·t_mb / (1 - bubble_fraction)`` (:mod:`mgpukit.costmodel.pipeline`).
-5. **Data parallel** gradient sync is bucketed and overlapped with the backward of the last
-   micro-batch (PyTorch DDP; Li et al. 2020, "PyTorch Distributed"), so only
-   ``max(last bucket, sync - backward)`` is exposed. ZeRO-1's parameter all-gather after the
-   optimizer step is exposed; ZeRO-2 reduce-scatters and ZeRO-3 gathers/scatters every
-   micro-batch, overlapped with that micro-batch's forward/backward, one layer at a time.
-6. **Optimizer** step (Adam): memory-bound, ~28 bytes moved per local parameter.
+1. **GEMMs**, one by one, on the roofline with tile and wave quantisation
+   (:mod:`mgpukit.costmodel.kernels`). Per layer: q/k/v, o, fc1 (gate/up), fc2, split by
+   tensor parallelism as Megatron does (Shoeybi et al. 2019); backward runs two GEMMs per
+   linear (``dX = dY·Wᵀ`` and ``dW = Xᵀ·dY``, a different shape: ``k`` is the token count).
+   The attention core: with ``flash_attention`` one fused kernel per direction (Dao et al.
+   2022; backward recomputes the scores: 2.5× the forward FLOPs); without it the batched
+   ``Q·Kᵀ`` and ``A·V`` GEMMs of Megatron-LM 2021 (two each in backward) with the ``s×s``
+   scores in HBM. Once per model: the vocabulary-parallel ``lm_head``.
+2. **Memory-bound kernels** charged by bytes / HBM bandwidth: the two norms, the MLP's
+   bias+activation, bias+dropout+residual (fused, as in Megatron), their backward, the
+   non-flash softmax and attention dropout over ``s×s`` scores, the loss over the vocabulary,
+   the embedding, and the accumulation of each micro-batch's weight gradients into the fp32
+   main gradients (read + write 4 bytes + read the half-precision gradient, per parameter).
+   The norms, dropouts and residuals act on activations replicated across the tp group unless
+   sequence parallelism splits them (Korthikanti et al. 2022).
+3. **Recomputation**: ``full`` repeats every layer's forward (GEMMs and memory kernels) in
+   backward; ``selective`` repeats the attention core (free with flash attention, whose
+   backward recomputes the scores anyway).
+4. **Tensor parallel** collectives: 4 per layer per micro-batch (6 with full recomputation),
+   exposed (Megatron-LM), or with ``tp_overlap`` hidden behind the layer's GEMMs
+   (exposed = ``max(0, comm − GEMMs)`` per layer; Wang et al. 2022, "Overlap communication
+   with dependent computation via decomposition"; Megatron-Core ``--tp-comm-overlap``).
+5. **Context parallel** (ring attention, Liu et al. 2023): ``cp − 1`` steps per layer, each
+   passing a K and V chunk to the next rank (forward) or K, V, dK, dV (backward) while the
+   attention core of the chunk it holds runs; exposed per step = ``max(0, p2p − core / cp)``.
+6. **Pipeline** sends: one activation forward and one gradient back per micro-batch and chunk,
+   not overlapped. With tp > 1 the message is ``1/tp`` of the activation and an all-gather
+   inside the node restores it (Narayanan et al. 2021, §4.1 "scatter/gather"; with sequence
+   parallelism the activation is split anyway).
+7. **Pipeline schedule** with per-stage busy time ``t_s`` per micro-batch (stages may hold
+   different layer counts, ``Layout.stage_layers``): ``m · max_s t_s`` for the steady state
+   plus the fill and drain ``k · (Σ_s t_s − max_s t_s)``, with ``k = 1`` (GPipe, 1F1B),
+   ``1/v`` (interleaved), ``1/3`` (ZB-H1), ``m`` (naive). For equal stages this is exactly
+   :func:`~mgpukit.costmodel.pipeline.bubble_fraction`'s table; the slowest stage sets the pace.
+8. **Data parallel** gradient sync is bucketed and overlapped with the backward (PyTorch DDP;
+   Li et al. 2020), so only ``max(last bucket, sync − backward)`` is exposed
+   (``overlap_dp=False``: all of it, after the pipeline flush, as Megatron-LM 2021 did).
+   ZeRO-1's parameter all-gather after the optimizer step is exposed; ZeRO-2 reduce-scatters
+   every micro-batch behind its backward; ZeRO-3/FSDP prefetches layer by layer: each layer's
+   all-gather (and in backward its reduce-scatter) hides behind the compute of the layer next
+   to it, exposed = ``max(0, comm − compute)`` per layer, plus the first gather and the last
+   reduce-scatter, which nothing hides.
+9. **Optimizer** (Adam, mixed precision): memory-bound, 28 bytes moved per local parameter
+   (read fp32 master, m, v, grad; write master, m, v, the half-precision weight).
 
-Communication times come from :mod:`mgpukit.costmodel.comm`, on the link each group spans.
-MFU = model FLOPs (no recomputation) / (step time · GPUs · peak) (Chowdhery et al. 2022).
+Communication times come from :mod:`mgpukit.costmodel.comm`, on the link each group spans
+(rank order tp, cp, dp, pp). MFU = model FLOPs (no recomputation) / (step · GPUs · peak)
+(Chowdhery et al. 2022); HFU counts recomputation. Checked against Megatron-LM's published
+runs in :mod:`mgpukit.costmodel.published`.
 """
 
 from __future__ import annotations
 
 from mgpukit.costmodel.comm import allgather_time, allreduce_time, group_link, p2p_time, reduce_scatter_time
-from mgpukit.costmodel.flops import flops_per_step, layer_forward_flops, logits_forward_flops
+from mgpukit.costmodel.flops import flops_per_step
 from mgpukit.costmodel.hardware import HardwareProfile
+from mgpukit.costmodel.kernels import depth_efficiency, gemm_seconds, matmul_rate, memory_seconds, wave_efficiency
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import stage_params
-from mgpukit.costmodel.pipeline import bubble_fraction
 from mgpukit.costmodel.shapes import ModelShape, layer_param_split
 from mgpukit.costmodel.volume import tp_allreduces_per_layer
 
 ADAM_BYTES_PER_PARAM = 28  # read master, m, v, grad; write master, m, v, bf16/fp32 weight
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb=25
+FILL_FACTOR = {"gpipe": 1.0, "1f1b": 1.0, "zb-h1": 1.0 / 3}  # interleaved: 1/v; naive: m
 
 
-def _dp_exposed(shape, layout, profile, *, fwd, bwd, bucket_bytes) -> tuple[float, float, float]:
+def _layer_kernels(shape: ModelShape, layout: Layout, profile: HardwareProfile) -> dict[str, float]:
+    """Seconds of one layer, one micro-batch, one GPU: ``gemm_fwd, gemm_bwd, mem_fwd, mem_bwd``;
+    ``attn_*`` are the attention core's share of them (its GEMMs, its memory kernels)."""
+    t, dt, e = layout.tp, layout.dtype, layout.dtype_bytes
+    s, d, f = shape.seq_len, shape.d_model, shape.d_ff
+    n = layout.micro_batch * s // layout.cp  # tokens on this GPU
+    gate = 2 if shape.gated_mlp else 1
+    linears = [(d, (d + 2 * shape.kv_dim) // t), (d // t, d), (d, gate * f // t), (f // t, d)]  # (in, out)
+    g_fwd = sum(gemm_seconds(n, out, inp, profile, dtype=dt) for inp, out in linears)
+    g_bwd = sum(gemm_seconds(n, inp, out, profile, dtype=dt) + gemm_seconds(inp, out, n, profile, dtype=dt)
+                for inp, out in linears)
+
+    # attention core: (b · heads/tp) problems of q = s/cp queries against all s keys
+    batch, q, hd = layout.micro_batch * shape.n_head // t, s // layout.cp, shape.head_dim
+    drop = 1 if shape.dropout else 0
+    if layout.flash_attention:
+        flops = 4.0 * batch * q * s * hd
+        rate = (matmul_rate(profile, dt) * wave_efficiency(q, hd, profile, batch=batch, dtype=dt)
+                * depth_efficiency(hd, profile, dtype=dt))
+        a_fwd, a_bwd, a_mem_fwd, a_mem_bwd = flops / rate, 2.5 * flops / rate, 0.0, 0.0
+    else:
+        a_fwd = (gemm_seconds(q, s, hd, profile, dtype=dt, batch=batch)  # scores = Q·Kᵀ
+                 + gemm_seconds(q, hd, s, profile, dtype=dt, batch=batch))  # A·V
+        a_bwd = (gemm_seconds(q, hd, s, profile, dtype=dt, batch=batch) + gemm_seconds(s, hd, q, profile, dtype=dt, batch=batch)
+                 + gemm_seconds(q, s, hd, profile, dtype=dt, batch=batch) + gemm_seconds(s, hd, q, profile, dtype=dt, batch=batch))
+        scores = batch * q * s
+        # fused scale-mask-softmax reads and writes the scores; dropout adds a 1-byte mask
+        a_mem_fwd = memory_seconds(scores * (2 * e + drop * (2 * e + 1)), profile)
+        a_mem_bwd = memory_seconds(scores * (3 * e + drop * (2 * e + 1)), profile)
+
+    act = n * d / (t if layout.sp else 1)  # elements of one replicated (or SP-split) activation
+    ffn = n * f / t
+    mem_fwd = e * 4 * act + e * (gate + 1) * ffn + 2 * (3 * e * act + drop * act)  # 2 norms, act fn, 2 drop-add
+    mem_bwd = e * 6 * act + e * (gate + 2) * ffn + 2 * (2 * e * act + drop * act) + 2 * 3 * e * act  # + grad adds
+    return {
+        "gemm_fwd": g_fwd + a_fwd,
+        "gemm_bwd": g_bwd + a_bwd,
+        "mem_fwd": memory_seconds(mem_fwd, profile) + a_mem_fwd,
+        "mem_bwd": memory_seconds(mem_bwd, profile) + a_mem_bwd,
+        "attn_gemm_fwd": a_fwd,
+        "attn_mem_fwd": a_mem_fwd,
+        "attn_fwd": a_fwd + a_mem_fwd,
+        "attn_bwd": a_bwd + a_mem_bwd,
+    }
+
+
+def _ends(shape: ModelShape, layout: Layout, profile: HardwareProfile, *, embed: bool, head: bool) -> dict:
+    """GEMM and memory seconds of the embedding (first stage) and the head + loss (last stage)."""
+    t, dt, e = layout.tp, layout.dtype, layout.dtype_bytes
+    n, d, V = layout.micro_batch * shape.seq_len // layout.cp, shape.d_model, shape.vocab
+    out = {"gemm_fwd": 0.0, "gemm_bwd": 0.0, "mem_fwd": 0.0, "mem_bwd": 0.0}
+    if embed:  # lookup + position add; backward scatters into the table
+        out["mem_fwd"] += memory_seconds(3 * e * n * d, profile)
+        out["mem_bwd"] += memory_seconds(3 * e * n * d, profile)
+    if head:  # final norm, vocab-parallel lm_head, cross-entropy in fp32 over V/tp logits
+        out["gemm_fwd"] += gemm_seconds(n, V // t, d, profile, dtype=dt)
+        out["gemm_bwd"] += gemm_seconds(n, d, V // t, profile, dtype=dt) + gemm_seconds(d, V // t, n, profile, dtype=dt)
+        logits = n * V / t
+        out["mem_fwd"] += memory_seconds(2 * e * n * d + logits * (e + 8), profile)
+        out["mem_bwd"] += memory_seconds(3 * e * n * d + logits * (8 + e), profile)
+    return out
+
+
+def _dp_exposed(shape, layout, profile, *, fwd, bwd, layer_fwd, layer_bwd, layers,
+                bucket_bytes) -> tuple[float, float, float]:
     """(exposed per micro-batch, exposed once at the end, total un-overlapped) DP comm seconds."""
     if layout.dp == 1:
         return 0.0, 0.0, 0.0
-    link = group_link(profile, layout.dp, stride=layout.tp)
+    link = group_link(profile, layout.dp, stride=layout.tp * layout.cp)
     n, e = layout.dp, layout.dtype_bytes
-    nbytes = max(stage_params(shape, layout, s) for s in {0, layout.pp - 1}) * e
+    nbytes = max(stage_params(shape, layout, s) for s in range(layout.pp)) * e
     split, replicated = layer_param_split(shape)
     layer_bytes = min(nbytes, (split / layout.tp + replicated) * e)
     bucket = min(bucket_bytes, nbytes)
@@ -55,74 +153,127 @@ def _dp_exposed(shape, layout, profile, *, fwd, bwd, bucket_bytes) -> tuple[floa
     if layout.zero == 2:
         per_mb = max(reduce_scatter_time(bucket, n, link), rs - bwd)
         return per_mb, ag, layout.num_micro_batches * rs + ag
-    # ZeRO-3: gather in forward, gather again + reduce-scatter in backward; the first layer's
-    # gather and the last layer's reduce-scatter cannot hide behind compute.
-    per_mb = (max(allgather_time(layer_bytes, n, link), ag - fwd)
-              + max(reduce_scatter_time(layer_bytes, n, link), ag + rs - bwd))
+    # ZeRO-3 / FSDP: layer i+1's gather is prefetched while layer i computes, in forward and in
+    # backward (where layer i's reduce-scatter also runs); the first gather and the last
+    # reduce-scatter have nothing to hide behind.
+    ag_l, rs_l = allgather_time(layer_bytes, n, link), reduce_scatter_time(layer_bytes, n, link)
+    hidden = max(layers - 1, 0)
+    per_mb = (ag_l + hidden * max(0.0, ag_l - layer_fwd)
+              + ag_l + hidden * max(0.0, ag_l + rs_l - layer_bwd) + rs_l)
     return per_mb, 0.0, layout.num_micro_batches * (2 * ag + rs)
+
+
+def _stage(shape, layout, profile, stage: int, kernels: dict) -> dict[str, float]:
+    """Busy seconds of one micro-batch on one GPU of pipeline ``stage``, by part."""
+    p, t, e = layout.pp, layout.tp, layout.dtype_bytes
+    layers = layout.layers_of_stage(shape.n_layer, stage)
+    ends = _ends(shape, layout, profile, embed=stage == 0, head=stage == p - 1)
+    k = kernels
+    # recomputation in backward: the whole layer's forward, or (selective) the attention core's,
+    # which flash attention's backward already recomputes (counted in its 2.5×)
+    selective = 0.0 if layout.flash_attention else 1.0
+    recompute_gemm = {"none": 0.0, "selective": selective * k["attn_gemm_fwd"], "full": k["gemm_fwd"]}[layout.checkpointing]
+    recompute_mem = {"none": 0.0, "selective": selective * k["attn_mem_fwd"], "full": k["mem_fwd"]}[layout.checkpointing]
+    gemm = layers * (k["gemm_fwd"] + k["gemm_bwd"] + recompute_gemm) + ends["gemm_fwd"] + ends["gemm_bwd"]
+    # accumulate this micro-batch's weight gradients into the fp32 main gradients
+    accum = stage_params(shape, layout, stage) * ((e + 8) if layout.dtype != "fp32" else 12)
+    mem = (layers * (k["mem_fwd"] + k["mem_bwd"] + recompute_mem) + ends["mem_fwd"] + ends["mem_bwd"]
+           + memory_seconds(accum, profile))
+
+    # tensor parallel: 4 (6) collectives per layer; overlapped they hide behind the layer's GEMMs
+    tokens = layout.micro_batch * shape.seq_len // layout.cp
+    activation = tokens * shape.d_model * e
+    tp_link = group_link(profile, t)
+    tp_layer = tp_allreduces_per_layer(layout.checkpointing) * allreduce_time(activation, t, tp_link)
+    if layout.tp_overlap:
+        tp_layer = max(0.0, tp_layer - (k["gemm_fwd"] + k["gemm_bwd"] + recompute_gemm))
+    tp_s = layers * tp_layer
+
+    # context parallel: ring attention, cp - 1 p2p steps per pass, each behind a 1/cp of the core
+    cp_s = 0.0
+    if layout.cp > 1:
+        cp_link = group_link(profile, layout.cp, stride=t)
+        kv = 2 * tokens * shape.kv_dim // t * e  # this rank's K and V chunk
+        passes = [(kv, k["attn_fwd"]), (2 * kv, k["attn_bwd"])]
+        if layout.checkpointing in ("full", "selective"):
+            passes.append((kv, k["attn_fwd"]))
+        steps = sum(max(0.0, p2p_time(nbytes, cp_link) - core / layout.cp) for nbytes, core in passes)
+        cp_s = layers * (layout.cp - 1) * steps
+
+    pp_s = 0.0
+    if p > 1:  # neighbouring stages; 1/tp of the activation, all-gathered inside the tp group
+        pp_link = group_link(profile, 2, stride=t * layout.cp * layout.dp)
+        hop = p2p_time(activation / t, pp_link) + (0.0 if layout.sp else allgather_time(activation, t, tp_link))
+        pp_s = 2 * layout.v * hop
+    return {"gemm": gemm, "mem": mem, "tp": tp_s, "cp": cp_s, "pp": pp_s, "layers": layers,
+            "fwd": layers * (k["gemm_fwd"] + k["mem_fwd"]) + ends["gemm_fwd"] + ends["mem_fwd"],
+            "bwd": layers * (k["gemm_bwd"] + k["mem_bwd"] + recompute_gemm + recompute_mem)
+                   + ends["gemm_bwd"] + ends["mem_bwd"]}
 
 
 def step_time(
     shape: ModelShape, layout: Layout, profile: HardwareProfile, *,
     bucket_bytes: float = DDP_BUCKET_BYTES, overlap_dp: bool = True,
 ) -> dict[str, float]:
-    """Predicted seconds of one step (module docstring). Returns ``compute_s``, ``comm_s``
-    (exposed; split as ``comm_tp_s``, ``comm_pp_s``, ``comm_dp_s``), ``bubble_s``,
-    ``optimizer_s``, ``total_s``, ``bubble_fraction``, ``mfu``, ``hfu`` and ``tokens_per_s``.
+    """Predicted seconds of one step (module docstring). Returns ``compute_s`` (GEMMs),
+    ``memory_s`` (memory-bound kernels), ``comm_s`` (exposed; split as ``comm_tp_s``,
+    ``comm_cp_s``, ``comm_pp_s``, ``comm_dp_s``), ``bubble_s``, ``optimizer_s``, ``total_s``,
+    ``bubble_fraction``, ``mfu``, ``hfu``, ``tokens_per_s`` and ``slowest_stage``; compute,
+    memory and comm are the slowest stage's over the ``m`` micro-batches.
 
     ``overlap_dp=False`` exposes the whole data-parallel sync (a naive all-reduce after backward).
     """
     peak = profile.flops(layout.dtype)
-    rate = peak * profile.compute_efficiency
-    t, p, m, b = layout.tp, layout.pp, layout.num_micro_batches, layout.micro_batch
-    layers = shape.n_layer // p
+    p, m = layout.pp, layout.num_micro_batches
+    kernels = _layer_kernels(shape, layout, profile)
+    if layout.stage_layers is not None:
+        stages = [_stage(shape, layout, profile, s, kernels) for s in range(p)]
+    else:  # equal stages: only the first (embedding) and the last (head) differ from the rest
+        ends = {s: _stage(shape, layout, profile, s, kernels) for s in {0, p - 1}}
+        middle = _stage(shape, layout, profile, 1, kernels) if p > 2 else None
+        stages = [ends.get(s, middle) for s in range(p)]
 
-    # 1. compute of one micro-batch on the last stage
-    tokens = b * shape.seq_len
-    layer = layer_forward_flops(shape, tokens)
-    fwd = (layers * (layer["linear"] + layer["attention"]) + logits_forward_flops(shape, tokens)) / t / rate
-    bwd = 2 * fwd
-    recompute = {"none": 0.0, "selective": layers * layer["attention"],
-                 "full": layers * (layer["linear"] + layer["attention"])}[layout.checkpointing] / t / rate
-
-    # 2-3. tensor- and pipeline-parallel communication of one micro-batch
-    activation = tokens * shape.d_model * layout.dtype_bytes
-    tp_s = layers * tp_allreduces_per_layer(layout.checkpointing) * allreduce_time(activation, t, group_link(profile, t))
-    pp_s = 0.0
-    if p > 1:
-        pp_link = group_link(profile, 2, stride=t * layout.dp)  # neighbouring stages
-        pp_s = 2 * layout.v * p2p_time(activation / (t if layout.sp else 1), pp_link)
-
-    # 5. data-parallel gradient sync
-    dp_mb, dp_end, dp_total = _dp_exposed(shape, layout, profile, fwd=fwd, bwd=bwd + recompute,
+    slow_i = max(range(p), key=lambda s: _busy(stages[s]))
+    slow = stages[slow_i]
+    layer_fwd = kernels["gemm_fwd"] + kernels["mem_fwd"]
+    layer_bwd = kernels["gemm_bwd"] + kernels["mem_bwd"]
+    dp_mb, dp_end, dp_total = _dp_exposed(shape, layout, profile, fwd=slow["fwd"], bwd=slow["bwd"],
+                                          layer_fwd=layer_fwd, layer_bwd=layer_bwd, layers=slow["layers"],
                                           bucket_bytes=bucket_bytes)
     if not overlap_dp:
         dp_mb, dp_end = 0.0, dp_total
 
-    # 4. the pipeline stretches the stage's busy time by its bubble
-    t_mb = fwd + bwd + recompute + tp_s + pp_s + dp_mb
-    frac = bubble_fraction(layout.schedule, p, m, layout.v)
-    busy = m * t_mb
-    pipeline = busy / (1 - frac)
+    # the pipeline: the slowest stage paces the steady state; fill and drain by the schedule
+    busy = [_busy(st) + dp_mb for st in stages]
+    fill = 1.0 / layout.v if layout.schedule == "interleaved" else (
+        float(m) if layout.schedule == "naive" else FILL_FACTOR[layout.schedule])
+    steady = m * busy[slow_i]
+    pipeline = steady + fill * (sum(busy) - busy[slow_i])
 
-    # 6. optimizer step over the local (possibly ZeRO-sharded) parameters
-    psi = max(stage_params(shape, layout, s) for s in {0, p - 1})
+    # optimizer step over the local (possibly ZeRO-sharded) parameters
+    psi = max(stage_params(shape, layout, s) for s in range(p))
     optimizer_s = ADAM_BYTES_PER_PARAM * psi / (layout.dp if layout.zero >= 1 else 1) / profile.memory_bandwidth
 
     total = pipeline + dp_end + optimizer_s
     flops = flops_per_step(shape, layout.global_batch, checkpointing=layout.checkpointing)
     gpus = layout.world_size
+    comm = {"comm_tp_s": m * slow["tp"], "comm_cp_s": m * slow["cp"], "comm_pp_s": m * slow["pp"],
+            "comm_dp_s": m * dp_mb + dp_end}
     return {
-        "compute_s": m * (fwd + bwd + recompute),
-        "comm_s": m * (tp_s + pp_s + dp_mb) + dp_end,
-        "comm_tp_s": m * tp_s,
-        "comm_pp_s": m * pp_s,
-        "comm_dp_s": m * dp_mb + dp_end,
-        "bubble_s": pipeline - busy,
+        "compute_s": m * slow["gemm"],
+        "memory_s": m * slow["mem"],
+        "comm_s": sum(comm.values()),
+        **comm,
+        "bubble_s": pipeline - steady,
         "optimizer_s": optimizer_s,
         "total_s": total,
-        "bubble_fraction": frac,
+        "bubble_fraction": (pipeline - steady) / pipeline,
         "mfu": flops["model"] / (total * gpus * peak),
         "hfu": flops["total"] / (total * gpus * peak),
         "tokens_per_s": layout.global_batch * shape.seq_len / total,
+        "slowest_stage": slow_i,
     }
+
+
+def _busy(stage: dict) -> float:
+    return stage["gemm"] + stage["mem"] + stage["tp"] + stage["cp"] + stage["pp"]

@@ -15,7 +15,11 @@ that per all-reduce (see :mod:`mgpukit.costmodel.comm`). Per step, for Ψ local 
   al. 2022) turns each all-reduce into an all-gather + reduce-scatter: same volume.
 * **pipeline parallel** (Narayanan et al. 2021): each micro-batch sends its ``s·b·h`` output
   activation to the next stage and receives the gradient back; a middle stage sends one of each
-  per micro-batch, ``v`` times more with interleaving. SP sends ``1/t`` of it.
+  per micro-batch, ``v`` times more with interleaving. With tp > 1 it sends ``1/t`` of it (SP
+  splits it anyway; without SP Megatron scatters it and all-gathers it inside the next node, §4.1).
+* **context parallel** (ring attention, Liu et al. 2023): each layer passes this rank's K and V
+  chunk ``cp - 1`` times forward, and K, V and their gradients backward (again forward when
+  recomputing).
 """
 
 from __future__ import annotations
@@ -48,19 +52,25 @@ def dp_collective_bytes(psi: float, layout: Layout) -> dict[str, float]:
 
 
 def comm_bytes_per_step(shape: ModelShape, layout: Layout) -> dict[str, float]:
-    """Bytes sent per GPU per step: ``dp``, ``tp``, ``pp`` and ``total`` (fullest stage)."""
-    psi = max(stage_params(shape, layout, s) for s in {0, layout.pp - 1})
+    """Bytes sent per GPU per step: ``dp``, ``tp``, ``pp``, ``cp`` and ``total`` (fullest stage)."""
+    psi = max(stage_params(shape, layout, s) for s in range(layout.pp))
     n = layout.dp
     dp = 0.0
     for kind, (count, nbytes) in dp_collective_bytes(psi, layout).items():
         dp += count * bus_factor(kind, n) * nbytes
 
     t, m = layout.tp, layout.num_micro_batches
-    activation = shape.seq_len * layout.micro_batch * shape.d_model * layout.dtype_bytes
-    layers = shape.n_layer // layout.pp
+    activation = shape.seq_len // layout.cp * layout.micro_batch * shape.d_model * layout.dtype_bytes
+    layers = max(layout.layers_of_stage(shape.n_layer, s) for s in range(layout.pp))
     tp = m * layers * tp_allreduces_per_layer(layout.checkpointing) * bus_factor("all_reduce", t) * activation
 
     pp = 0.0
-    if layout.pp > 1:
-        pp = m * 2 * layout.v * activation / (t if layout.sp else 1)
-    return {"dp": dp, "tp": tp, "pp": pp, "total": dp + tp + pp}
+    if layout.pp > 1:  # 1/tp of the activation per hop (sequence parallel or Megatron's scatter/gather)
+        pp = m * 2 * layout.v * activation / t
+
+    cp = 0.0
+    if layout.cp > 1:  # ring attention: cp-1 hops of this rank's K and V chunk per pass
+        kv = 2 * shape.seq_len // layout.cp * layout.micro_batch * shape.kv_dim // t * layout.dtype_bytes
+        passes = 1 + 2 + (1 if layout.checkpointing in ("full", "selective") else 0)  # fwd, bwd (K,V,dK,dV), recompute
+        cp = m * layers * (layout.cp - 1) * passes * kv
+    return {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "total": dp + tp + pp + cp}
