@@ -11,9 +11,11 @@ one launch (`torch.cuda.graph`, or `torch.compile(mode="reduce-overhead")`), and
 from __future__ import annotations
 
 
-def launch_bound_study(*, profile: str = "h100-nvlink", model: str = "gpt-tiny", steps: int = 3,
-                       global_batch: int = 8) -> dict:
-    """DDP of `model` on one emulated GPU, with and without the host's costs.
+def launch_bound_study(record: dict | None = None, *, profile: str = "h100-nvlink",
+                       model: str = "gpt-tiny", steps: int = 3, global_batch: int = 8) -> dict:
+    """DDP of `model` on one emulated GPU, with and without the host's costs (`record`: an
+    emulated run of it already made, e.g. the notebook's 1-GPU run; its profile, model and
+    batch are used, and only the kernels-only run is made here).
 
     Returns the steady step with eager launches (`step_s`) and with kernels only
     (`kernels_only_step_s`), where the step went (`measure.breakdown.time_split`: `kernel_s`,
@@ -24,9 +26,12 @@ def launch_bound_study(*, profile: str = "h100-nvlink", model: str = "gpt-tiny",
     from mgpukit.experiment import run
     from mgpukit.measure.breakdown import time_split
 
+    if record is not None:
+        profile, model = record["profile"], record["config"]["model"]
+        global_batch, steps = record["config"]["global_batch"], len(record["step_time_s"])
     gpu = load_profile(profile)
     kw = dict(mode="emulated", steps=steps, model=model, global_batch=global_batch, parity=False)
-    split = time_split(run("ddp", workers=1, profile=profile, **kw))
+    split = time_split(record if record is not None else run("ddp", workers=1, profile=profile, **kw))
     kernels = time_split(run("ddp", workers=1, profile=gpu.kernels_only(), **kw))
     return {"profile": profile, "model": model, **split,
             "kernels_only_step_s": kernels["step_s"],
