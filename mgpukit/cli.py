@@ -148,6 +148,7 @@ def _run(args):
     if record.get("resumed_from_step"):
         print(f"resumed from the checkpoint of step {record['resumed_from_step']}: step times "
               f"cover steps {record['resumed_from_step']}..{len(record['losses']) - 1}")
+    print_breakdown(record)
     if args.json:
         print(f"record written to {args.json}")
     if args.trace:
@@ -156,6 +157,19 @@ def _run(args):
         print(f"torch.profiler traces written under {args.profile_torch}/")
     parity = record.get("parity")
     return 0 if parity is None or parity["ok"] else 1
+
+
+def print_breakdown(record):
+    """Emulated runs: where the step went; pipelines: why they idle."""
+    from mgpukit.measure.breakdown import describe_time_split, time_split
+    from mgpukit.measure.idle import describe_idle_split
+
+    split = time_split(record)
+    if split is not None:
+        print(f"where the time went (rank 0, emulated): {describe_time_split(split)}")
+    if record.get("idle_split"):
+        print(f"why the pipeline idles: {describe_idle_split(record['idle_split'])} "
+              f"(theory {record['theory'].get('bubble_fraction', float('nan')):.2f})")
 
 
 def print_summary(records):

@@ -17,7 +17,7 @@ from mgpukit.costmodel.hardware import load_profile
 from mgpukit.measure.vclock import VirtualClock
 from mgpukit.training.building import Batches, build_model, build_optimizer, loss_fn
 
-H100 = load_profile("h100-nvlink")
+H100 = load_profile("h100-nvlink").kernels_only()  # the closed form counts kernels only
 
 
 @pytest.mark.parametrize("model", ["gpt-tiny", "gpt-small"])
@@ -72,6 +72,62 @@ def test_bench_quick_analytic_agrees_with_emulated(tmp_path):
     rows = {(r["strategy"], r["workers"]): r for r in out["analytic_vs_emulated"]}
     assert rows[("ddp", 2)]["ratio"] == pytest.approx(1.0, abs=0.05)
     assert rows[("ddp", 2)]["within_5pct"] and out["all_within_5pct"]
+    lb = out["launch_bound"]  # gpt-tiny on one H100 with the host's launches: milliseconds
+    assert 1e-3 < lb["step_s"] < 50e-3 and lb["kernels_only_step_s"] < 1e-4
+    assert lb["launch_bound"] > 0.9
+    assert lb["kernel_s"] + lb["launch_wait_s"] + lb["wait_s"] == pytest.approx(lb["step_s"], rel=1e-9)
     vs = out["emulated_vs_measured"]
     assert vs["measured_s"] > 0 and vs["emulated_s"] > 0 and vs["calibrated_now"]
     assert set(vs) >= {"measured_s", "emulated_s", "error", "within_25pct", "profile"}
+
+
+# ------------------------------------------- where the time went, and why a pipeline idles
+
+def _pp(profile, steps=2):
+    from mgpukit.experiment import run
+
+    return run("pp-gpipe", workers=4, steps=steps, mode="emulated", profile=profile, parity=False)
+
+
+def test_pipeline_idle_split_adds_up_to_the_bubble_and_says_why():
+    """GPipe, 4 stages, 8 micro-batches of gpt-tiny. Kernels only, the stages take a few µs and
+    each message ~2 µs: the bubble is mostly p2p. With the host's launches the stages take
+    milliseconds, the messages vanish, and the stages' uneven op counts (embedding, head, loss)
+    show as imbalance. Either way the three parts add up to the bubble."""
+    for profile, largest in ((H100, "p2p"), ("h100-nvlink", "imbalance")):
+        record = _pp(profile)
+        split = record["idle_split"]
+        parts = split["schedule"] + split["imbalance"] + split["p2p"]
+        assert parts == pytest.approx(split["bubble_fraction"], abs=1e-12)
+        assert split["bubble_fraction"] == pytest.approx(record["bubble_fraction"], rel=1e-9)
+        assert max(("schedule", "imbalance", "p2p"), key=lambda k: split[k]) == largest, split
+        assert split["schedule"] > 0 and split["imbalance"] >= 0
+
+
+def test_ddp_wait_inside_backward_is_drawn_as_waiting_and_the_step_adds_up():
+    """DDP on 2 emulated H100s: the bucket's all-reduce ends after backward's last kernel, and
+    the reducer's copy-out waits for it inside backward — a "wait" event, not "bwd". Every
+    step's device time is kernels + waiting for the host + waiting for communication."""
+    from mgpukit.experiment import run
+
+    record = run("ddp", workers=2, steps=2, mode="emulated", profile="h100-nvlink", parity=False)
+    ev = [e for e in record["timeline"] if e["rank"] == 0 and e["step"] == 1]
+    waits = [e for e in ev if e["kind"] == "wait"]
+    ar = [e for e in ev if e["kind"] == "all_reduce"]
+    assert len(waits) == 1 and ar and waits[0]["end"] == ar[-1]["end"]
+    bwd = [e for e in ev if e["kind"] == "bwd" and e["stream"] == "compute"]
+    assert all(e["end"] <= waits[0]["start"] or e["start"] >= waits[0]["end"] for e in bwd)
+    assert {e["stream"] for e in ev} == {"host", "compute", "comm"}
+    for s in record["extra"]["0"]["time_split"]:
+        assert s["kernel_s"] + s["launch_wait_s"] + s["wait_s"] == pytest.approx(s["step_s"], rel=1e-9)
+        assert s["host_s"] / s["step_s"] > 0.9  # launch-bound
+
+
+def test_cpu_profile_draws_no_host_row_and_keeps_the_additive_split():
+    from mgpukit.experiment import run
+
+    record = run("ddp", workers=2, steps=2, mode="emulated", profile="this-machine-default", parity=False)
+    assert "host" not in {e["stream"] for e in record["timeline"]}
+    for s in record["extra"]["0"]["time_split"]:
+        assert s["launch_wait_s"] == 0.0
+        assert s["kernel_s"] + s["host_s"] + s["wait_s"] == pytest.approx(s["step_s"], rel=1e-9)

@@ -6,6 +6,7 @@ what the roofline (`flops / (peak · efficiency)`, `bytes / bandwidth`) and alph
 (`alpha + B/beta`, ring all-reduce `2(n-1)/n · B/beta + 2(n-1)·alpha`) say, computed here by hand
 from the profile's figures. Exact float equality is intended: the clock adds the same terms.
 """
+import dataclasses
 import multiprocessing
 import warnings
 
@@ -20,7 +21,9 @@ from mgpukit.measure.vclock import VirtualClock
 from mgpukit.runtime.launcher import OversubscribedWarning
 
 PROFILE = "h100-nvlink"
-H100 = load_profile(PROFILE)
+# the hand-computed times below are kernels and messages only; the host's launches are
+# checked on their own (test_launch_*), with the shipped profile
+H100 = load_profile(PROFILE).kernels_only()
 RATE = H100.flops("fp32") * H100.compute_efficiency  # fp32 FLOP/s the clock charges
 LINK = H100.intra_node  # every rank of these tests sits in one 8-GPU node
 
@@ -71,7 +74,7 @@ def test_copy_does_not_read_its_destination_and_attention_flops_are_counted():
 
 
 def test_op_overhead_is_added_to_every_op_that_is_not_a_view():
-    profile = load_profile(PROFILE)
+    profile = load_profile(PROFILE).kernels_only()  # a CPU worker's semantics: added to each op
     object.__setattr__(profile, "op_overhead", 1e-6)
     clock = VirtualClock(profile, 0)
     x = torch.randn(1024)
@@ -89,7 +92,7 @@ def test_op_overhead_by_context_charges_forward_backward_and_updates_apart():
     from mgpukit.measure.vclock import op_context
 
     overhead = {"forward": 3e-3, "backward": 2e-3, "no_grad": 1e-3}
-    profile = dataclasses.replace(load_profile(PROFILE), op_overhead=0.5, op_overhead_by_context=overhead)
+    profile = dataclasses.replace(H100, op_overhead=0.5, op_overhead_by_context=overhead)
     seen = []
 
     class Spy(torch.utils._python_dispatch.TorchDispatchMode):
@@ -110,6 +113,80 @@ def test_op_overhead_by_context_charges_forward_backward_and_updates_apart():
     with clock.counting(), torch.no_grad():
         x.add_(1.0)
     assert clock.now() == pytest.approx(2 * 4 * 4 / profile.memory_bandwidth + 1e-3)
+
+
+# ------------------------------------------------------- the host that launches (GPU profiles)
+
+GPU = load_profile(PROFILE)  # as shipped: eager PyTorch's dispatch, asynchronous launches
+
+
+def _dispatch(context: str) -> float:
+    return GPU.dispatch_overhead(context)
+
+
+def test_launch_tiny_kernels_make_the_step_n_ops_times_the_dispatch():
+    """100 tiny no-grad ops: each kernel (min_kernel_time) is shorter than its launch, so the
+    device waits for the host and the time is the host's: n · dispatch + the last kernel."""
+    clock = VirtualClock(GPU, 0)
+    x = torch.randn(16)
+    with clock.counting(), torch.no_grad():
+        for _ in range(100):
+            x.add_(1.0)
+    assert GPU.async_launch and GPU.min_kernel_time < _dispatch("no_grad")
+    assert clock.now() == pytest.approx(100 * _dispatch("no_grad") + GPU.min_kernel_time, rel=1e-12)
+    assert clock.host == pytest.approx(100 * _dispatch("no_grad"), rel=1e-12)
+    s = clock.split
+    assert s["kernel"] == pytest.approx(100 * GPU.min_kernel_time)
+    assert s["kernel"] + s["launch_wait"] + s["wait"] == pytest.approx(clock.now(), rel=1e-12)
+
+
+def test_launch_a_long_kernel_lets_the_host_run_ahead():
+    """A big matmul lasts longer than the launches after it: the host issues the next ops while
+    it runs, and they queue on the stream behind it (no launch cost left on the step)."""
+    clock = VirtualClock(GPU, 0)
+    a = torch.randn(2048, 2048)
+    x = torch.randn(16)
+    with clock.counting(), torch.no_grad():
+        a @ a
+        for _ in range(10):
+            x.add_(1.0)
+    mm = 2 * 2048**3 / (GPU.flops("fp32") * GPU.compute_efficiency)
+    assert mm > 11 * _dispatch("no_grad")  # long enough to hide every launch after it
+    assert clock.host == pytest.approx(11 * _dispatch("no_grad"))  # the host is far ahead
+    assert clock.now() == pytest.approx(_dispatch("no_grad") + mm + 10 * GPU.min_kernel_time, rel=1e-12)
+    clock.sync()  # e.g. .item() or the step's end: the host catches up with the device
+    assert clock.host == clock.now()
+
+
+def test_launch_a_wait_holds_the_device_not_the_host():
+    clock = VirtualClock(GPU, 0)
+    x = torch.randn(16)
+    with clock.counting(), torch.no_grad():
+        x.add_(1.0)
+        clock.join(1e-3)  # a collective the stream waits for
+        x.add_(1.0)
+    assert clock.waits == [(_dispatch("no_grad") + GPU.min_kernel_time, 1e-3)]
+    assert clock.host == pytest.approx(2 * _dispatch("no_grad"))  # issued long before the wait ends
+    assert clock.now() == pytest.approx(1e-3 + GPU.min_kernel_time)
+    s = clock.split
+    assert s["wait"] == pytest.approx(1e-3 - _dispatch("no_grad") - GPU.min_kernel_time)
+    assert s["kernel"] + s["launch_wait"] + s["wait"] == pytest.approx(clock.now(), rel=1e-12)
+
+
+def test_cpu_profiles_keep_the_additive_dispatch():
+    """this-machine: the core that dispatches computes, so overhead and kernel add up."""
+    cpu = load_profile("this-machine-default")
+    assert not cpu.async_launch
+    profile = dataclasses.replace(cpu, op_overhead=3e-5)
+    clock = VirtualClock(profile, 0)
+    x = torch.randn(16)
+    with clock.counting(), torch.no_grad():
+        for _ in range(10):
+            x.add_(1.0)
+    kernel = 2 * 16 * 4 / cpu.memory_bandwidth
+    assert clock.now() == pytest.approx(10 * (kernel + 3e-5), rel=1e-12)
+    assert clock.host == clock.now() and clock.split["launch_wait"] == 0.0
+    assert clock.split["host"] + clock.split["kernel"] == pytest.approx(clock.now(), rel=1e-12)
 
 
 # ------------------------------------------------------------ send/recv, all-reduce (b, c, d)
@@ -164,7 +241,7 @@ def _scenarios():
 
 @pytest.fixture(scope="module")
 def scenarios():
-    return mgpukit.launch(_scenarios, 2, mode="emulated", profile=PROFILE, echo=False)
+    return mgpukit.launch(_scenarios, 2, mode="emulated", profile=H100, echo=False)
 
 
 def test_send_recv_takes_exactly_alpha_plus_bytes_over_beta(scenarios):
@@ -220,7 +297,7 @@ def _ring(n_expected):
 def test_four_and_eight_emulated_workers_on_a_small_machine(workers):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OversubscribedWarning)
-        out = mgpukit.launch(_ring, workers, workers, mode="emulated", profile=PROFILE, echo=False)
+        out = mgpukit.launch(_ring, workers, workers, mode="emulated", profile=H100, echo=False)
     total = float(sum(range(workers)))
     ready = workers * matmul_seconds(128)  # the last rank computed `workers` matmuls
     end = ready + allreduce_seconds(2**18, workers)

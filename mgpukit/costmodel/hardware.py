@@ -10,6 +10,12 @@ Links follow the alpha-beta (Hockney) model: sending ``n`` bytes over one hop co
 ``alpha + n / beta``. ``beta`` is the *unidirectional, per-GPU* bandwidth a collective can
 use ("bus bandwidth" in nccl-tests terms), not the marketing bidirectional figure.
 
+A GPU profile also says what it costs the *host* to issue work (``[launch]`` and the
+``op_overhead_*`` keys of ``[efficiency]``): eager PyTorch spends microseconds of CPU time per
+op before its kernel is queued, so a model of small kernels is launch-bound on a fast GPU
+(`mgpukit.measure.vclock` models the host and the device stream apart; `kernels_only` drops
+these costs, for comparisons with closed forms that count kernels only).
+
     >>> p = load_profile("h100-nvlink")
     >>> p.flops("bf16"), p.intra_node.beta
 """
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
@@ -101,11 +107,17 @@ class HardwareProfile:
     inter_node: Link
     compute_efficiency: float = 0.5
     usable_memory: float = 0.9
-    op_overhead: float = 0.0  # seconds of host dispatch per op (CPU workers, calibrated); 0 on GPUs
+    op_overhead: float = 0.0  # seconds of host dispatch per op (eager PyTorch; CPU workers: calibrated)
     # Per-op overhead by where the op runs (see `dispatch_overhead`); None: `op_overhead` for all.
     op_overhead_by_context: dict[str, float] | None = None
     # GEMM time by shape (tile/wave quantisation); None: flat ``compute_efficiency`` for every matmul
     gemm: GemmModel | None = None
+    # [launch]: True on GPUs — the host *issues* kernels onto a device stream and runs on while
+    # they execute (False: CPU workers, where the same core dispatches and computes, so the
+    # dispatch overhead adds to every op).
+    async_launch: bool = False
+    min_kernel_time: float = 0.0  # seconds: the shortest a kernel occupies the device stream
+    collective_launch: float = 0.0  # host seconds to issue one collective or message (NCCL)
 
     def __post_init__(self) -> None:
         # a negative bandwidth or a NaN memory size gives negative or NaN times, silently
@@ -115,10 +127,12 @@ class HardwareProfile:
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"profile {self.name!r}: {key} must be a finite number > 0, got {value}")
         overheads = {"op_overhead": self.op_overhead, **{f"op_overhead_{c}": v for c, v in
-                                                         (self.op_overhead_by_context or {}).items()}}
+                                                         (self.op_overhead_by_context or {}).items()},
+                     "launch.min_kernel": self.min_kernel_time, "launch.collective": self.collective_launch}
         for key, value in overheads.items():
             if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"profile {self.name!r}: efficiency.{key} must be a finite number >= 0, got {value}")
+                table = "" if key.startswith("launch.") else "efficiency."
+                raise ValueError(f"profile {self.name!r}: {table}{key} must be a finite number >= 0, got {value}")
         if self.gpus_per_node < 1:
             raise ValueError(f"profile {self.name!r}: gpus_per_node must be >= 1, got {self.gpus_per_node}")
         if not 0 < self.compute_efficiency <= 1 or not 0 < self.usable_memory <= 1:
@@ -129,6 +143,13 @@ class HardwareProfile:
         records the op, Python module code around it), "backward" (the C++ autograd engine),
         "no_grad" (optimizer updates, packing, anything that records nothing)."""
         return (self.op_overhead_by_context or {}).get(context, self.op_overhead)
+
+    def kernels_only(self) -> "HardwareProfile":
+        """This profile without host costs (no dispatch, no launch, no minimum kernel time):
+        what a closed form that counts kernels and messages only (`costmodel.gpt_step`) models."""
+        return replace(self, name=f"{self.name}-kernels-only", op_overhead=0.0,
+                       op_overhead_by_context=None, async_launch=False, min_kernel_time=0.0,
+                       collective_launch=0.0)
 
     def flops(self, dtype: str = "bf16") -> float:
         """Peak dense FLOP/s for ``dtype`` ("fp32", "tf32", "bf16", "fp16")."""
@@ -159,6 +180,9 @@ class HardwareProfile:
             "efficiency": {"compute": self.compute_efficiency, "usable_memory": self.usable_memory,
                            "op_overhead": self.op_overhead,
                            **{f"op_overhead_{c}": v for c, v in (self.op_overhead_by_context or {}).items()}},
+            **({"launch": {"async": self.async_launch, "min_kernel": self.min_kernel_time,
+                           "collective": self.collective_launch}}
+               if self.async_launch or self.min_kernel_time or self.collective_launch else {}),
         }
 
     @classmethod
@@ -166,6 +190,7 @@ class HardwareProfile:
         """Build a profile from the nested dict of a TOML file; says which key is missing."""
         try:
             eff = d.get("efficiency", {})
+            launch = d.get("launch", {})
             return cls(
                 name=d["name"],
                 description=d.get("description", ""),
@@ -181,6 +206,9 @@ class HardwareProfile:
                 op_overhead_by_context={c: float(eff[f"op_overhead_{c}"]) for c in OP_CONTEXTS
                                         if f"op_overhead_{c}" in eff} or None,
                 gemm=_gemm(d["gemm"]) if "gemm" in d else None,
+                async_launch=bool(launch.get("async", False)),
+                min_kernel_time=float(launch.get("min_kernel", 0.0)),
+                collective_launch=float(launch.get("collective", 0.0)),
             )
         except KeyError as e:
             raise ValueError(f"hardware profile {d.get('name', '?')!r} lacks the key {e.args[0]!r}") from None

@@ -3,6 +3,7 @@
 Notebooks import from here (and from `plots`, `widgets`, `exercises`), never private helpers,
 so the modules underneath can move without a notebook noticing.
 
+- `launch`         notebook 00: the tiny GPT launch-bound on one emulated H100
 - `data_parallel`  notebook 01's studies: strategies compared, scaling, the learning-rate rule
 - `compression`    notebook 03: `run_compressed`, `fp32_reference`
 - `pipeline_lab`   notebook 04: equal-cost stages, several schedules in one launch
@@ -12,6 +13,7 @@ so the modules underneath can move without a notebook noticing.
                    precision curves, what fits (and the exercises' answers)
 """
 from mgpukit.lessons.compression import fp32_reference, run_compressed
+from mgpukit.lessons.launch import launch_bound_study
 from mgpukit.lessons.data_parallel import (compare_strategies, lr_scaling_study, scaling_records,
                                            warm_parent)
 from mgpukit.lessons import memory  # noqa: F401  (notebook 07 uses it as a module)
@@ -20,6 +22,6 @@ from mgpukit.lessons import tensor_parallel
 from mgpukit.lessons.sharding import (model_state_table, offload_trade, sharding_study,
                                       step_time_ratio)
 
-__all__ = ["run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
+__all__ = ["launch_bound_study", "run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
            "lr_scaling_study", "warm_parent", "run_lab", "tensor_parallel", "sharding_study",
            "step_time_ratio", "model_state_table", "offload_trade"]

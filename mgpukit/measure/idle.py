@@ -101,3 +101,77 @@ def predicted_from_costs(record: dict) -> dict:
                   cost_w=cost["bwd_weight"] if split else None)
     return {"bubble_fraction": tl.bubble_fraction, "idle_s": tl.idle, "makespan_s": tl.makespan,
             "costs_s": cost}
+
+
+def idle_split(record: dict) -> dict | None:
+    """Why a pipeline idles: its bubble split into *schedule*, *imbalance* and *p2p*.
+
+    Per step (the steps ``bubble_fraction`` averages), on the pipeline of rank 0, with ``p``
+    ranks, span ``S`` and busy times ``b_r`` (idle ``I = p·S - Σ b_r``):
+
+    - **imbalance** ``Σ_r (max b - b_r)``: the slowest stage paces the others; they idle for
+      the work they do not have (uneven layers, the embedding, the head and the loss);
+    - **schedule** ``p · max b · β / (1 - β)``: the fill and drain the schedule needs even with
+      every stage as slow as the slowest, ``β`` the simulator's bubble for this schedule with
+      the run's own mean forward/backward costs and free messages — ``(p-1)/(m+p-1)`` for
+      GPipe and 1F1B;
+    - **p2p** — the rest, ``I - imbalance - schedule``: messages' latency and the waits they
+      cause (on a launch-bound GPU, also the host issuing each send and receive).
+
+    Returned as fractions of ``p·S`` (they add up to the bubble fraction) and in seconds.
+    None when the record is not a pipeline's."""
+    from mgpukit.costmodel.schedules import build_schedule
+    from mgpukit.costmodel.simulate import simulate
+
+    th = record.get("theory") or {}
+    if "schedule" not in th or "p" not in th or "m" not in th:
+        return None
+    p, m, v = th["p"], th["m"], th.get("v", 1)
+    dims = record.get("dims") or {}
+    stride = dims.get("dp", 1) * dims.get("tp", 1)
+    ranks = [s * stride for s in range(p)]  # rank 0's pipeline on the (pp, dp, tp) mesh
+    steps = sorted({e["step"] for e in record["timeline"] if e.get("step") is not None})
+    keep = steps[1:] if len(steps) > 1 else steps
+    rows = []
+    for step in keep:
+        evs = [e for e in record["timeline"] if e["rank"] in ranks and e["stream"] == "compute"
+               and e["kind"] in PIPELINE_KINDS and e.get("step") == step]
+        if not evs:
+            continue
+        span = max(e["end"] for e in evs) - min(e["start"] for e in evs)
+        busy = [sum(e["end"] - e["start"] for e in evs if e["rank"] == r) for r in ranks]
+        per_kind = {k: sum(e["end"] - e["start"] for e in evs if e["kind"] == k) / (p * m)
+                    for k in PIPELINE_KINDS}
+        split = per_kind["bwd_input"] > 0
+        beta = simulate(build_schedule(th["schedule"], p, m, v), cost_f=per_kind["fwd"],
+                        cost_b=(per_kind["bwd_input"] + per_kind["bwd_weight"]) if split
+                        else per_kind["bwd"],
+                        cost_i=per_kind["bwd_input"] if split else None,
+                        cost_w=per_kind["bwd_weight"] if split else None).bubble_fraction
+        idle = p * span - sum(busy)
+        imbalance = sum(max(busy) - b for b in busy)
+        schedule = p * max(busy) * beta / (1 - beta) if beta < 1 else idle - imbalance
+        rows.append({"span": span, "idle": idle, "schedule": schedule, "imbalance": imbalance,
+                     "p2p": idle - imbalance - schedule, "busy": busy})
+    if not rows:
+        return None
+
+    def mean(key):
+        return sum(r[key] for r in rows) / len(rows)
+
+    total = p * mean("span")
+    seconds = {k: mean(k) for k in ("idle", "schedule", "imbalance", "p2p")}
+    return {"bubble_fraction": seconds["idle"] / total,
+            **{k: seconds[k] / total for k in ("schedule", "imbalance", "p2p")},
+            "seconds": seconds, "span_s": mean("span"),
+            "busy_s": [sum(r["busy"][i] for r in rows) / len(rows) for i in range(p)],
+            "ranks": ranks}
+
+
+def describe_idle_split(split: dict) -> str:
+    """One line: the bubble and its three parts, largest first."""
+    parts = sorted(("schedule", "imbalance", "p2p"), key=lambda k: -abs(split[k]))
+    names = {"schedule": "schedule (fill and drain)", "imbalance": "stage imbalance",
+             "p2p": "p2p and waits"}
+    return (f"bubble {split['bubble_fraction']:.2f} = "
+            + " + ".join(f"{split[k]:.2f} {names[k]}" for k in parts))

@@ -6,6 +6,7 @@ import statistics
 from pathlib import Path
 
 from mgpukit.files import from_json, to_json, write_text
+from mgpukit.measure.idle import idle_split
 
 
 def build_record(*, strategy: str, mode: str, profile: str | None, dims: dict, config: dict,
@@ -18,7 +19,7 @@ def build_record(*, strategy: str, mode: str, profile: str | None, dims: dict, c
     # skip the first step (warm-up: allocations, DDP's bucket rebuild) when there are others
     steady = step_times[1:] if len(step_times) > 1 else step_times
     median = statistics.median(steady) if steady else None
-    return {
+    record = {
         "strategy": strategy,
         "mode": mode,
         "profile": profile,
@@ -43,6 +44,9 @@ def build_record(*, strategy: str, mode: str, profile: str | None, dims: dict, c
         "extra": {str(r["rank"]): r.get("extra", {}) for r in ranks if r.get("extra")},
         "env": env,
     }
+    if record["bubble_fraction"] is not None:  # a pipeline: why it idles (measure.idle)
+        record["idle_split"] = idle_split(record)
+    return record
 
 
 def nodes_of(ranks: list[dict]) -> dict:
@@ -70,6 +74,9 @@ def load_record(path: str | Path) -> dict:
     return from_json(Path(path).read_text())
 
 
+_TRACE_STREAMS = ("compute", "comm", "host")  # one thread each; "host": emulated GPU profiles
+
+
 def to_chrome_trace(record: dict) -> dict:
     """The record's timeline as a Chrome / Perfetto trace (open in ui.perfetto.dev or
     chrome://tracing): one process per rank, one thread per stream, times in microseconds."""
@@ -78,14 +85,14 @@ def to_chrome_trace(record: dict) -> dict:
     for rank in sorted({e["rank"] for e in record["timeline"]}):
         events.append({"ph": "M", "name": "process_name", "pid": rank,
                        "args": {"name": f"rank {rank} ({label})"}})
-        for tid, stream in enumerate(("compute", "comm")):
+        for tid, stream in enumerate(_TRACE_STREAMS):
             events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid,
                            "args": {"name": stream}})
     for e in record["timeline"]:
         name = e["kind"] if e.get("microbatch") is None else f"{e['kind']} mb{e['microbatch']}"
         events.append({
             "ph": "X", "name": name, "cat": e["stream"], "pid": e["rank"],
-            "tid": 0 if e["stream"] == "compute" else 1,
+            "tid": _TRACE_STREAMS.index(e["stream"]) if e["stream"] in _TRACE_STREAMS else 1,
             "ts": e["start"] * 1e6, "dur": max(0.0, e["end"] - e["start"]) * 1e6,
             "args": {k: e.get(k) for k in ("microbatch", "stage", "step")},
         })

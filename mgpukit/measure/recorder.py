@@ -101,11 +101,34 @@ class Recorder:
 
     @contextlib.contextmanager
     def compute(self, kind: str, *, microbatch: int | None = None, stage: int | None = None):
-        """A compute region (fwd, bwd, opt, …). Emulated: the ops inside advance the clock."""
+        """A compute region (fwd, bwd, opt, …). Emulated: the ops inside advance the clock.
+
+        Emulated, the region's waits (a collective's output read inside backward, as DDP's
+        reducer does with its last bucket) are drawn as "wait" events that cut the region, and
+        on a GPU profile the host's share of the region (issuing its kernels) is drawn on the
+        "host" stream."""
+        where = dict(microbatch=microbatch, stage=stage)
         start = self._mark()
+        waits = getattr(self.clock, "waits", None)
+        first = len(waits) if waits is not None else 0
+        host = self.clock.host if getattr(self.clock, "launches", False) else None
         with self.clock.counting():
             yield
-        self.event("compute", kind, start, self._mark(), microbatch=microbatch, stage=stage)
+        end = self._mark()
+        if host is not None:
+            self.event("host", kind, host, self.clock.host, **where)
+        if not waits or len(waits) == first:
+            self.event("compute", kind, start, end, **where)
+            return
+        mine, waits[first:] = waits[first:], []
+        t = start
+        for w_start, w_end in mine:
+            if w_start > t:
+                self.event("compute", kind, t, w_start, **where)
+            self.event("compute", "wait", w_start, w_end, **where)
+            t = w_end
+        if end > t:
+            self.event("compute", kind, t, end, **where)
 
     @contextlib.contextmanager
     def step(self, index: int):
@@ -115,11 +138,16 @@ class Recorder:
         self._step = index
         self._sync()
         start = self.clock.now()
+        split = dict(getattr(self.clock, "split", None) or {})  # emulated: where the time goes
         yield
         self.wait_all()
         self._sync()
         self._resolve()
         self.step_times.append(self.clock.now() - start)
+        if split:
+            self.extra.setdefault("time_split", []).append(
+                {"step_s": self.step_times[-1],
+                 **{f"{k}_s": v - split[k] for k, v in self.clock.split.items()}})
         self._step = None
 
     @contextlib.contextmanager

@@ -27,15 +27,38 @@ its argument's shape; views, `_unsafe_view` and allocations move nothing. CPU fl
 (`_scaled_dot_product_flash_attention_for_cpu`) is charged torch's own attention FLOP formulas
 (2 batched matmuls forward, 5 backward).
 
-A profile may carry `op_overhead` (seconds): host time spent dispatching each op that is not
-a view — PyTorch's dispatcher, autograd bookkeeping, the Python around it. On CPU workers it
-runs on the same core before the kernel, so it is *added* to every op's roofline time; that is
-what makes a small model on `this-machine` (a few hundred tiny ops per step) come out right.
-It differs by where the op runs (`op_context`), and a calibrated profile says so: a forward op
-pays for the Python module code around it and for autograd recording a node (~30 µs on the
-2-core dev host), a backward op only for the C++ autograd engine (~11 µs), an optimizer update
-least (~4 µs).
-GPU profiles leave it 0: launches overlap the kernels already running.
+**The host and the device.** A profile carries `op_overhead` (seconds by `op_context`): the
+host time eager PyTorch spends dispatching each op that is not a view — the Python module code
+around it, autograd recording a node, the dispatcher, the kernel launch. Where it goes depends
+on the profile:
+
+- **CPU workers** (`this-machine`, `async_launch = false`): one core dispatches and then
+  computes, so the overhead is *added* to every op's roofline time. That is what makes a small
+  model on `this-machine` (a few hundred tiny ops per step) come out right; a calibrated
+  profile measures it by context (~30 µs forward, ~11 µs backward, ~4 µs optimizer on the
+  2-core dev host).
+- **GPUs** (`async_launch = true`): each rank has a *host* clock that issues kernels and a
+  *device* stream that runs them. An op costs the host its dispatch time; its kernel starts on
+  the stream at `max(stream free, issued at)` and lasts `max(roofline, min_kernel_time)`. The
+  device runs ahead of nothing: it only gets ahead of the host's issue point when kernels are
+  longer than their launches (big matmuls), and a model of tiny kernels is *launch-bound* —
+  its step is about `n_ops × dispatch`, the GPU idle most of the time (Meta's Holistic Trace
+  Analysis: "the launch time on the CPU side is between 5-20 microseconds"; the figures and
+  their sources are in `data/hardware/*.toml`). Collectives and messages are issued by the
+  host too (`collective_launch`) and start on the communication stream once the compute
+  stream's earlier kernels are done (NCCL's stream waits on the compute stream). Waits
+  (`join`) hold the device stream, not the host — a GPU's stream-wait event — and `.item()`
+  (`_local_scalar_dense`) or a step boundary (`sync`) makes the host wait for the device.
+  CUDA graphs and `torch.compile` (mode "reduce-overhead") attack exactly the host part: one
+  launch replays many kernels, and fusion makes fewer kernels.
+
+Where the device time went is kept in `split` (virtual seconds, cumulative): `kernel` (the
+stream busy), `launch_wait` (the stream idle, waiting for the host to issue), `wait` (the stream
+idle, waiting for a collective, a message or data); they add up to the compute stream's time.
+`host` is what the host spent dispatching and launching (on a CPU worker it is part of the
+stream's time: `kernel + host + wait`). Waits inside a compute region are kept in `waits`
+too, so the recorder draws them as waiting, not compute (DDP's wait for its last bucket inside
+backward).
 
 Nothing here reads a wall clock, so an emulated timeline is identical run after run, whatever
 the host's load or core count.
@@ -80,7 +103,8 @@ _EXTRA_FLOPS = {_aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_cpu_flo
 
 
 def op_cost(func, args, kwargs, out, profile: HardwareProfile) -> tuple[float, float, float]:
-    """(seconds, flops, bytes) of one aten op on `profile` by the roofline model."""
+    """(seconds, flops, bytes) of one aten op's kernel on `profile` by the roofline model (the
+    host's dispatch time is charged apart: `VirtualClock.run_op`)."""
     packet = func._overloadpacket
     if is_free(func):
         return 0.0, 0.0, 0.0
@@ -99,9 +123,7 @@ def op_cost(func, args, kwargs, out, profile: HardwareProfile) -> tuple[float, f
     nbytes = float(sum(t.numel() * t.element_size() for t in reads + outputs))
     dtype = next((t.dtype for t in reads + outputs if t.is_floating_point()), torch.float32)
     peak = profile.flops(_DTYPE_NAMES.get(dtype, "fp32")) * profile.compute_efficiency
-    overhead = profile.dispatch_overhead(op_context(args, kwargs))
-    seconds = max(flops / peak, nbytes / profile.memory_bandwidth) + overhead
-    return seconds, flops, nbytes
+    return max(flops / peak, nbytes / profile.memory_bandwidth), flops, nbytes
 
 
 def op_context(args=(), kwargs=None) -> str:
@@ -154,10 +176,14 @@ class _CostMode(TorchDispatchMode):
         if clock._pending:
             clock._wait_for(args, kwargs)
         out = func(*args, **(kwargs or {}))
+        if is_free(func):
+            return out
         seconds, flops, nbytes = op_cost(func, args, kwargs, out, clock.profile)
-        clock.compute += seconds
+        clock.run_op(seconds, clock.profile.dispatch_overhead(op_context(args, kwargs)))
         clock.flops += flops
         clock.bytes_moved += nbytes
+        if func is _aten._local_scalar_dense.default:  # `.item()`: the host reads the result
+            clock.sync()
         return out
 
 
@@ -167,8 +193,12 @@ class VirtualClock:
     def __init__(self, profile: HardwareProfile, rank: int):
         self.profile = profile
         self.rank = rank
-        self.compute = 0.0  # compute-stream time, virtual seconds
+        self.compute = 0.0  # compute-stream time, virtual seconds (what `now()` reads)
         self.comm = 0.0  # communication-stream time
+        self.launches = profile.async_launch  # a host issues kernels onto a device stream (GPUs)
+        self._host = 0.0  # the issuing host's time (GPU profiles; a CPU worker's is `compute`)
+        self.split = {"kernel": 0.0, "launch_wait": 0.0, "wait": 0.0, "host": 0.0}
+        self.waits: list[tuple[float, float]] = []  # (start, end) of waits inside compute regions
         self.flops = 0.0
         self.bytes_moved = 0.0
         self._paused = False
@@ -183,9 +213,45 @@ class VirtualClock:
     def now(self) -> float:
         return self.compute
 
-    def join(self, t: float) -> None:
-        """The compute stream waits for something that ends at `t` (a `wait()`, a recv)."""
-        self.compute = max(self.compute, t)
+    @property
+    def host(self) -> float:
+        """When the host can issue its next op (on a CPU worker: the compute stream's time)."""
+        return self._host if self.launches else self.compute
+
+    def run_op(self, kernel: float, dispatch: float) -> None:
+        """Charge one op: `dispatch` seconds of host time to issue it, `kernel` seconds of
+        device time to run it (see the module docstring: added on a CPU worker, streamed on a
+        GPU)."""
+        self.split["host"] += dispatch
+        if not self.launches:
+            self.compute += dispatch + kernel
+            self.split["kernel"] += kernel
+            return
+        kernel = max(kernel, self.profile.min_kernel_time)
+        self._host += dispatch
+        start = max(self.compute, self._host)  # the stream is free, and the kernel was issued
+        self.split["launch_wait"] += start - self.compute
+        self.split["kernel"] += kernel
+        self.compute = start + kernel
+
+    def sync(self) -> None:
+        """The host waits for the device (`torch.cuda.synchronize`, `.item()`, a step's end);
+        the device then waits for whatever the host issues next. Nothing to do on CPU workers."""
+        if self.launches:
+            t = max(self._host, self.compute)
+            self.split["launch_wait"] += t - self.compute
+            self._host = self.compute = t
+
+    def join(self, t: float, *, record: bool = True) -> None:
+        """The compute stream waits for something that ends at `t` (a `wait()`, a recv, a
+        collective's output). On a GPU the host does not block (a stream-wait event).
+        Inside a compute region the wait is kept in `waits` (`record=False`: the region is
+        itself the waiting, e.g. the input pipeline's "data")."""
+        if t > self.compute:
+            self.split["wait"] += t - self.compute
+            if record and self._mode is not None and not self._paused:
+                self.waits.append((self.compute, t))
+            self.compute = t
         if self._pending:  # whatever has ended by now is no longer pending
             self._pending = {k: end for k, end in self._pending.items() if end > self.compute}
 
@@ -229,7 +295,7 @@ class VirtualClock:
     def collective(self, name: str, nbytes: int, ranks: list[int], group) -> tuple[float, float]:
         """(start, end) of a collective: the latest participant's ready time + its cost."""
         # emulated workers are CPU workers over gloo: these tensors are on the CPU by design
-        ready = torch.tensor([max(self.compute, self.comm)], dtype=torch.float64, device="cpu")
+        ready = torch.tensor([self._launch_comm()], dtype=torch.float64, device="cpu")
         every = [torch.zeros(1, dtype=torch.float64, device="cpu") for _ in ranks]
         dist.all_gather(every, ready, group=group)
         start = max(float(t.item()) for t in every)
@@ -240,10 +306,18 @@ class VirtualClock:
 
     def send_times(self, nbytes: int, dst: int) -> tuple[float, float]:
         """(start, arrival) of a message to global rank `dst`, sent on the comm stream."""
-        start = max(self.compute, self.comm)
+        start = self._launch_comm()
         arrival = start + cost.p2p_time(nbytes, cost.link_for_ranks([self.rank, dst], self.profile))
         self.comm = arrival
         return start, arrival
+
+    def _launch_comm(self) -> float:
+        """The host issues a collective or a message; it can start once it is issued, the
+        compute stream's earlier kernels are done and the communication stream is free."""
+        if self.launches:
+            self._host += self.profile.collective_launch
+            self.split["host"] += self.profile.collective_launch
+        return max(self.host, self.compute, self.comm)
 
     def arrival(self, sent_at: float, nbytes: int, src: int) -> float:
         return sent_at + cost.p2p_time(nbytes, cost.link_for_ranks([src, self.rank], self.profile))

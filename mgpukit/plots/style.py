@@ -33,6 +33,7 @@ KIND_COLORS: dict[str, str] = {
     "send": "#FF9DA6",
     "recv": "#D37295",
     "idle": "#D9D9D9",
+    "wait": "#BDBDBD",  # emulated: the stream waits for a collective or a message
     "data": "#BCBD22",
 }
 

@@ -20,14 +20,16 @@ from .style import INTER_NODE_COLOR, KIND_COLORS, PREDICTED, Record, kind_color,
 # Text drawn on a bar that carries a micro-batch: "F3" = forward of micro-batch 3.
 # Zero-bubble schedules split backward into B (input gradient) and W (weight gradient).
 _LETTERS = {"fwd": "F", "bwd": "B", "bwd_input": "B", "bwd_weight": "W", "send": "S", "recv": "R"}
-_STREAM_ORDER = {"compute": 0, "comm": 1}
+_STREAM_ORDER = {"host": 0, "compute": 1, "comm": 2}  # emulated GPUs: the host issues, the streams run
 
 
 def plot_timeline(record: Record, *, step: int | None = None) -> go.Figure:
     """Per-rank Gantt chart of `record["timeline"]`: rows "rank r · compute" / "rank r · comm".
 
     `step` keeps only the events of that step. Idle time shows as a gap, or as a light bar
-    where the run recorded explicit "idle" events.
+    where the run recorded explicit "idle" or "wait" events (emulated: the stream waiting for a
+    collective inside a region, e.g. DDP's last bucket inside backward). Emulated GPU profiles
+    add a "host" row per rank: the host issuing each region's kernels.
     """
     events = list(record.get("timeline") or [])
     if step is not None:
@@ -51,7 +53,7 @@ def plot_timeline(record: Record, *, step: int | None = None) -> go.Figure:
     fig = go.Figure()
     for kind, inter in kinds:
         evs = by_kind[(kind, inter)]
-        idle = kind == "idle"
+        idle = kind in ("idle", "wait")
         name = f"{kind} · inter-node" if inter else kind
         marker = dict(color=INTER_NODE_COLOR if inter else kind_color(kind), opacity=0.45 if idle else 1.0,
                       line=dict(width=0.5, color="white"))
@@ -111,6 +113,10 @@ def _bubble_note(record: Record) -> str:
     parts = []
     if record.get("bubble_fraction") is not None:
         parts.append(f"bubble {record['bubble_fraction']:.1%} ({source_kind(record)})")
+    split = record.get("idle_split")
+    if split:
+        parts.append(f"{split['schedule']:.0%} schedule + {split['imbalance']:.0%} imbalance "
+                     f"+ {split['p2p']:.0%} p2p")
     predicted = (record.get("theory") or {}).get("bubble_fraction")
     if predicted is not None:
         parts.append(f"predicted {predicted:.1%}")
