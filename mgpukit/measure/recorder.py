@@ -303,7 +303,7 @@ class Recorder:
 
             def done(_):
                 start = self.clock.now()
-                arrival = self.clock.arrival(float(stamp.item()), nbytes, src)
+                arrival = self.clock.arrival(_read(stamp), nbytes, src)
                 self.clock.join(arrival)
                 self.event("comm", "recv", start, max(start, arrival))
 
@@ -371,7 +371,7 @@ class Recorder:
                 self.clock.join(arrival)
             recv_start = self.clock.now()
             for stamp, (t, src) in zip(stamps, recvs):
-                arrival = self.clock.arrival(float(stamp.item()), _nbytes(t), src)
+                arrival = self.clock.arrival(_read(stamp), _nbytes(t), src)
                 self.clock.join(arrival)
                 self.event("comm", "recv", recv_start, max(recv_start, arrival))
 
@@ -424,6 +424,12 @@ class _NoWork:
         fut = torch.futures.Future()
         fut.set_result([self.tensor])
         return fut
+
+
+def _read(stamp: torch.Tensor) -> float:
+    """A received timestamp's value (real, also in shape mode)."""
+    with real():
+        return float(stamp.item())
 
 
 def _nbytes(tensor: torch.Tensor) -> int:

@@ -27,7 +27,7 @@ import contextlib
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
-__all__ = ["fake_mode", "real", "is_fake", "value_or_none", "storage_key"]
+__all__ = ["fake_mode", "real", "is_fake", "value_or_none", "storage_key", "fake_group"]
 
 
 def fake_mode():
@@ -63,6 +63,18 @@ def storage_key(storage) -> int:
     if storage.device.type == "meta":
         return storage._cdata
     return storage.data_ptr()
+
+
+def fake_group():
+    """A process group over every rank whose collectives do nothing (torch's fake backend,
+    `torch.testing._internal.distributed.fake_pg`), for a library that would talk over its own
+    group with the data — torch DDP's constructor checks and bucket rebuild. The timed
+    traffic still goes through the recorder (DDP's comm hook), timestamps over the real group.
+    Collective: every rank calls it at the same point."""
+    import torch.distributed as dist
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers "fake")
+
+    return dist.new_group(backend="fake")
 
 
 @contextlib.contextmanager
