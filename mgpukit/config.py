@@ -8,7 +8,10 @@ import math
 from mgpukit.costmodel.layout import Layout
 
 
-MODELS = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide")
+MODELS = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide",
+          "gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")
+# real-scale models: only ever built from fake tensors (shape mode, `mgpukit.measure.shape`)
+SHAPE_MODELS = ("gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -59,13 +62,15 @@ class RunConfig:
 
     @property
     def is_gpt(self) -> bool:
-        return self.model.startswith("gpt")
+        return not self.model.startswith("mlp")  # the GPTs, and the Llama-sized GPT
 
     def model_config(self):
-        from mgpukit.models import gpt_small, gpt_tiny, mlp_tiny, mlp_wide
+        from mgpukit import models as m
 
-        return {"gpt-tiny": gpt_tiny, "gpt-small": gpt_small,
-                "mlp-tiny": mlp_tiny, "mlp-wide": mlp_wide}[self.model]()
+        return {"gpt-tiny": m.gpt_tiny, "gpt-small": m.gpt_small,
+                "mlp-tiny": m.mlp_tiny, "mlp-wide": m.mlp_wide,
+                "gpt2-124m": m.gpt2_124m, "gpt2-350m": m.gpt2_350m, "gpt2-1.3b": m.gpt2_1_3b,
+                "llama-7b": m.llama_7b}[self.model]()
 
     def tokens_per_step(self) -> int:
         """Tokens (GPT) or rows (MLP) one optimizer step consumes, over all ranks."""

@@ -16,6 +16,15 @@ states its own (pipelines: PyTorch's pipelining tolerances; lossy compression: a
 check) or the layout trains in bf16 / fp16 (every step's loss within 5% of the fp32 reference's). The gradient norm is what catches a missing average: Adam's update barely changes if
 every gradient is doubled, but the norm does. A run *is* the reference (`single`, no parity) or
 *has no* reference (`ps-async`): the record says which.
+
+Shape mode (`shape=True`, emulated only; `mgpukit.measure.shape`): every rank runs the same
+code under torch's `FakeTensorMode` — real-scale models (`gpt2-350m`, `llama-7b`, …) with no
+data, collectives that keep their time but move nothing — so the record's times and memory are
+those of the real program on the profiled hardware; its losses are null and its parity
+"n/a (shape mode)":
+
+    rec = mgpukit.run("pp-1f1b", workers=8, mode="emulated", profile="h100-nvlink",
+                      shape=True, model="gpt2-350m", steps=1)
 """
 from __future__ import annotations
 
@@ -26,10 +35,11 @@ from pathlib import Path
 import torch
 
 from mgpukit import strategies
-from mgpukit.config import RunConfig
+from mgpukit.config import SHAPE_MODELS, RunConfig
 from mgpukit.files import atomic_path, check_output
 from mgpukit.measure.record import build_record, save_chrome_trace, save_record
 from mgpukit.measure.recorder import Recorder
+from mgpukit.measure.shape import maybe as maybe_fake
 from mgpukit.parallelize import parallelize, resolve_layout
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.hardware import env_info
@@ -54,13 +64,16 @@ class Prepared:
     dims: ParallelDims
     mode: str
     profile: str | None
+    shape: bool = False  # shape mode: fake tensors at real scale (module docstring)
 
 
 def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", profile=None,
-            config: RunConfig | None = None, layout: dict | None = None, **overrides) -> Prepared:
+            config: RunConfig | None = None, layout: dict | None = None, shape: bool = False,
+            **overrides) -> Prepared:
     """Every check a run needs, before anything starts; raises ValueError saying what to change."""
     strat = strategies.get(strategy)
     cfg = (config or RunConfig()).replace(**overrides) if overrides else (config or RunConfig())
+    check_shape(shape, mode, cfg.model, strat)
     cfg = cfg.replace(options=strat.check_options(cfg.options))
     if cfg.model not in strat.models:
         raise ValueError(f"strategy {strategy!r} runs on models {strat.models}, not {cfg.model!r}.")
@@ -90,7 +103,23 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
 
         load_profile(profile)  # an unknown profile fails here, naming the known ones
     return Prepared(strategy=strat, cfg=cfg, workers=workers, dims=dims, mode=mode,
-                    profile=profile if mode == "emulated" else None)
+                    profile=profile if mode == "emulated" else None, shape=bool(shape))
+
+
+def check_shape(shape, mode: str, model: str, strat: Strategy) -> None:
+    """Shape mode is emulated only (fake tensors have no values to measure), and the real-scale
+    models run only in shape mode (they are never allocated)."""
+    if not isinstance(shape, bool):
+        raise ValueError(f"shape={shape!r}: give True or False.")
+    if shape and mode != "emulated":
+        raise ValueError("shape mode runs on the virtual clock only: add --emulate PROFILE "
+                         "(mode='emulated', profile='h100-nvlink').")
+    if shape and strat.worker is not None:
+        raise ValueError(f"{strat.name} runs its own worker loop; shape mode runs the appliers "
+                         f"and the one trainer only.")
+    if model in SHAPE_MODELS and not shape:
+        raise ValueError(f"model {model!r} is real-scale: it runs in shape mode only (add --shape "
+                         f"--emulate PROFILE; shape=True, mode='emulated').")
 
 
 def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profile: str | None = None,
@@ -99,7 +128,8 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
         trace_path: str | Path | None = None, torch_profile_dir: str | Path | None = None,
         echo: bool = False, threads_per_worker: int | None = None,
         weights_path: str | Path | None = None, collective_timeout_s: float | None = None,
-        debug_collectives: bool = False, max_restarts: int = 0, **overrides) -> dict:
+        debug_collectives: bool = False, max_restarts: int = 0, shape: bool = False,
+        **overrides) -> dict:
     """Run `strategy` on `workers` ranks and return its result record.
 
     mode: "auto" | "cpu" | "gpu" | "emulated" (with `profile`, e.g. "h100-nvlink").
@@ -113,15 +143,16 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     `default_collective_timeout`: seconds for the tiny models), so ranks that called different
     collectives fail with the operation named instead of hanging. `debug_collectives=True` has
     torch compare every collective's fingerprint across ranks (TORCH_DISTRIBUTED_DEBUG=DETAIL).
+    `shape=True` (emulated only): the real program under fake tensors (module docstring).
     """
     p = prepare(strategy, workers=workers, mode=mode, profile=profile, config=config, layout=layout,
-                **overrides)
+                shape=shape, **overrides)
     check_outputs(json_path=json_path, trace_path=trace_path, weights_path=weights_path,
                   torch_profile_dir=torch_profile_dir)
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds.")
     if collective_timeout_s is None:
-        collective_timeout_s = default_collective_timeout(p.cfg, p.mode)
+        collective_timeout_s = default_collective_timeout(p.cfg, p.mode, shape=p.shape)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ValueError(f"max_restarts={max_restarts!r}: give a whole number >= 0.")
     if max_restarts and not p.cfg.options.get("checkpoint_dir"):
@@ -139,7 +170,8 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
                              threads_per_worker=threads_per_worker,
                              collective_timeout_s=min(collective_timeout_s, timeout_s),
                              debug_collectives=debug_collectives,
-                             options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None})
+                             options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None,
+                                      "shape": p.shape})
             break
         except WorkerError as e:  # a rank died: go on from the last checkpoint, if there is one
             if len(restarts) >= max_restarts or not has_checkpoint(p.cfg.options["checkpoint_dir"]):
@@ -155,7 +187,7 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     return record
 
 
-def default_collective_timeout(cfg: RunConfig, mode: str) -> float:
+def default_collective_timeout(cfg: RunConfig, mode: str, *, shape: bool = False) -> float:
     """Seconds one collective may wait for its peers, proportionate to the job.
 
     On the shipped models a step takes milliseconds to a second, so a collective that waits a
@@ -164,6 +196,8 @@ def default_collective_timeout(cfg: RunConfig, mode: str) -> float:
     (`loader_delay_s` × micro-batches); at least 300 s on GPUs, where NCCL's first collective
     sets up its communicators."""
     seconds = 180.0 if cfg.model == "gpt-small" else 60.0
+    if shape:  # fake tensors: a rank of a real-scale model spends seconds per step on the host
+        seconds = 600.0
     delay = cfg.options.get("loader_delay_s") or 0.0
     seconds += 4 * float(delay) * cfg.micro_batches
     return max(seconds, 300.0) if mode == "gpu" else seconds
@@ -188,6 +222,9 @@ def run_rank(name: str, cfg: RunConfig):
     from mgpukit.runtime.context import current
 
     ctx = current()
+    if ctx.options.get("shape") and ctx.device.type == "cpu":
+        # fake tensors tell "cpu" (where the model is built) from "cpu:0" (Accelerate's name)
+        ctx = dataclasses.replace(ctx, device=torch.device("cpu"))
     torch.manual_seed(cfg.seed)
     rec = Recorder(ctx)
     strat = strategies.get(name)
@@ -201,7 +238,8 @@ def run_rank(name: str, cfg: RunConfig):
         Path(prof_dir).mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(Path(prof_dir) / f"{name}-rank{ctx.rank}.json"))
     else:
-        weights = _train(strat, ctx, rec, cfg)
+        with maybe_fake(rec.shape):  # shape mode: everything below is fake tensors
+            weights = _train(strat, ctx, rec, cfg)
     return {"result": rec.result(), "weights": weights}
 
 
@@ -237,7 +275,11 @@ def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool
         theory=strat.theory(cfg, p.dims) if strat.theory else None,
     )
     record["layout"] = dataclasses.asdict(cfg.layout)
-    if strat.reference is None:
+    record["shape"] = p.shape
+    if p.shape:  # fake tensors: no values to compare
+        record["parity"] = "n/a (shape mode)"
+        record["reference"] = None
+    elif strat.reference is None:
         record["parity"] = None
         record["reference"] = "is the reference" if strat.name == "single" else "no reference"
         if strat.name == "single" and is_reference_layout(cfg.layout):

@@ -31,7 +31,7 @@ from mgpukit.strategies.policies.precision import LossScaler, apply_mixed_precis
 from mgpukit.strategies.registry import Strategy
 from mgpukit.strategies.tensor_parallel.apply import apply_tp, check_divides
 from mgpukit.strategies.tensor_parallel.native import apply_tp_native
-from mgpukit.training.building import full_state_dict, loss_fn
+from mgpukit.training.building import full_state_dict, loss_fn, to_device
 from mgpukit.training.local import LocalEngine
 from mgpukit.training.parts import NoSync, Parts
 
@@ -131,7 +131,7 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
         parts.scaler = scaler
         return parts
     # 4. data-parallel gradient sync
-    model.to(ctx.device)
+    to_device(model, ctx.device)
     module, sync = _grad_sync(strat, model, cfg, ctx, rec)
     params = list(module.parameters())
     if tp is None:

@@ -25,6 +25,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from mgpukit.measure.shape import storage_key
+
 
 class _Saved:
     """What autograd keeps instead of the tensor: frees its bytes from the meter when dropped."""
@@ -48,17 +50,17 @@ class ActivationMeter:
         self.peak = 0
         self.recomputed_peak = 0  # the largest one recomputation held (checkpointing)
         self._refs: dict[int, list] = {}  # storage ptr -> [refcount, nbytes]
-        self._skip = {_local(p).untyped_storage().data_ptr() for p in params}
+        self._skip = {storage_key(_local(p).untyped_storage()) for p in params}
 
     def skip(self, tensor, skipped: bool = True) -> None:
         """Treat `tensor`'s storage as weights, not activations (ZeRO-3 gathers its parameters
         into fresh buffers each time; `skipped=False` when it frees them again)."""
-        key = tensor.untyped_storage().data_ptr()
+        key = storage_key(tensor.untyped_storage())
         (self._skip.add if skipped else self._skip.discard)(key)
 
     def _pack(self, tensor):
         storage = _local(tensor).untyped_storage()  # a DTensor's bytes are its local shard
-        key = storage.data_ptr()
+        key = storage_key(storage)  # shape mode: a fake storage has no address
         if key in self._skip or key == 0:  # weights are parameters, not activations
             return tensor
         entry = self._refs.get(key)
@@ -126,7 +128,7 @@ class _RecomputeCounter(TorchDispatchMode):
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 storage = t.untyped_storage()
-                self.created.append((StorageWeakRef(storage), storage.data_ptr(), storage.nbytes()))
+                self.created.append((StorageWeakRef(storage), storage_key(storage), storage.nbytes()))
         return out
 
     def __exit__(self, *exc):
@@ -149,7 +151,7 @@ def tensor_bytes(tensors) -> int:
             continue
         try:
             storage = t.untyped_storage()
-            storages[storage.data_ptr() or id(storage)] = storage.nbytes()
+            storages[storage_key(storage) or id(storage)] = storage.nbytes()
         except (RuntimeError, NotImplementedError):  # no storage (fake / meta tensors)
             loose += t.numel() * t.element_size()
     return int(sum(storages.values()) + loose)

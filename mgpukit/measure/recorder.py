@@ -17,6 +17,9 @@ the tensors handed to the backend — what compression shrinks.
 A communication event whose group crosses nodes (`ctx.spans_nodes`) carries
 `"inter_node": True`: its bytes took the network, not the node's own links, and the timeline
 colours it apart.
+
+In shape mode (`mgpukit.measure.shape`: fake tensors, no data) a collective or a message moves
+no payload; only its small real timestamps travel, so the timeline is the same as with data.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import torch.distributed as dist
 
 from mgpukit.costmodel.comm import bus_factor
 from mgpukit.measure.p2p_strict import StrictP2P
+from mgpukit.measure.shape import real
 from mgpukit.measure.wallclock import Handle, WallClock, Works, make_clock
 from mgpukit.runtime.context import WorkerContext
 
@@ -65,6 +69,8 @@ class Recorder:
         self._unresolved: list[dict] = []  # events whose times are CUDA marks (GPU only)
         # NCCL's point-to-point rules on gloo, to catch on CPU what would hang on GPUs (p2p_strict.py)
         self._strict = StrictP2P(self.rank) if ctx.options.get("strict_p2p") else None
+        # shape mode: fake tensors; payloads are not sent, timestamps are (module docstring)
+        self.shape = bool(ctx.options.get("shape"))
 
     # ---- time --------------------------------------------------------------------------
     def now(self) -> float:
@@ -154,7 +160,14 @@ class Recorder:
     def untimed(self):
         """Bookkeeping the run would not do on its own (gathering logs, weights, timestamps):
         not on the timeline, not on the virtual clock, its bytes not counted."""
-        with self.clock.paused():
+        with self._off_clock():
+            yield
+
+    @contextlib.contextmanager
+    def _off_clock(self):
+        """Clock paused; in shape mode also fake mode unset, so timestamps and bookkeeping
+        tensors made here are real and can travel over the backend."""
+        with self.clock.paused(), (real() if self.shape else contextlib.nullcontext()):
             yield
 
     def reduce_values(self, values, *, group, op: str = "sum") -> list[float]:
@@ -164,13 +177,14 @@ class Recorder:
         values = [float(v) for v in values]
         if group is None or dist.get_world_size(group) == 1:
             return values
-        t = torch.tensor(values, dtype=torch.float64, device=self.ctx.device)
         with self.untimed():
+            t = torch.tensor(values, dtype=torch.float64, device=self.ctx.device)
             dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op], group=group)
         return t.cpu().tolist()
 
-    def log(self, loss: float, grad_norm: float | None = None):
-        self.losses.append(float(loss))
+    def log(self, loss: float | None, grad_norm: float | None = None):
+        """One step's loss (None in shape mode: fake tensors have no values)."""
+        self.losses.append(None if loss is None else float(loss))
         if grad_norm is not None:
             self.grad_norms.append(float(grad_norm))
 
@@ -198,13 +212,16 @@ class Recorder:
                 raise RuntimeError(f"{name} on rank {self.rank}: a tensor on {d}, but this "
                                    f"rank's device is {want}{hint}. Create it with device=ctx.device.")
 
-    def _collective(self, name, run, nbytes: int, group, async_op: bool, factor: float):
+    def _collective(self, name, run, nbytes: int, group, async_op: bool, factor: float,
+                    written=None):
         ranks = group_ranks(group)
         self._count(name, nbytes, factor * nbytes, factor * nbytes)
         if self.clock.emulated:
-            with self.clock.paused():
+            with self._off_clock():
                 start, end = self.clock.collective(name, nbytes, ranks, group)
-                work = run(async_op)
+                work = _NoWork(written) if self.shape else run(async_op)
+            if self.shape and written is not None:  # no c10d op ran to mark it: mark it here
+                self.clock._mark_pending(written, end)
             self.event("comm", name, start, end, ranks=ranks)
             if not async_op:
                 if work is not None:
@@ -228,7 +245,7 @@ class Recorder:
         n = len(group_ranks(group))
         return self._collective(
             "all_reduce", lambda a: dist.all_reduce(tensor, op=op, group=group, async_op=a),
-            _nbytes(tensor), group, async_op, bus_factor("all_reduce", n))
+            _nbytes(tensor), group, async_op, bus_factor("all_reduce", n), written=tensor)
 
     def reduce_scatter(self, output, input, *, op=dist.ReduceOp.SUM, group=None, async_op=False):
         self._check_device("reduce_scatter", output, input)
@@ -236,7 +253,7 @@ class Recorder:
         return self._collective(
             "reduce_scatter",
             lambda a: _REDUCE_SCATTER(output, input, op=op, group=group, async_op=a),
-            _nbytes(input), group, async_op, bus_factor("reduce_scatter", n))
+            _nbytes(input), group, async_op, bus_factor("reduce_scatter", n), written=output)
 
     def all_gather(self, output, input, *, group=None, async_op=False):
         self._check_device("all_gather", output, input)
@@ -244,14 +261,14 @@ class Recorder:
         return self._collective(
             "all_gather",
             lambda a: _ALL_GATHER(output, input, group=group, async_op=a),
-            _nbytes(output), group, async_op, bus_factor("all_gather", n))
+            _nbytes(output), group, async_op, bus_factor("all_gather", n), written=output)
 
     def broadcast(self, tensor, src: int, *, group=None, async_op=False):
         self._check_device("broadcast", tensor)
         n = len(group_ranks(group))
         return self._collective(
             "broadcast", lambda a: dist.broadcast(tensor, src, group=group, async_op=a),
-            _nbytes(tensor), group, async_op, bus_factor("broadcast", n))
+            _nbytes(tensor), group, async_op, bus_factor("broadcast", n), written=tensor)
 
     def barrier(self, *, group=None):
         return self._collective("barrier", lambda a: dist.barrier(group=group, async_op=a),
@@ -287,10 +304,11 @@ class Recorder:
         if strict is not None:
             strict.before_unbatched(group, dst)
         if self.clock.emulated:
-            with self.clock.paused():
+            with self._off_clock():
                 start, arrival = self.clock.send_times(nbytes, dst)
-                works = [dist.isend(self._stamp(start), dst, group=group),
-                         dist.isend(tensor, dst, group=group)]
+                works = [dist.isend(self._stamp(start), dst, group=group)]
+                if not self.shape:  # shape mode: the timestamp travels, the payload does not
+                    works.append(dist.isend(tensor, dst, group=group))
             self.event("comm", "send", start, arrival, ranks=(self.rank, dst))
             work, on_done = Works(works), (lambda _: self.clock.join(arrival))
         else:
@@ -314,13 +332,15 @@ class Recorder:
             strict.before_unbatched(group, src)
             strict.recv_posted(group, src)
         if self.clock.emulated:
-            with self.clock.paused():
+            with self._off_clock():
                 stamp = self._stamp()
-                works = [dist.irecv(stamp, src, group=group), dist.irecv(tensor, src, group=group)]
+                works = [dist.irecv(stamp, src, group=group)]
+                if not self.shape:
+                    works.append(dist.irecv(tensor, src, group=group))
 
             def done(_):
                 start = self.clock.now()
-                arrival = self.clock.arrival(float(stamp.item()), nbytes, src)
+                arrival = self.clock.arrival(_read(stamp), nbytes, src)
                 self.clock.join(arrival)
                 self.event("comm", "recv", start, max(start, arrival), ranks=(src, self.rank))
 
@@ -358,19 +378,22 @@ class Recorder:
         after_ready = self._strict.batch(group, sends, recvs) if self._strict is not None else None
         emulated = self.clock.emulated
         ops, stamps, arrivals = [], [], []
-        with self.clock.paused():
+        payload = not self.shape  # shape mode: only the timestamps travel
+        with self._off_clock():
             for t, dst in sends:
                 if emulated:
                     start, arrival = self.clock.send_times(_nbytes(t), dst)
                     arrivals.append(arrival)
                     self.event("comm", "send", start, arrival, ranks=(self.rank, dst))
                     ops.append(dist.P2POp(dist.isend, self._stamp(start), dst, group=group))
-                ops.append(dist.P2POp(dist.isend, t, dst, group=group))
+                if payload:
+                    ops.append(dist.P2POp(dist.isend, t, dst, group=group))
             for t, src in recvs:
                 if emulated:
                     stamps.append(self._stamp())
                     ops.append(dist.P2POp(dist.irecv, stamps[-1], src, group=group))
-                ops.append(dist.P2POp(dist.irecv, t, src, group=group))
+                if payload:
+                    ops.append(dist.P2POp(dist.irecv, t, src, group=group))
             start = None if emulated else self._mark()
             work = Works(dist.batch_isend_irecv(ops))
 
@@ -385,7 +408,7 @@ class Recorder:
                 self.clock.join(arrival)
             recv_start = self.clock.now()
             for stamp, (t, src) in zip(stamps, recvs):
-                arrival = self.clock.arrival(float(stamp.item()), _nbytes(t), src)
+                arrival = self.clock.arrival(_read(stamp), _nbytes(t), src)
                 self.clock.join(arrival)
                 self.event("comm", "recv", recv_start, max(recv_start, arrival), ranks=(src, self.rank))
 
@@ -424,6 +447,28 @@ class Recorder:
                      "payload_bytes": self.payload_bytes, "collectives": dict(self.collectives)},
             "extra": self.extra,
         }
+
+
+class _NoWork:
+    """The work of a shape-mode collective: nothing moved, already done. Its future holds the
+    (fake) tensor, as a DDP comm hook's future must."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def wait(self, *args):
+        return True
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        fut.set_result([self.tensor])
+        return fut
+
+
+def _read(stamp: torch.Tensor) -> float:
+    """A received timestamp's value (real, also in shape mode)."""
+    with real():
+        return float(stamp.item())
 
 
 def _nbytes(tensor: torch.Tensor) -> int:

@@ -75,6 +75,7 @@ from torch.utils._pytree import tree_flatten
 
 from mgpukit.costmodel import comm as cost
 from mgpukit.costmodel.hardware import HardwareProfile, load_profile
+from mgpukit.measure.shape import storage_key
 
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 _aten = torch.ops.aten
@@ -149,7 +150,7 @@ def _tensors(tree) -> list[torch.Tensor]:
 def _storage_key(t: torch.Tensor) -> int | None:
     """The address of a tensor's storage (views share it); None for storage-less wrappers."""
     try:
-        return t.untyped_storage().data_ptr()
+        return storage_key(t.untyped_storage())  # shape mode: a fake storage's identity
     except (RuntimeError, NotImplementedError):
         return None
 

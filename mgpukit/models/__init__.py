@@ -8,13 +8,17 @@ from mgpukit.models.gpt import (
     GPTConfig,
     GPTEmbedding,
     GPTHead,
+    gpt2_1_3b,
+    gpt2_124m,
+    gpt2_350m,
     gpt_small,
     gpt_tiny,
+    llama_7b,
     lm_loss,
 )
 from mgpukit.models.mlp import MLP, MLPConfig, mlp_tiny, mlp_wide
 
 __all__ = [
     "GPT", "Block", "CausalSelfAttention", "FeedForward", "GPTConfig", "GPTEmbedding", "GPTHead",
-    "gpt_small", "gpt_tiny", "lm_loss", "MLP", "MLPConfig", "mlp_tiny", "mlp_wide",
+    "gpt_small", "gpt_tiny", "gpt2_124m", "gpt2_350m", "gpt2_1_3b", "llama_7b", "lm_loss", "MLP", "MLPConfig", "mlp_tiny", "mlp_wide",
 ]

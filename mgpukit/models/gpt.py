@@ -69,6 +69,42 @@ def gpt_small(**overrides) -> GPTConfig:
     return GPTConfig(**{**kw, **overrides})
 
 
+# ---- real-scale shapes, for shape mode only (`mgpukit.measure.shape`: fake tensors, no data).
+# The vocabulary is GPT-2's 50257 padded to 50304 (a multiple of 64, as nanoGPT does), so a
+# vocab-parallel table splits over 8 ranks. The head is untied (see `GPTHead`): each model has
+# vocab × d_model more parameters than its paper counts.
+
+
+def gpt2_124m(**overrides) -> GPTConfig:
+    """GPT-2 small (Radford et al. 2019): 12 layers, d 768, 12 heads, 1024 context
+    (163 M parameters here, untied)."""
+    kw = dict(vocab_size=50304, seq_len=1024, n_layer=12, n_head=12, d_model=768, d_ff=4 * 768)
+    return GPTConfig(**{**kw, **overrides})
+
+
+def gpt2_350m(**overrides) -> GPTConfig:
+    """GPT-2 medium (Radford et al. 2019): 24 layers, d 1024, 16 heads (406 M here, untied)."""
+    kw = dict(vocab_size=50304, seq_len=1024, n_layer=24, n_head=16, d_model=1024, d_ff=4 * 1024)
+    return GPTConfig(**{**kw, **overrides})
+
+
+def gpt2_1_3b(**overrides) -> GPTConfig:
+    """GPT-3 XL's layers (Brown et al. 2020, Table 2.1: 24 layers, d 2048; 16 heads of 128 as
+    `costmodel.shapes.gpt3_1_3b`) with GPT-2's vocabulary and 1024 context (1.41 B here)."""
+    kw = dict(vocab_size=50304, seq_len=1024, n_layer=24, n_head=16, d_model=2048, d_ff=4 * 2048)
+    return GPTConfig(**{**kw, **overrides})
+
+
+def llama_7b(**overrides) -> GPTConfig:
+    """Llama-2 7B's sizes (Touvron et al. 2023: 32 layers, d 4096, 32 heads, 4k context, vocab
+    32000, no biases) on this GPT's blocks: LayerNorm, learned positions and a GELU MLP instead
+    of RMSNorm, rotary positions and SwiGLU. The MLP is 1.5 × 11008 = 16512 wide, so its two
+    matrices hold as many weights — and cost as many FLOPs — as SwiGLU's three (6.76 B here)."""
+    kw = dict(vocab_size=32000, seq_len=4096, n_layer=32, n_head=32, d_model=4096,
+              d_ff=16512, bias=False)
+    return GPTConfig(**{**kw, **overrides})
+
+
 class GPTEmbedding(nn.Module):
     """Token embedding ``tok`` plus learned position embedding ``pos``."""
 

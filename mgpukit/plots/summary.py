@@ -38,7 +38,7 @@ def table_summary(records: Record | Sequence[Record]) -> list[dict[str, Any]]:
             "tokens_per_s": rec.get("tokens_per_s"),
             "peak_memory_bytes": max(peaks) if peaks else None,
             "bytes_sent_per_step": max(sent) / n_steps if sent and n_steps else None,
-            "parity_ok": parity.get("ok") if parity else None,
+            "parity_ok": parity.get("ok") if isinstance(parity, dict) else None,  # str: shape mode
         })
     return rows
 

@@ -54,7 +54,8 @@ class Strategy:
     compare: Callable | None = None  # (record, weights, ref, tolerance) -> parity dict, for
     # strategies that change the numbers on purpose (lossy compression compares loss curves)
     emulation: bool = True  # runs under the virtual clock
-    models: tuple[str, ...] = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide")
+    models: tuple[str, ...] = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide",
+                               "gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")  # the last 4: shape mode
 
     def all_knobs(self) -> tuple[Knob, ...]:
         return self.knobs + (TRAINER_KNOBS if self.trainer_knobs else ())

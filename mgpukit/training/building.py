@@ -20,6 +20,23 @@ def build_model(cfg: RunConfig) -> torch.nn.Module:
     return GPT(mcfg, seed=cfg.seed) if cfg.is_gpt else MLP(mcfg, seed=cfg.seed)
 
 
+def to_device(module: torch.nn.Module, device) -> torch.nn.Module:
+    """`module.to(device)`, skipped when every parameter and buffer is there already: in shape
+    mode `.to` would try to swap each fake parameter for a copy, which torch refuses."""
+    device = torch.device(device)
+    tensors = list(module.parameters()) + list(module.buffers())
+    if all(_same_device(t.device, device) for t in tensors):
+        return module
+    return module.to(device)
+
+
+def _same_device(have: torch.device, want: torch.device) -> bool:
+    """cpu and cpu:0 are one device (Accelerate names it cpu:0); a GPU's index must match."""
+    if have.type != want.type:
+        return False
+    return have.type == "cpu" or (have.index or 0) == (want.index or 0)
+
+
 def build_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
     params = list(params)
     if cfg.optimizer == "sgd":
@@ -32,13 +49,20 @@ class Batches:
     """The slice `rank` of `world_size` of the global batch of each step (see `mgpukit.data`):
     a batch depends only on (seed, step, slice), so resume and parity come free."""
 
-    def __init__(self, cfg: RunConfig, rank: int = 0, world_size: int = 1):
+    def __init__(self, cfg: RunConfig, rank: int = 0, world_size: int = 1, *, shape: bool = False):
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
         self.mcfg = cfg.model_config()
-        self.tokens = load_tokens() if cfg.is_gpt else None
+        self.shape = shape  # shape mode: batches of the right shape, no data
+        self.tokens = load_tokens() if cfg.is_gpt and not shape else None
 
     def __call__(self, step: int):
         c = self.cfg
+        if self.shape:  # made under fake mode: shapes only (all zeros: values never matter)
+            rows = c.global_batch // self.world_size
+            if c.is_gpt:
+                x = torch.zeros(rows, self.mcfg.seq_len, dtype=torch.long)
+                return x, torch.zeros_like(x)
+            return torch.zeros(rows, self.mcfg.d_in), torch.zeros(rows, self.mcfg.d_out)
         if c.is_gpt:
             return get_batch(self.tokens, step=step, global_batch=c.global_batch,
                              seq_len=self.mcfg.seq_len, rank=self.rank,

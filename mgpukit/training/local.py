@@ -16,6 +16,7 @@ import contextlib
 
 from mgpukit.data import split_microbatches
 from mgpukit.measure.memory import ActivationMeter
+from mgpukit.measure.shape import value_or_none
 
 
 class LocalEngine:
@@ -25,7 +26,7 @@ class LocalEngine:
         self.meter = ActivationMeter(params)
         self.around = around or contextlib.nullcontext  # e.g. torch's loss_parallel()
 
-    def forward_backward(self, x, y, slowed) -> float:
+    def forward_backward(self, x, y, slowed) -> float | None:
         rec, k = self.rec, self.k
         loss_sum = 0.0
         for m, (xm, ym) in enumerate(split_microbatches(x, y, k)):
@@ -36,5 +37,6 @@ class LocalEngine:
                     loss = self.loss_fn(self.module(xm), ym) / k  # mean over the slice
                 with rec.compute("bwd", microbatch=mb), slowed():
                     loss.backward()
-            loss_sum += loss.item()
+            value = value_or_none(loss)  # None in shape mode (a fake loss has no value)
+            loss_sum = None if value is None or loss_sum is None else loss_sum + value
         return loss_sum

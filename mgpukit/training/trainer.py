@@ -22,11 +22,16 @@ does not handle) stops the run at once, before the optimizer step that would spr
 the weights: `NonFiniteError` names the step and the rank. The check costs nothing extra — the gradient norm already logged is a float64
 sum of every squared gradient element, non-finite exactly when some element is.
 
+In shape mode (`mgpukit.measure.shape`: fake tensors at real scale) a loss or a gradient has
+no value: nothing is checked for finiteness, the logged losses are None, and no weights come
+back — the run is about time and memory.
+
 The trainer is the only place that calls `optimizer.step()` (outside the parameter server,
 which keeps its own topology): `tests/test_trainer.py` counts.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Callable
@@ -67,6 +72,7 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
     if lr_at is not None:
         rec.extra["lr"] = []
     logs = ckpt.logs
+    shape = getattr(rec, "shape", False)  # fake tensors: no values to log or check
     for step in range(ckpt.start_step, cfg.steps):
         with rec.step(step):
             with rec.compute("data"):
@@ -78,8 +84,9 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
             parts.sync.sync(step)
             scale = parts.scaler.scale if parts.scaler is not None else 1.0
             finite = parts.scaler.unscale_(parts.params) if parts.scaler is not None else True
-            sq_norm = parts.grad_sq() if parts.grad_sq else grad_sq_norm(parts.params)
-            if finite:  # fp16's scaler skips an overflowing step by design; anything else stops here
+            sq_norm = (None if shape else parts.grad_sq() if parts.grad_sq
+                       else grad_sq_norm(parts.params))
+            if finite and not shape:  # fp16's scaler skips an overflowing step by design; anything else stops here
                 check_finite(float(loss) / scale if loss is not None else None, sq_norm,
                              step=step, rank=ctx.rank)  # before the weights change
             if lr_at is not None:
@@ -93,21 +100,30 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
                 parts.after_step(step)  # e.g. ZeRO-1/2: all-gather the updated shards
             if parts.scaler is not None:
                 parts.scaler.update(finite)
-        logs.append(contribution(ctx, parts, float(loss) / scale if loss is not None else None, sq_norm))
+        logs.append(None if shape else
+                    contribution(ctx, parts, float(loss) / scale if loss is not None else None, sq_norm))
         if ckpt.on_step_end is not None:
             ckpt.on_step_end(step)
     if ckpt.start_step:  # the record's step times cover only the steps this run ran
         rec.extra["resumed_from_step"] = ckpt.start_step
-    log_steps(rec, ctx, logs)
-    rec.memory = memory_breakdown(parts.module, optimizer, parts.engine.meter, ctx.device)
-    if getattr(parts.engine, "memory_note", None):
-        rec.memory["source"] += "; " + parts.engine.memory_note
-    if hasattr(parts.engine, "finish"):
-        rec.extra.update(parts.engine.finish(cfg.steps))
-    rec.extra.update(parts.extra)
-    if parts.scaler is not None:
-        rec.extra["loss_scale"] = {"final": parts.scaler.scale, "skipped_steps": parts.scaler.skipped}
-    return gather_weights(rec, ctx, parts)
+    # shape mode: the bookkeeping below makes small real tensors (fake mode unset)
+    with rec.untimed() if shape else contextlib.nullcontext():
+        if shape:  # nothing has a value
+            for _ in logs:
+                rec.log(None)
+        else:
+            log_steps(rec, ctx, logs)
+        rec.memory = memory_breakdown(parts.module, optimizer, parts.engine.meter, ctx.device)
+        if getattr(parts.engine, "memory_note", None):
+            rec.memory["source"] += "; " + parts.engine.memory_note
+        if shape:
+            rec.memory["source"] = "shape mode: bytes of the fake tensors (" + rec.memory["source"] + ")"
+        if hasattr(parts.engine, "finish"):
+            rec.extra.update(parts.engine.finish(cfg.steps))
+        rec.extra.update(parts.extra)
+        if parts.scaler is not None:
+            rec.extra["loss_scale"] = {"final": parts.scaler.scale, "skipped_steps": parts.scaler.skipped}
+    return None if shape else gather_weights(rec, ctx, parts)
 
 
 class NonFiniteError(FloatingPointError):

@@ -6,6 +6,14 @@ overlapping communication with the rest of backward (Li et al., "PyTorch Distrib
 2020). A DDP communication hook routes each bucket through the kit's recorder, so its bytes and
 timing land in the timeline and the virtual clock models the overlap — the arithmetic is the
 same average DDP does by default.
+
+Shape mode (fake tensors, `mgpukit.measure.shape`): torch's DDP is built directly (what
+`Accelerator.prepare` builds on CPU workers) over a fake process group, with `init_sync=False`:
+its constructor's cross-rank checks and its bucket rebuild would send the (absent) data. The
+buckets still go through the recorder's hook, so their time and bytes are modelled. One
+difference: the reducer's bucket *rebuild* after the first step (gradient-ready order, a 1 MiB
+first bucket) fills an index tensor in C++, which a fake tensor cannot hold, so shape mode keeps
+the initial buckets (reverse parameter order, 25 MiB caps) for every step.
 """
 from __future__ import annotations
 
@@ -33,6 +41,8 @@ class DdpSync:
         self.rec, self.accelerator, self.model = rec, accelerator, model
 
     def no_sync(self):
+        if self.accelerator is None:  # shape mode: DDP without Accelerate
+            return self.model.no_sync()
         return self.accelerator.no_sync(self.model)
 
     def sync(self, step: int) -> None:
@@ -45,6 +55,8 @@ def apply_ddp(module, ctx, rec, cfg):
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs
 
+    if rec.shape:
+        return _shape_ddp(module, ctx, rec, cfg)
     # explicit: `accelerate launch --mixed_precision bf16` exports ACCELERATE_MIXED_PRECISION, and
     # Accelerator() would silently run forward in autocast while the record says fp32; the
     # layout's dtype is the one policy (`strategies.policies.precision` autocasts the pieces too)
@@ -55,6 +67,35 @@ def apply_ddp(module, ctx, rec, cfg):
     if hasattr(model, "register_comm_hook"):
         model.register_comm_hook(rec, recorder_hook)
     return model, DdpSync(rec, accelerator, model)
+
+
+def _shape_ddp(module, ctx, rec, cfg):
+    """Shape mode: torch's DDP over a fake process group (module docstring)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from mgpukit.measure.shape import fake_group
+
+    if cfg.layout.dtype != "fp32":
+        raise ValueError("ddp in shape mode trains in fp32 only (Accelerate's autocast is not applied).")
+    rec.extra["mixed_precision"] = "no"
+    model = DistributedDataParallel(module, process_group=fake_group(),
+                                    bucket_cap_mb=STRATEGY.option(cfg, "bucket_mb"), init_sync=False)
+    model.register_comm_hook(rec, recorder_hook)
+    model.reducer = _KeepBuckets(model.reducer)
+    return model, DdpSync(rec, None, model)
+
+
+class _KeepBuckets:
+    """DDP's reducer, except that it never rebuilds its buckets (module docstring)."""
+
+    def __init__(self, reducer):
+        self._reducer = reducer
+
+    def _rebuild_buckets(self) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        return getattr(self._reducer, name)
 
 
 def _validate(cfg, dims) -> None:

@@ -21,10 +21,11 @@ import torch.nn as nn
 
 from mgpukit.costmodel.schedules import build_schedule
 from mgpukit.measure.idle import measure_bubble
+from mgpukit.measure.shape import value_or_none
 from mgpukit.strategies.pipeline.executor import PipelineExecutor, PipelineMeter
 from mgpukit.strategies.pipeline.p2p import StageLinks, plan_rounds
 from mgpukit.strategies.pipeline.stages import boundary_shape, split_model
-from mgpukit.training.building import full_state_dict
+from mgpukit.training.building import full_state_dict, to_device
 from mgpukit.training.parts import NoSync, Parts
 
 
@@ -56,7 +57,7 @@ class PipelineEngine:
             xs = [c.requires_grad_() for c in xs]
         with (self.sync.no_sync() if self.sync is not None else contextlib.nullcontext()):
             loss = self.executor.run_step(self.rounds, xs, ys)
-        return None if loss is None else float(loss)
+        return value_or_none(loss)  # None also in shape mode (a fake loss has no value)
 
     def finish(self, steps: int) -> dict:
         out = measure_bubble(self.rec, steps, group=self.pp_group, device=self.device) or {}
@@ -99,7 +100,7 @@ def split_for_rank(ctx, model: nn.Module, num_stages: int) -> dict:
     p, pp_rank = ctx.size("pp"), ctx.coords["pp"]
     stages = split_model(model, num_stages, keep=[s for s in range(num_stages) if s % p == pp_rank])
     for stage in stages.values():
-        stage.to(ctx.device)
+        to_device(stage, ctx.device)
     return stages
 
 

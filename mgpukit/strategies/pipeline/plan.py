@@ -88,8 +88,8 @@ def theory_for(plan: PipelinePlan) -> dict:
 def validate(schedule: str):
     """A ``validate(cfg, dims)`` function for the registry: refuses a bad plan before launch."""
 
-    def check(cfg, dims) -> None:
-        plan_for(schedule, cfg, dims.pp, dims.dp)
+    def check(cfg, dims) -> None:  # the layout's v (a --v override), once resolved
+        plan_for(schedule, cfg, dims.pp, dims.dp, cfg.layout.v if cfg.layout is not None else None)
 
     return check
 

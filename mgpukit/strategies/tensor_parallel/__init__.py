@@ -16,7 +16,7 @@ from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.registry import register
 from mgpukit.strategies.tensor_parallel.theory import tp_theory
 
-GPT_ONLY = ("gpt-tiny", "gpt-small")
+GPT_ONLY = ("gpt-tiny", "gpt-small", "gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")
 
 
 def _tp(sp: bool):

@@ -38,6 +38,7 @@ from mgpukit.strategies.tensor_parallel.comm import (TPGroup, copy_to_tp, gather
 from mgpukit.strategies.tensor_parallel.layers import (ColumnParallelLinear, RowParallelLinear,
                                                        VocabParallelEmbedding)
 from mgpukit.strategies.tensor_parallel.loss import vocab_parallel_loss
+from mgpukit.training.building import to_device
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -89,7 +90,7 @@ def apply_tp(model: nn.Module, ctx, rec, *, sp: bool = False) -> TensorParallel:
         split_block(block, tp, sp=sp)
     model.head.ln_f.register_forward_hook(_entering_columns(tp, sp))
     model.head.lm_head = ColumnParallelLinear(model.head.lm_head, tp)
-    model.to(ctx.device)
+    to_device(model, ctx.device)
     return TensorParallel(
         model=model, loss=vocab_parallel_loss(tp, start=model.head.lm_head.weight.shape[0] * tp.rank),
         state_dict=lambda m: gather_full_state(m, tp), grad_sq=lambda params: tp_grad_sq(params, tp.size),

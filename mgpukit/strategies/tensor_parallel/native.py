@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from mgpukit.strategies.tensor_parallel.apply import TensorParallel, check_divides
+from mgpukit.training.building import to_device
 
 
 def apply_tp_native(model: nn.Module, ctx, rec, *, sp: bool = False, count_comm: bool = True) -> TensorParallel:
@@ -37,7 +38,7 @@ def apply_tp_native(model: nn.Module, ctx, rec, *, sp: bool = False, count_comm:
 
     check_divides(model.cfg, ctx.size("tp"), sp=sp)
     mesh = ctx.mesh["tp"]
-    model.to(ctx.device)
+    to_device(model, ctx.device)
     between = Shard(1) if sp else Replicate()  # the residual stream's layout between blocks
     plan = {"embed.tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())}
     if sp:

@@ -1,0 +1,201 @@
+"""`mgpukit bench shape`: the real program at real scale (shape mode), checked three ways.
+
+Shape mode (`mgpukit.measure.shape`) runs a strategy's own code under fake tensors on the
+virtual clock, so a GPT-2 350M on 8 emulated H100s takes seconds of host time per rank. This
+benchmark asks whether those figures can be believed:
+
+1. **analytic vs emulated step time**, five layouts of gpt2-350m on 8 ranks of h100-nvlink
+   (DP, PP 1F1B, interleaved 1F1B, TP, ZeRO-1). The analytic side is a closed form that runs
+   no program: `costmodel.gpt_step` (DDP, 1F1B: the emulator's roofline op by op), the
+   schedule simulator for the interleaved pipeline, the planner's `step_time` for TP, and
+   `gpt_step`'s pieces plus the alpha-beta reduce-scatter / all-gather for ZeRO-1. Target 10%.
+2. **emulated peak memory per rank vs the cost model's** (`costmodel.memory`), per layout.
+   Target 5%.
+3. **wall time of one 8-rank emulated step of gpt2-1.3b** (ddp): target ≤ 60 s on this host.
+
+Each gap is printed with its reason, never tuned away.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+
+from mgpukit.bench import bench
+
+PROFILE = "h100-nvlink"
+MODEL = "gpt2-350m"
+WORKERS = 8
+GLOBAL_BATCH = 8
+E = 4  # fp32 bytes
+
+# (label, strategy, run keywords)
+LAYOUTS = (
+    ("DP (ddp)", "ddp", {}),
+    ("PP 1F1B", "pp-1f1b", {"micro_batches": 8}),
+    ("PP interleaved v=3", "pp-interleaved", {"micro_batches": 8, "layout": {"v": 3}}),
+    ("TP", "tp", {}),
+    ("ZeRO-1", "zero1", {}),
+)
+
+
+def run_shape(strategy: str, *, model: str = MODEL, workers: int = WORKERS, steps: int = 2, **kw) -> dict:
+    """One shape-mode run on `workers` emulated ranks of PROFILE (no parity: nothing to compare)."""
+    from mgpukit.experiment import run
+    from mgpukit.runtime.launcher import OversubscribedWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OversubscribedWarning)
+        return run(strategy, workers=workers, mode="emulated", profile=PROFILE, shape=True,
+                   model=model, steps=steps, global_batch=kw.pop("global_batch", GLOBAL_BATCH),
+                   timeout_s=1800, **kw)
+
+
+# ------------------------------------------------------------------------------ analytic
+
+
+def _ops_seconds(cfg, batch, profile, **where):
+    from mgpukit.costmodel.gpt_step import _seconds, stage_ops
+
+    ops = stage_ops(cfg, batch, **where)
+    return _seconds(ops["fwd"], profile), _seconds(ops["bwd"], profile), ops["params"]
+
+
+def analytic_step(strategy: str, cfg, record: dict, profile) -> tuple[float, str]:
+    """(seconds, how) of one steady step of `record`'s layout, by a closed form."""
+    from mgpukit.costmodel import Layout, step_time
+    from mgpukit.costmodel.comm import allgather_time, link_for_ranks, p2p_time, reduce_scatter_time
+    from mgpukit.costmodel.gpt_step import ddp_step_time, gpt_params, pipeline_step_time, sgd_seconds
+    from mgpukit.costmodel.schedules import build_schedule
+    from mgpukit.costmodel.shapes import ModelShape
+    from mgpukit.costmodel.simulate import simulate
+
+    lay = record["layout"]
+    n, b = WORKERS, GLOBAL_BATCH
+    if strategy == "ddp":
+        return ddp_step_time(cfg, global_batch=b, workers=n, profile=profile)["total_s"], "gpt_step.ddp_step_time"
+    if strategy == "pp-1f1b":
+        return (pipeline_step_time(cfg, global_batch=b, micro_batches=lay["num_micro_batches"], stages=n,
+                                   profile=profile, schedule="1f1b")["total_s"], "gpt_step.pipeline_step_time")
+    if strategy == "pp-interleaved":
+        p, v, m = lay["pp"], lay["v"], lay["num_micro_batches"]
+        chunks = p * v
+        mb = b // m
+        per = [_ops_seconds(cfg, mb, profile, layers=cfg.n_layer // chunks, embed=c == 0, head=c == chunks - 1)
+               for c in range(chunks)]
+        f = sum(x[0] for x in per) / chunks * v  # simulate's costs are a stage's (v chunks)
+        bw = sum(x[1] for x in per) / chunks * v
+        hop = p2p_time(E * mb * cfg.seq_len * cfg.d_model, link_for_ranks([0, 1], profile))
+        tl = simulate(build_schedule("interleaved", p, m, v), cost_f=f, cost_b=bw, cost_p2p=hop)
+        rank0 = sum(per[c][2] for c in range(0, chunks, p))
+        return tl.makespan + sgd_seconds(rank0, profile), "simulate(interleaved), mean chunk cost"
+    if strategy == "tp":
+        shape = ModelShape.from_gpt_config(cfg)
+        return (step_time(shape, Layout(tp=n, micro_batch=b, dtype="fp32"), profile)["total_s"],
+                "costmodel.step_time (planner)")
+    if strategy == "zero1":
+        f, bw, params = _ops_seconds(cfg, b // n, profile, layers=cfg.n_layer, embed=True, head=True)
+        link = link_for_ranks(range(n), profile)
+        pieces = gpt_params(cfg)
+        units = [pieces["embed"]] + [pieces["layer"]] * cfg.n_layer + [pieces["head"]]
+        comm = sum(reduce_scatter_time(E * u, n, link) + allgather_time(E * u, n, link) for u in units)
+        divide = 2 * E * params / n / profile.memory_bandwidth  # the shard's gradient / n
+        return (f + bw + comm + divide + sgd_seconds(params // n, profile),
+                "gpt_step ops + Σ units (reduce-scatter + all-gather) + SGD on 1/n")
+    raise ValueError(strategy)
+
+
+# -------------------------------------------------------------------------------- memory
+
+
+def predicted_memory(cfg, record: dict) -> float:
+    """Peak bytes on rank 0 by the cost model (`costmodel.memory.stage_memory`) for this run:
+    fp32, SGD with momentum (one state per parameter), flash attention (no s² matrix kept)."""
+    from mgpukit.costmodel.layout import Layout
+    from mgpukit.costmodel.memory import activation_bytes_per_layer, model_state_bytes, stage_memory, stage_params
+    from mgpukit.costmodel.pipeline import microbatches_in_flight
+    from mgpukit.costmodel.shapes import ModelShape
+
+    shape = ModelShape.from_gpt_config(cfg)
+    lay = Layout(**record["layout"])
+    mem = stage_memory(shape, lay, 0)
+    states = model_state_bytes(stage_params(shape, lay, 0), lay, optimizer_states=1)
+    core = (activation_bytes_per_layer(shape, micro_batch=lay.micro_batch, tp=lay.tp, dtype_bytes=E)
+            - activation_bytes_per_layer(shape, micro_batch=lay.micro_batch, tp=lay.tp, dtype_bytes=E,
+                                         checkpointing="selective"))
+    in_flight = microbatches_in_flight(lay.schedule, lay.pp, lay.num_micro_batches, lay.v, 0)
+    act = mem["activations"] - shape.n_layer // lay.pp * in_flight * core
+    return states["params"] + states["grads"] + states["optimizer"] + act
+
+
+# --------------------------------------------------------------------------------- bench
+
+
+def layout_rows(*, model: str = MODEL, steps: int = 2, layouts=LAYOUTS) -> list[dict]:
+    from mgpukit.config import RunConfig
+    from mgpukit.costmodel.hardware import load_profile
+
+    profile = load_profile(PROFILE)
+    cfg = RunConfig(model=model).model_config()
+    rows = []
+    for label, strategy, kw in layouts:
+        t0 = time.perf_counter()
+        record = run_shape(strategy, model=model, steps=steps, **dict(kw))
+        wall = time.perf_counter() - t0
+        emulated = record["step_time_s"][-1]  # steady state: the last step
+        analytic, how = analytic_step(strategy, cfg, record, profile)
+        measured_mem = record["memory"]["0"]["peak"]
+        predicted_mem = predicted_memory(cfg, record)
+        rows.append({"layout": label, "strategy": strategy, "dims": record["dims"],
+                     "analytic_s": analytic, "emulated_s": emulated, "ratio": analytic / emulated,
+                     "within_10pct": abs(analytic / emulated - 1) <= 0.10, "analytic_from": how,
+                     "memory_emulated": measured_mem, "memory_predicted": predicted_mem,
+                     "memory_ratio": predicted_mem / measured_mem,
+                     "memory_within_5pct": abs(predicted_mem / measured_mem - 1) <= 0.05,
+                     "wall_s": wall})
+    return rows
+
+
+def big_step_wall(model: str = "gpt2-1.3b", strategy: str = "ddp") -> dict:
+    """Wall seconds of one 8-rank emulated step of `model` (launch included)."""
+    t0 = time.perf_counter()
+    record = run_shape(strategy, model=model, steps=1)
+    wall = time.perf_counter() - t0
+    return {"model": model, "strategy": strategy, "wall_s": wall, "within_60s": wall <= 60.0,
+            "emulated_step_s": record["step_time_s"][0], "peak_bytes_rank0": record["memory"]["0"]["peak"]}
+
+
+def _print(rows: list[dict]) -> None:
+    head = (f"{'layout':<20} {'dims':<18} {'analytic':>10} {'emulated':>10} {'ratio':>6} 10%  "
+            f"{'mem pred':>9} {'mem emul':>9} {'ratio':>6} 5%   wall")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        dims = "x".join(f"{k}{v}" for k, v in r["dims"].items() if v > 1)
+        print(f"{r['layout']:<20} {dims:<18} {r['analytic_s'] * 1e3:>8.2f}ms {r['emulated_s'] * 1e3:>8.2f}ms "
+              f"{r['ratio']:>6.3f} {'yes' if r['within_10pct'] else 'NO ':<4} "
+              f"{r['memory_predicted'] / 2**30:>7.2f}G {r['memory_emulated'] / 2**30:>7.2f}G "
+              f"{r['memory_ratio']:>6.3f} {'yes' if r['memory_within_5pct'] else 'NO ':<4} {r['wall_s']:>5.0f}s")
+    for r in rows:
+        print(f"  {r['layout']}: analytic from {r['analytic_from']}")
+
+
+@bench("shape", help="shape mode (fake tensors, real scale): analytic vs emulated step time and "
+                     "memory of gpt2-350m on 8 emulated H100 (5 layouts), and the wall time of a "
+                     "gpt2-1.3b step")
+def bench_shape(args=None) -> dict:
+    quick = bool(getattr(args, "quick", False))
+    layouts = LAYOUTS[:1] if quick else LAYOUTS
+    model = "gpt2-124m" if quick else MODEL
+    print(f"1-2. {model} on {WORKERS} emulated ranks of {PROFILE}, global batch {GLOBAL_BATCH}, fp32, "
+          f"SGD (shape mode: fake tensors)")
+    rows = layout_rows(model=model, layouts=layouts)
+    _print(rows)
+    out = {"layouts": [dataclasses.asdict(r) if dataclasses.is_dataclass(r) else r for r in rows]}
+    if not quick:
+        big = big_step_wall()
+        print(f"\n3. one {WORKERS}-rank emulated step of {big['model']} ({big['strategy']}): "
+              f"{big['wall_s']:.1f} s wall (target ≤ 60 s: {'yes' if big['within_60s'] else 'NO'}); "
+              f"emulated step {big['emulated_step_s'] * 1e3:.1f} ms, peak {big['peak_bytes_rank0'] / 2**30:.1f} GiB/rank")
+        out["big_step"] = big
+    return out
