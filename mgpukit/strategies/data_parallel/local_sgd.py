@@ -32,8 +32,8 @@ Two implementations behind one knob, `impl`:
   leaving the context averages once more. Its collectives are counted by `CommObserver`.
   Accelerate's own recipe averages on exit even when step() just did: one extra average.
 
-Collectives: none in forward or backward; every H steps one all-reduce per parameter (the
-weights), over the dp group. The logged gradient norm is each rank's *local* gradient's
+Collectives: none in forward or backward; every H steps one all-reduce of the weights (one
+flat buffer), over the dp group. The logged gradient norm is each rank's *local* gradient's
 (root mean square over ranks), never an averaged one: parity compares losses and weights.
 """
 from __future__ import annotations
@@ -43,6 +43,7 @@ import math
 
 import torch
 import torch.distributed as dist
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from mgpukit.strategies.compression.parity import loss_parity
 from mgpukit.strategies.data_parallel.theory import dp_theory
@@ -54,12 +55,19 @@ LOSS_RTOL = 0.05  # H > 1: final loss within 5 % of synchronous SGD's (a differe
 
 
 def average_weights(rec, params, *, group) -> None:
-    """Every parameter replaced by its mean over `group`: all-reduce (sum), divide by n."""
+    """Every parameter replaced by its mean over `group`: packed into one flat buffer (one
+    all-reduce, as DDP's bucket — per-tensor messages would pay the latency α dozens of
+    times), summed, divided by n, unpacked."""
     n = dist.get_world_size(group)
+    params = list(params)
     with torch.no_grad():
-        for p in params:
-            rec.all_reduce(p.data, group=group)
-            p.data.div_(n)
+        with rec.compute("pack"):
+            flat = _flatten_dense_tensors([p.data for p in params])  # (Ψ,)
+        rec.all_reduce(flat, group=group)
+        with rec.compute("pack"):
+            flat.div_(n)
+            for p, avg in zip(params, _unflatten_dense_tensors(flat, [p.data for p in params])):
+                p.data.copy_(avg)
 
 
 class LocalSgdSync:
