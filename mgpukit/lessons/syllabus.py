@@ -238,7 +238,7 @@ FRAMEWORKS = [
      "mgpukit/strategies/tensor_parallel/native.py"),
     ("Kubernetes / Slurm", "schedule and launch the workers of a job on many nodes", "the launchers: `torchrun`, "
      "`accelerate launch`, the exported script", "00_start_here", "scripts/train.py"),
-    ("Accelerate LocalSGD", "H local steps, then average the weights", "`local-sgd` (impl=ours | accelerate)",
+    ("Accelerate LocalSGD", "H local steps, then average the weights", "`local-sgd` (impl=ours or accelerate)",
      "10_beyond", "mgpukit/strategies/data_parallel/local_sgd.py"),
 ]
 
