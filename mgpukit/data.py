@@ -79,8 +79,14 @@ def step_seed(seed: int, step: int) -> int:
     return (z ^ (z >> 31)) >> 1
 
 
-def _local_rows(global_batch: int, rank: int, world_size: int) -> slice:
-    """Rows of the global batch that belong to ``rank``; refuses an uneven split."""
+def _local_rows(global_batch: int, rank: int, world_size: int, split=None) -> slice:
+    """Rows of the global batch that belong to ``rank``; refuses an uneven split unless
+    ``split`` gives each rank's row count (heterogeneous data parallelism)."""
+    if split is not None:
+        if len(split) != world_size or sum(split) != global_batch:
+            raise ValueError(f"split={split} must give {world_size} ranks rows adding up to {global_batch}")
+        start = sum(split[:rank])
+        return slice(start, start + split[rank])
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size); got rank={rank}, world_size={world_size}")
     if global_batch % world_size:
@@ -101,6 +107,7 @@ def get_batch(
     rank: int = 0,
     world_size: int = 1,
     seed: int = 0,
+    split: tuple[int, ...] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's slice of the global language-model batch for ``step``.
 
@@ -108,7 +115,7 @@ def get_batch(
     seeded by ``(seed, step)``; ``y`` is ``x`` shifted by one character. Returns ``x, y``,
     both ``(global_batch // world_size, seq_len)`` int64 on the CPU.
     """
-    rows = _local_rows(global_batch, rank, world_size)
+    rows = _local_rows(global_batch, rank, world_size, split)
     if tokens.numel() <= seq_len:
         raise ValueError(f"seq_len={seq_len} needs more than {tokens.numel()} tokens; use a shorter seq_len")
     g = torch.Generator().manual_seed(step_seed(seed, step))
@@ -138,6 +145,7 @@ def mlp_batch(
     rank: int = 0,
     world_size: int = 1,
     seed: int = 0,
+    split: tuple[int, ...] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's slice of a synthetic regression batch: ``y = tanh(x A) B`` for ``x ~ N(0, 1)``.
 
@@ -145,7 +153,7 @@ def mlp_batch(
     learned at every step and the loss can go down; the inputs depend on ``(seed, step)``.
     Same slicing rule as :func:`get_batch`. Returns float32 ``x (b, d_in)``, ``y (b, d_out)``.
     """
-    rows = _local_rows(global_batch, rank, world_size)
+    rows = _local_rows(global_batch, rank, world_size, split)
     teacher_g = torch.Generator().manual_seed(step_seed(seed, -1))
     d_teacher = 64
     a = torch.randn(d_in, d_teacher, generator=teacher_g) / d_in**0.5

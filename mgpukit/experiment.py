@@ -47,6 +47,7 @@ from mgpukit.runtime.launcher import WorkerError, launch, resolve_mode
 from mgpukit.strategies.policies.precision import loss_curve_parity
 from mgpukit.strategies.registry import Strategy
 from mgpukit.training.building import build_model, build_optimizer
+from mgpukit.training import hetero
 from mgpukit.training.checkpoint import checkpointing, has_checkpoint
 from mgpukit.training.trainer import train
 
@@ -89,13 +90,14 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
         raise ValueError(f"strategy {strategy!r} needs at least {strat.min_workers} workers, got {workers}.")
     dims = ParallelDims(dp=resolved.dp, tp=resolved.tp, pp=resolved.pp, world_size=workers)
     cfg = cfg.replace(layout=resolved)
-    if resolved.pp == 1:
+    if resolved.pp == 1 and not cfg.options.get("batch_split"):
         check_batch(cfg, strat.batch_ranks(workers) if strat.batch_ranks else dims.dp)
     if strat.validate:
         strat.validate(cfg, dims)
     if mode == "emulated" and not strat.emulation:
         raise ValueError(f"strategy {strategy!r} has no emulated mode; use mode='cpu'.")
     mode = resolve_mode(mode, workers)
+    hetero.check(cfg, dims, mode)  # unequal batches / per-rank profiles (training/hetero.py)
     if mode == "emulated" and not profile:
         raise ValueError("mode='emulated' needs a hardware profile, e.g. profile='h100-nvlink'.")
     if mode == "emulated" and isinstance(profile, str):

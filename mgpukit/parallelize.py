@@ -32,6 +32,7 @@ from mgpukit.strategies.registry import Strategy
 from mgpukit.strategies.tensor_parallel.apply import apply_tp, check_divides
 from mgpukit.strategies.tensor_parallel.native import apply_tp_native
 from mgpukit.training.building import full_state_dict, loss_fn, to_device
+from mgpukit.training.hetero import loss_weight, weighted
 from mgpukit.training.local import LocalEngine
 from mgpukit.training.parts import NoSync, Parts
 
@@ -124,6 +125,8 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
     apply_checkpointing(model, layout.checkpointing)
     scaler = LossScaler(rec, _world(ctx)) if layout.dtype == "fp16" else None
     loss = tp.loss if tp is not None else loss_fn(cfg)
+    # unequal batches per dp rank: each loss weighted n·b_i/B, so the plain average is exact
+    loss = weighted(loss, loss_weight(cfg, ctx.coords["dp"], ctx.size("dp")))
     loss = scaler.scaled(loss) if scaler is not None else loss
     # 3. pipeline split
     if layout.pp > 1:

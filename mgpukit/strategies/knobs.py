@@ -26,6 +26,8 @@ TRAINER_KNOBS = (
     Knob("prefetch", int, 0, "batches a background thread keeps ready (true = 2)", minimum=0),
     Knob("straggler", dict, None, 'one slow rank: {"rank": 1, "factor": 3}'),
     Knob("show_idle", bool, False, "record the wait for the slowest rank as idle"),
+    Knob("batch_split", str, None, "rows per dp rank, e.g. '24,8': unequal batches, exact gradient (training/hetero.py)"),
+    Knob("rank_profiles", str, None, "emulated: each rank's compute profile, e.g. 'a100-nvlink,h100-nvlink'"),
     Knob("lr_scaling", str, None, "'linear': Goyal et al.'s rule for the global batch",
          choices=("linear", "none")),
     Knob("warmup_steps", int, 0, "steps of linear warmup to the scaled rate", minimum=0),

@@ -10,6 +10,7 @@ import torch
 
 from mgpukit.config import RunConfig
 from mgpukit.data import get_batch, load_tokens, mlp_batch
+from mgpukit.training.hetero import parse_split
 
 
 def build_model(cfg: RunConfig) -> torch.nn.Module:
@@ -54,6 +55,7 @@ class Batches:
         self.mcfg = cfg.model_config()
         self.shape = shape  # shape mode: batches of the right shape, no data
         self.tokens = load_tokens() if cfg.is_gpt and not shape else None
+        self.split = parse_split(cfg.options.get("batch_split"))  # unequal rows per rank, or None
 
     def __call__(self, step: int):
         c = self.cfg
@@ -66,9 +68,9 @@ class Batches:
         if c.is_gpt:
             return get_batch(self.tokens, step=step, global_batch=c.global_batch,
                              seq_len=self.mcfg.seq_len, rank=self.rank,
-                             world_size=self.world_size, seed=c.seed)
+                             world_size=self.world_size, seed=c.seed, split=self.split)
         return mlp_batch(step=step, global_batch=c.global_batch, d_in=self.mcfg.d_in,
-                         d_out=self.mcfg.d_out, rank=self.rank, world_size=self.world_size,
+                         d_out=self.mcfg.d_out, rank=self.rank, world_size=self.world_size, split=self.split,
                          seed=c.seed)
 
 

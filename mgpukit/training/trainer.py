@@ -9,7 +9,8 @@ Per step, on every rank:
     opt    -> optimizer step, then `parts.after_step` (ZeRO: gather shards)
 
 and around the loop the seams every strategy shares: the input pipeline (`loader.py`:
-`loader_delay_s`, `prefetch`), a straggler rank (`straggler.py`), the learning-rate rule
+`loader_delay_s`, `prefetch`), a straggler rank (`straggler.py`), unequal batches and
+compute profiles per rank (`hetero.py`), the learning-rate rule
 (`lr_scaling.py`), memory by category, and the checkpoint seam (`start_step`, `on_step_end`).
 
 What is logged: the loss of the global batch and the norm of the full gradient, per step. They
@@ -40,6 +41,7 @@ import torch.distributed as dist
 
 from mgpukit.measure.memory import memory_breakdown, reset_device_peak
 from mgpukit.training.building import grad_sq_norm
+from mgpukit.training.hetero import apply_rank_profile
 from mgpukit.training.loader import BatchLoader
 from mgpukit.training.lr_scaling import lr_schedule, set_lr
 from mgpukit.training.parts import Parts
@@ -66,6 +68,7 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
     dp_size, dp_rank = ctx.size("dp"), ctx.coords["dp"]
     loader = loader or BatchLoader(cfg, dp_rank, dp_size, rec, start_step=ckpt.start_step)
     slowed = apply_straggler(rec, ctx, cfg.options)
+    apply_rank_profile(rec, ctx, cfg.options)  # emulated mixed cluster (hetero.py)
     idle = (IdleMarker(rec, ctx.group("dp")) if cfg.options.get("straggler")
             or cfg.options.get("show_idle") else None)
     lr_at = lr_schedule(cfg, dp_size)

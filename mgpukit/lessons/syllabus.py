@@ -1,0 +1,338 @@
+"""Notebook 10's studies: local SGD, mixed clusters, profiling, spot instances, the map, the claims.
+
+Each function runs the library and returns data (records, rows); the notebook plots and
+prints. Figures are labelled measured (CPU workers), emulated (virtual clock on a profile) or
+predicted (closed-form cost model).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from mgpukit.costmodel import spot
+from mgpukit.costmodel.comm import allreduce_time, link_for_ranks
+from mgpukit.costmodel.hardware import load_profile
+from mgpukit.experiment import run
+from mgpukit.runtime.failures import WorkerError
+from mgpukit.training import hetero
+
+# ---------------------------------------------------------------- local SGD
+
+
+def _bytes(rec) -> float:
+    return sum(r["bytes_sent"] for r in rec["comm"].values()) / len(rec["comm"])
+
+
+def local_sgd_study(H=(1, 2, 4, 8), *, steps: int = 16, workers: int = 2, **kw) -> list[dict]:
+    """Measured on CPU workers: loss and bytes per step of local SGD for each H. H = 1 is
+    data parallelism (`local_sgd.py`: exact for SGD with momentum), the baseline of the ratios."""
+    rows = []
+    for h in H:
+        rec = run("local-sgd", workers=workers, steps=steps, parity=False,
+                  options={"local_steps": h}, **kw)
+        rows.append({"H": h, "losses": rec["losses"], "bytes_per_step": _bytes(rec) / steps,
+                     "final_loss": sum(rec["losses"][-4:]) / 4})
+    base = rows[0]
+    for r in rows:
+        r["bytes_ratio"] = r["bytes_per_step"] / base["bytes_per_step"]
+        r["bytes_saved"] = 1 - r["bytes_ratio"]
+        r["loss_gap"] = r["final_loss"] / base["final_loss"] - 1
+    return rows
+
+
+def one_gpu_per_node(profile: str = "h100-ib"):
+    """`profile` with one GPU per node: two workers then talk over the inter-node network."""
+    p = load_profile(profile)
+    return dataclasses.replace(p, gpus_per_node=1, name=f"{p.name}, 1 GPU per node")
+
+
+def local_sgd_emulated(H=(1, 4), *, profile: str = "h100-ib", workers: int = 2, steps: int = 8,
+                       global_batch: int = 8) -> list[dict]:
+    """Emulated step time of local SGD across nodes (one GPU per node of `profile`), beside
+    its prediction: compute + (all-reduce + packing) / H, from the analytic model."""
+    from mgpukit.config import RunConfig
+    from mgpukit.costmodel.gpt_step import ddp_step_time
+
+    hw = one_gpu_per_node(profile)
+    cfg = RunConfig(global_batch=global_batch)
+    t = ddp_step_time(cfg.model_config(), global_batch=global_batch, workers=workers, profile=hw)
+    link = link_for_ranks(range(workers), hw)
+    average = allreduce_time(4 * t["params"], workers, link) + 6 * 4 * t["params"] / hw.memory_bandwidth
+    local = t["forward_s"] + t["backward_s"] + t["optimizer_s"]
+    rows = []
+    for h in H:
+        rec = run("local-sgd", workers=workers, steps=steps, mode="emulated", profile=hw, parity=False,
+                  global_batch=global_batch, options={"local_steps": h})
+        st = rec["step_time_s"][-h:]  # the last full period: h - 1 local steps and one average
+        rows.append({"H": h, "emulated_s": sum(st) / len(st), "predicted_s": local + average / h})
+    rows.append({"H": "DDP", "emulated_s": None, "predicted_s": t["total_s"]})
+    for r in rows:
+        r["link"] = f"inter-node α={link.alpha * 1e6:.0f} µs, β={link.beta / 1e9:.0f} GB/s"
+    return rows
+
+
+# ---------------------------------------------------------------- stragglers, mixed clusters
+
+
+def mixed_cluster_study(*, profiles=("a100-nvlink", "h100-nvlink"), links: str = "h100-nvlink",
+                        global_batch: int = 32, steps: int = 3) -> list[dict]:
+    """Emulated DDP on a mixed cluster (rank i computes on `profiles[i]`): the even split, the
+    split `hetero.balanced_split` picks, and each one's predicted step time."""
+    from mgpukit.config import RunConfig
+
+    cfg = RunConfig(global_batch=global_batch)
+    n = len(profiles)
+    splits = {"even": (global_batch // n,) * n, "balanced": hetero.balanced_split(cfg, profiles, links)}
+    rows = []
+    for label, split in splits.items():
+        rec = run("ddp", workers=n, steps=steps, mode="emulated", profile=links, parity=False,
+                  global_batch=global_batch, options={"batch_split": ",".join(map(str, split)),
+                                                      "rank_profiles": ",".join(profiles)})
+        rows.append({"split": label, "rows": split, "emulated_s": rec["step_time_s"][-1],
+                     "predicted_s": hetero.predicted_step(cfg, split, profiles, links)})
+    for p in dict.fromkeys(profiles):  # a homogeneous cluster of each kind, predicted
+        rows.append({"split": f"all {p}", "rows": splits["even"], "emulated_s": None,
+                     "predicted_s": hetero.predicted_step(cfg, splits["even"], (p,) * n, links)})
+    return rows
+
+
+def straggler_measured(*, factor: float = 2.0, global_batch: int = 48, steps: int = 6) -> list[dict]:
+    """Measured on CPU workers: rank 1 throttled `factor`×, even split vs rows ∝ speed."""
+    slow = round(global_batch / (1 + factor))
+    rows = []
+    for label, split in (("even", None), ("re-balanced", (global_batch - slow, slow))):
+        opts = {"straggler": {"rank": 1, "factor": factor}}
+        if split:
+            opts["batch_split"] = ",".join(map(str, split))
+        rec = run("dp-naive", workers=2, steps=steps, parity=False, model="mlp-wide",
+                  global_batch=global_batch, options=opts)
+        st = sorted(rec["step_time_s"][1:])
+        rows.append({"split": label, "rows": split or (global_batch // 2,) * 2,
+                     "measured_s": st[len(st) // 2]})
+    return rows
+
+
+# ---------------------------------------------------------------- profiling
+
+
+def profile_run(out: str | Path, *, strategy: str = "ddp", steps: int = 3) -> dict:
+    """One run with torch.profiler on (`torch_profile_dir`) and the kit's own trace: returns
+    the record, the trace paths, and PyTorch's operator view of rank 0 (top ops by CPU time)."""
+    out = Path(out)
+    rec = run(strategy, workers=2, steps=steps, parity=False, torch_profile_dir=out / "torch",
+              trace_path=out / "kit-trace.json")
+    trace = json.loads((out / "torch" / f"{strategy}-rank0.json").read_text())
+    ops = defaultdict(lambda: [0.0, 0])
+    for ev in trace.get("traceEvents", []):
+        if ev.get("ph") == "X" and ev.get("cat") == "cpu_op":
+            ops[ev["name"]][0] += ev.get("dur", 0.0) / 1e3
+            ops[ev["name"]][1] += 1
+    top = sorted(({"op": k, "total_ms": v[0], "calls": v[1]} for k, v in ops.items()),
+                 key=lambda r: -r["total_ms"])
+    kit = defaultdict(float)
+    for ev in rec["timeline"]:
+        if ev["rank"] == 0:
+            kit[f'{ev["stream"]}:{ev["kind"]}'] += (ev["end"] - ev["start"]) * 1e3
+    return {"record": rec, "torch_trace": out / "torch" / f"{strategy}-rank0.json",
+            "kit_trace": out / "kit-trace.json", "torch_ops": top,
+            "kit_ms": dict(sorted(kit.items(), key=lambda kv: -kv[1])), "events": len(trace.get("traceEvents", []))}
+
+
+# ---------------------------------------------------------------- spot instances
+
+
+@contextlib.contextmanager
+def _preempting(at_steps, marks: Path):
+    """Workers are forked from this process: wrap the checkpoint seam so that rank 1 dies
+    (SIGKILL, as a reclaimed instance) after finishing each step in `at_steps` — once each (a
+    mark file remembers), before that step's checkpoint would be written."""
+    import os
+    import signal
+
+    import mgpukit.experiment as ex
+
+    real = ex.checkpointing
+
+    def checkpointing(ctx, rec, cfg, parts, optimizer):
+        ck = real(ctx, rec, cfg, parts, optimizer)
+        save = ck.on_step_end
+
+        def on_step_end(step):
+            mark = marks / f"preempted-{step}"
+            if step in at_steps and ctx.rank == 1 and not mark.exists():
+                mark.touch()
+                os.kill(os.getpid(), signal.SIGKILL)
+            save(step)
+        ck.on_step_end = on_step_end
+        return ck
+
+    ex.checkpointing = checkpointing
+    try:
+        yield
+    finally:
+        ex.checkpointing = real
+
+
+def preempted_run(folder: str | Path, *, strategy: str = "ddp", steps: int = 12, checkpoint_every: int = 3,
+                  preempt_at=(4, 8), **kw) -> dict:
+    """A run whose rank 1 is preempted (killed) after each step in `preempt_at` and restarted
+    from the latest checkpoint, until it finishes. Returns the record, the restarts, and the
+    steps run twice (the work lost since the last checkpoint)."""
+    folder = Path(folder)
+    ck = folder / "checkpoints"
+    options = {"checkpoint_dir": str(ck), "checkpoint_every": checkpoint_every}
+    restarts, resume = [], False
+    with _preempting(set(preempt_at), folder):
+        while True:
+            try:
+                rec = run(strategy, workers=2, steps=steps, parity=False, timeout_s=180,
+                          options={**options, "resume": resume}, **kw)
+                break
+            except WorkerError as e:
+                restarts.append(e.rank)
+                resume = (ck / "latest").exists()
+                if len(restarts) > len(preempt_at):
+                    raise
+    lost = sum(p + 1 - p // checkpoint_every * checkpoint_every for p in preempt_at)
+    return {"record": rec, "restarts": restarts, "steps_redone": lost, "steps": steps}
+
+
+def spot_verdicts(*, discounts=(0.6, 0.7, 0.9), rates=(0.0, 0.1, 0.5, 1.0, 2.0),
+                  intervals_s=(600, 3600, 4 * 3600), checkpoint_s: float = 60.0,
+                  restart_s: float = 300.0) -> list[dict]:
+    """Savings on spot for each discount × preemption rate × checkpoint interval (predicted)."""
+    rows = []
+    for d in discounts:
+        for r in spot.savings_grid(discount=d, rates=rates, intervals_s=intervals_s,
+                                   checkpoint_s=checkpoint_s, restart_s=restart_s):
+            rows.append({"discount": d, **r})
+    return rows
+
+
+# ---------------------------------------------------------------- the frameworks map
+
+FRAMEWORKS = [
+    # (system, what it is, its idea here, notebook, module)
+    ("PyTorch DataParallel", "one process drives every GPU; scatters inputs, replicates the model each step, "
+     "gathers outputs on GPU 0 (the GIL and GPU 0 are the bottleneck) — DDP replaced it",
+     "one process per GPU, gradients all-reduced", "01_data_parallel", "mgpukit/strategies/data_parallel/naive.py"),
+    ("PyTorch DDP", "one process per GPU, bucketed all-reduce overlapped with backward",
+     "`ddp` (through Accelerate), `dp-bucketed` by hand", "01_data_parallel", "mgpukit/strategies/data_parallel/ddp.py"),
+    ("Horovod", "ring all-reduce over MPI/NCCL, tensor fusion", "ring all-reduce written from send/recv; fusion = buckets",
+     "02_communication", "mgpukit/strategies/communication/collectives.py"),
+    ("NVIDIA Apex (amp)", "mixed precision with loss scaling (now in PyTorch)", "`torch.amp` autocast, dtype=bf16/fp16 + loss scaler",
+     "07_memory_and_precision", "mgpukit/strategies/policies/precision.py"),
+    ("DeepSpeed", "ZeRO stages 1-3, offload (on GPUs through Accelerate)", "`zero1`/`zero2`/`zero3` by hand, `fsdp2`",
+     "06_sharding", "mgpukit/strategies/sharding/"),
+    ("NCCL vs gloo", "GPU collectives (NVLink/IB) vs CPU/TCP collectives", "same code: NCCL on GPUs, gloo on CPU workers",
+     "02_communication", "mgpukit/runtime/launcher.py"),
+    ("GPipe / PipeDream", "micro-batched pipeline / 1F1B schedule", "`pp-gpipe`, `pp-1f1b`, interleaved, zero-bubble",
+     "04_pipeline_parallel", "mgpukit/strategies/pipeline/"),
+    ("TF MirroredStrategy", "synchronous data parallelism in TensorFlow", "DDP", "01_data_parallel",
+     "mgpukit/strategies/data_parallel/ddp.py"),
+    ("TF TPUStrategy", "SPMD over a TPU mesh", "DeviceMesh + DTensor (tp-native, fsdp2)", "05_tensor_parallel",
+     "mgpukit/strategies/tensor_parallel/native.py"),
+    ("Kubernetes / Slurm", "schedule and launch the workers of a job on many nodes", "the launchers: `torchrun`, "
+     "`accelerate launch`, the exported script", "00_start_here", "scripts/train.py"),
+    ("Accelerate LocalSGD", "H local steps, then average the weights", "`local-sgd` (impl=ours or accelerate)",
+     "10_beyond", "mgpukit/strategies/data_parallel/local_sgd.py"),
+]
+
+
+def frameworks_markdown(link_prefix: str = "") -> str:
+    """The map as a Markdown table (the README carries the same table)."""
+    lines = ["| system | what it is | here | notebook | module |", "|---|---|---|---|---|"]
+    for name, what, here, nb, module in FRAMEWORKS:
+        lines.append(f"| {name} | {what} | {here} | [{nb}]({link_prefix}notebooks/{nb}.ipynb) | "
+                     f"[`{module}`]({link_prefix}{module}) |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the articles' claims
+
+
+def _gpu_hours(params: float, tokens: float, *, profile: str = "h100-nvlink", mfu: float = 0.4) -> float:
+    """6·N·D training FLOPs (Kaplan et al. 2020) at `mfu` of the bf16 peak, in GPU-hours."""
+    return 6 * params * tokens / (load_profile(profile).flops("bf16") * mfu) / 3600
+
+
+def _speedup(model: str, profile: str, n: int, micro_batch: int) -> float:
+    from mgpukit.strategies.data_parallel.theory import predicted_speedup
+
+    return predicted_speedup(model, profile, (n,), micro_batch=micro_batch, dtype="bf16")[n]
+
+
+def claims(local_rows: list[dict] | None = None) -> list[dict]:
+    """Every quantitative claim of the background articles, with the kit's figure and a
+    verdict computed from it. `local_rows`: `local_sgd_study`'s rows (measured bytes)."""
+    rows = []
+
+    def add(claim, figure, kind, verdict):
+        rows.append({"claim": claim, "kit": figure, "kind": kind, "verdict": verdict})
+
+    # 1. scaling efficiency 70-95 %
+    from mgpukit.strategies.data_parallel.theory import predicted_speedup
+
+    cases = {"1.3B, 8 H100, 8 seq/GPU": ("1.3b", "h100-nvlink", 8, {"micro_batch": 8}),
+             "125M, 64 H100 over IB, global batch 64": ("125m", "h100-ib", 64, {"global_batch": 64})}
+    eff = {k: predicted_speedup(m, p, (n,), dtype="bf16", **kw)[n] / n for k, (m, p, n, kw) in cases.items()}
+    lo, hi = min(eff.values()), max(eff.values())
+    add("scaling efficiency is 70-95 % for well-optimised workloads",
+        "; ".join(f"{k}: {v:.0%}" for k, v in eff.items()), "predicted",
+        "holds" if 0.7 <= lo and hi <= 0.95 else
+        f"holds only when compute per GPU hides the all-reduce: {lo:.0%} to {hi:.0%} across these cases")
+    # 2. spot 60-90 %
+    ok = [r for r in spot.savings_grid(discount=0.7) if r["savings"] >= 0.6]
+    worst = max(r["preemptions_per_hour"] for r in ok) if ok else 0
+    add("spot instances save 60-90 %",
+        f"at a 70 % discount, 60 s checkpoints: savings >= 60 % up to {worst:g} preemptions/h "
+        f"(with a fitting checkpoint interval)", "predicted",
+        "holds only when the discount is >= 60 % and preemptions × checkpoint interval stay small "
+        "(savings can never exceed the discount)")
+    # 3. communication cut 90 %+
+    if local_rows:
+        best = max(local_rows, key=lambda r: r["H"])
+        add("communication volume can be cut by 90 %+ (while training stays stable)",
+            f"local SGD H={best['H']}: {best['bytes_saved']:.1%} fewer bytes, final loss {best['loss_gap']:+.1%}",
+            "measured", "holds for H >= 10 (bytes fall as 1/H)" if best["bytes_saved"] < 0.9 else "holds")
+    # 4. PCIe vs NVLink
+    from mgpukit.strategies.data_parallel.theory import predicted_tokens_per_s
+
+    tp = {p: predicted_tokens_per_s("1.3b", p, (8,), micro_batch=1, dtype="bf16")[8]
+          for p in ("h100-nvlink", "h100-pcie")}
+    loss = 1 - tp["h100-pcie"] / tp["h100-nvlink"]
+    add("data parallelism over PCIe loses 20-40 % vs NVLink", f"1.3B, 8 GPUs, micro-batch 1: {loss:.0%} slower",
+        "predicted", "holds" if 0.2 <= loss <= 0.4 else f"does not hold here ({loss:.0%}): it depends on the "
+        "model and batch — overlap hides the all-reduce when backward is long enough")
+    # 5. NVLink 4-10x PCIe bandwidth
+    ratio = load_profile("h100-nvlink").intra_node.beta / load_profile("h100-pcie").intra_node.beta
+    add("NVLink gives 4-10× the bandwidth of PCIe", f"H100 profiles: {ratio:.1f}× (bus bandwidth)", "profile data",
+        "holds" if 4 <= ratio <= 10 else f"does not hold for H100 ({ratio:.1f}×)")
+    # 6, 7: GPU-hours
+    for n, lo_h, hi_h in ((7e9, 100, 500), (70e9, 5000, 20000)):
+        chin = _gpu_hours(n, 20 * n)
+        tokens_hi = hi_h * load_profile("h100-nvlink").flops("bf16") * 0.4 * 3600 / (6 * n)
+        add(f"a {n / 1e9:.0f}B model takes {lo_h:,}-{hi_h:,} GPU-hours",
+            f"6·N·D at 40 % MFU on H100: {chin:,.0f} GPU-h for 20 tokens/parameter; {hi_h:,} GPU-h "
+            f"buys {tokens_hi / 1e9:.0f}B tokens", "predicted",
+            "holds" if lo_h <= chin <= hi_h else f"holds only for <= {tokens_hi / 1e9:.0f}B tokens (fine-tuning scale), "
+            f"not compute-optimal pre-training")
+    # 8. 70B needs 16-64 GPUs
+    states = 16 * 70e9  # bytes: bf16 weights + grads, fp32 master + Adam m, v (ZeRO paper's 16Ψ)
+    gpus = math.ceil(states / load_profile("h100-nvlink").usable_memory_bytes)
+    add("a 70B model needs 16-64 GPUs", f"model states alone (16 B/param, fully sharded): >= {gpus} H100-80GB",
+        "predicted", "holds (activations push it past the minimum)" if gpus <= 64 else "does not hold")
+    # 9. larger per-GPU batches are more efficient
+    small, big = (predicted_tokens_per_s("125m", "h100-nvlink", (8,), micro_batch=mb, dtype="bf16")[8]
+                  for mb in (1, 16))
+    add("larger batch sizes per GPU improve efficiency", f"125M, 8 H100: {big / small:.1f}× the tokens/s at "
+        f"micro-batch 16 vs 1", "predicted", "holds" if big > small else "does not hold")
+    # 10. 2 GPUs 1.7x, 4 GPUs 3.5x
+    s2, s4 = _speedup("125m", "h100-nvlink", 2, 8), _speedup("125m", "h100-nvlink", 4, 8)
+    add("2 GPUs give 1.7×, 4 GPUs 3.5× (weak scaling)", f"125M, micro-batch 8: {s2:.2f}× and {s4:.2f}×",
+        "predicted", "holds" if s2 >= 1.7 and s4 >= 3.5 else "holds only with enough compute per GPU")
+    return rows

@@ -1,0 +1,172 @@
+"""Heterogeneous data parallelism: unequal batches for unequal ranks, the same gradient.
+
+Synchronous data parallelism waits for its slowest rank every step (`straggler.py`). When the
+ranks are unequal *by construction* — a cluster mixing A100s and H100s, a throttled GPU — the
+cure is to give each rank a share of the global batch proportional to its speed, so that they
+all finish backward together (Jia et al. 2018, "Beyond Data and Model Parallelism"; Narayanan
+et al. 2020, "Heterogeneity-Aware Cluster Scheduling Policies for Deep Learning Workloads";
+HetPipe, Park et al. 2020). The trap is the average: rank i's loss is the mean over its
+`b_i` rows, so the plain average of the ranks' gradients weights a row of a small shard more
+than a row of a large one. The global batch's gradient is the *weighted* average
+
+    g = Σ_i (b_i / B) · g_i          (B = Σ_i b_i)
+
+Here each rank multiplies its loss (hence its gradient) by `w_i = n · b_i / B` before backward;
+the unchanged data-parallel average `(1/n) Σ_i w_i g_i` is then exactly `g`, whichever sync
+runs it (dp-naive, dp-bucketed, DDP, ZeRO), and the loss the trainer logs (the mean over ranks
+of the weighted losses) is the global batch's mean loss.
+
+Knobs (trainer knobs, every data-parallel strategy):
+
+- `batch_split="24,8"`: rows of the global batch per dp rank, in rank order (they must add up
+  to `global_batch`, each a multiple of `micro_batches`); rank i takes the next `b_i` rows, so
+  the slices concatenated are still the single-process batch — parity comes free.
+- `rank_profiles="a100-nvlink,h100-nvlink"` (emulated only): the *compute* profile of each rank
+  (peak FLOP/s, memory bandwidth, efficiency, dispatch overhead); links stay the launch
+  profile's, so every rank prices a collective the same way. A mixed cluster on one clock.
+
+`balanced_split` picks the split from the analytic step model (`costmodel.gpt_step`): rows
+handed out one micro-batch at a time to the rank that would finish soonest, which minimises
+the slowest rank's time; `predicted_step` is that model's step time for a split.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from mgpukit.costmodel.hardware import HardwareProfile, load_profile
+
+
+def parse_split(spec) -> tuple[int, ...] | None:
+    """"24,8" (or a list) -> (24, 8); None/"" -> None."""
+    if spec is None or spec == "":
+        return None
+    parts = spec.split(",") if isinstance(spec, str) else list(spec)
+    try:
+        rows = tuple(int(p) for p in parts)
+    except (TypeError, ValueError):
+        raise ValueError(f"batch_split={spec!r}: give rows per data-parallel rank, e.g. '24,8'.") from None
+    if any(r < 1 for r in rows):
+        raise ValueError(f"batch_split={spec!r}: every rank needs at least one row.")
+    return rows
+
+
+def parse_profiles(spec) -> tuple[str, ...] | None:
+    if not spec:
+        return None
+    return tuple(p.strip() for p in (spec.split(",") if isinstance(spec, str) else spec))
+
+
+def check(cfg, dims, mode: str) -> None:
+    """Refuse a split or per-rank profiles that cannot work (ValueError saying what to change)."""
+    split = parse_split(cfg.options.get("batch_split"))
+    if split is not None:
+        if dims.tp > 1 or dims.pp > 1:
+            raise ValueError("batch_split weights each data-parallel rank's loss; it runs with "
+                             "data parallelism alone (tp = pp = 1).")
+        if len(split) != dims.dp:
+            raise ValueError(f"batch_split={cfg.options['batch_split']!r} gives {len(split)} ranks' "
+                             f"rows; the run has dp={dims.dp}.")
+        if sum(split) != cfg.global_batch:
+            raise ValueError(f"batch_split={cfg.options['batch_split']!r} adds up to {sum(split)} rows; "
+                             f"global_batch is {cfg.global_batch}.")
+        if any(r % cfg.micro_batches for r in split):
+            raise ValueError(f"batch_split={cfg.options['batch_split']!r}: each rank's rows must split "
+                             f"into micro_batches={cfg.micro_batches}.")
+    profiles = parse_profiles(cfg.options.get("rank_profiles"))
+    if profiles is not None:
+        if mode != "emulated":
+            raise ValueError("rank_profiles prices each rank's compute on the virtual clock; use "
+                             "mode='emulated' (measured runs: the `straggler` knob throttles a rank).")
+        if len(profiles) != dims.world_size:
+            raise ValueError(f"rank_profiles names {len(profiles)} profiles for {dims.world_size} ranks.")
+        for name in profiles:
+            load_profile(name)  # an unknown one fails here, naming the known ones
+
+
+def rows_of(split: tuple[int, ...], rank: int) -> slice:
+    """The rows of the global batch rank `rank` takes under `split` (in rank order)."""
+    start = sum(split[:rank])
+    return slice(start, start + split[rank])
+
+
+def loss_weight(cfg, dp_rank: int, dp_size: int) -> float:
+    """`w_i = n · b_i / B` (1.0 without a split): the plain average then weighs rows equally."""
+    split = parse_split(cfg.options.get("batch_split"))
+    if split is None:
+        return 1.0
+    return dp_size * split[dp_rank] / cfg.global_batch
+
+
+def weighted(loss_fn, weight: float):
+    """`loss_fn` times `weight` (returned unchanged when the weight is 1)."""
+    if weight == 1.0:
+        return loss_fn
+
+    def loss(*args, **kwargs):
+        return loss_fn(*args, **kwargs) * weight
+
+    return loss
+
+
+def compute_of(base: HardwareProfile, compute: HardwareProfile) -> HardwareProfile:
+    """`base`'s links and node size with `compute`'s FLOP/s, memory bandwidth and overheads."""
+    return dataclasses.replace(
+        base, name=f"{compute.name} (links of {base.name})", peak_flops=compute.peak_flops,
+        memory_bandwidth=compute.memory_bandwidth, compute_efficiency=compute.compute_efficiency,
+        op_overhead=compute.op_overhead, op_overhead_by_context=compute.op_overhead_by_context)
+
+
+def apply_rank_profile(rec, ctx, options: dict) -> None:
+    """Emulated: this rank's clock computes at its `rank_profiles` entry (links unchanged)."""
+    profiles = parse_profiles(options.get("rank_profiles"))
+    if profiles is None or not rec.clock.emulated:
+        return
+    rec.clock.profile = compute_of(rec.clock.profile, load_profile(profiles[ctx.rank]))
+    rec.extra["compute_profile"] = profiles[ctx.rank]
+
+
+# ---------------------------------------------------------------- the analytic side
+
+
+def rank_times(cfg, split, profiles, link_profile) -> list[dict]:
+    """Per rank: predicted seconds before its gradients are ready (forward, backward, DDP's
+    copy into the bucket) and after the all-reduce (copy back, optimizer), on its profile."""
+    from mgpukit.costmodel.gpt_step import ddp_step_time
+
+    base = load_profile(link_profile)
+    n = len(split)
+    out = []
+    for b, name in zip(split, profiles):
+        p = compute_of(base, load_profile(name))
+        t = ddp_step_time(cfg.model_config(), global_batch=b * n, workers=n, profile=p)
+        copies = t["ddp_copies_s"]
+        out.append({"rows": b, "profile": name, "before_s": t["forward_s"] + t["backward_s"] + copies * 2 / 3,
+                    "after_s": copies / 3 + t["optimizer_s"], "allreduce_s": t["exposed_comm_s"]})
+    return out
+
+
+def predicted_step(cfg, split, profiles, link_profile) -> float:
+    """Synchronous DP (DDP, one bucket) with unequal ranks: the all-reduce starts when the
+    slowest rank's gradients are ready; the step ends when the slowest rank has stepped."""
+    times = rank_times(cfg, split, profiles, link_profile)
+    ready = max(t["before_s"] for t in times)
+    comm = max(t["allreduce_s"] for t in times)
+    return ready + comm + max(t["after_s"] for t in times)
+
+
+def balanced_split(cfg, profiles, link_profile) -> tuple[int, ...]:
+    """Rows per rank minimising the slowest rank's predicted compute: hand out the global
+    batch one micro-batch (`cfg.micro_batches` rows) at a time to the rank that would then
+    finish soonest. Every rank gets at least one micro-batch."""
+    k, n = cfg.micro_batches, len(profiles)
+    if cfg.global_batch % k or cfg.global_batch < n * k:
+        raise ValueError(f"global_batch={cfg.global_batch} cannot give {n} ranks whole micro-batches of {k}.")
+    split = [k] * n
+    for _ in range((cfg.global_batch - n * k) // k):
+        trial = []
+        for i in range(n):
+            s = split.copy()
+            s[i] += k
+            trial.append(rank_times(cfg, s, profiles, link_profile)[i]["before_s"])
+        split[min(range(n), key=trial.__getitem__)] += k
+    return tuple(split)
