@@ -5,7 +5,9 @@ The model, per GPU of the slowest pipeline stage (the last: it also runs the log
 1. **Compute.** A micro-batch's forward takes ``FLOPs / (tp · peak · efficiency)``; backward
    twice that; recomputation adds its extra forward (:mod:`mgpukit.costmodel.flops`).
 2. **Tensor parallel** all-reduces sit on the critical path between matmuls and are not
-   overlapped (Shoeybi et al. 2019): ``4`` per layer per micro-batch (6 with full recompute).
+   overlapped (Shoeybi et al. 2019): ``4`` per layer per micro-batch (6 with full recompute),
+   and on the last stage the vocabulary-parallel head's and loss's (three small ones;
+   `tensor_parallel.tp_collectives`) — a few percent of a tiny model's step, nothing at scale.
 3. **Pipeline** sends: one activation forward and one gradient back per micro-batch and
    chunk, also not overlapped.
 4. The stage's busy time per micro-batch ``t_mb`` (1-3) times ``m`` is stretched by the
@@ -30,7 +32,7 @@ from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import stage_params
 from mgpukit.costmodel.pipeline import bubble_fraction
 from mgpukit.costmodel.shapes import ModelShape, layer_param_split
-from mgpukit.costmodel.volume import tp_allreduces_per_layer
+from mgpukit.costmodel.tensor_parallel import tp_seconds_per_microbatch
 
 ADAM_BYTES_PER_PARAM = 28  # read master, m, v, grad; write master, m, v, bf16/fp32 weight
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb=25
@@ -87,7 +89,7 @@ def step_time(
 
     # 2-3. tensor- and pipeline-parallel communication of one micro-batch
     activation = tokens * shape.d_model * layout.dtype_bytes
-    tp_s = layers * tp_allreduces_per_layer(layout.checkpointing) * allreduce_time(activation, t, group_link(profile, t))
+    tp_s = tp_seconds_per_microbatch(shape, layout, group_link(profile, t), stage=p - 1)
     pp_s = 0.0
     if p > 1:
         pp_link = group_link(profile, 2, stride=t * layout.dp)  # neighbouring stages
