@@ -151,8 +151,9 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
     sync = tp.wrap_sync(sync)
     engine = LocalEngine(rec, module, sync=sync, loss_fn=loss, micro_batches=cfg.micro_batches,
                          params=params, around=tp.around)
-    return Parts(module=module, engine=engine, sync=sync, params=params, holds_loss=tp.holds_loss,
-                 scaler=scaler, grad_sq=lambda: tp.grad_sq(params), state_dict=lambda: tp.state_dict(module))
+    return _sharded(Parts(module=module, engine=engine, sync=sync, params=params, holds_loss=tp.holds_loss,
+                          scaler=scaler, grad_sq=lambda: tp.grad_sq(params),
+                          state_dict=lambda: tp.state_dict(module)))
 
 
 def _tensor_parallel(model, cfg, ctx, rec, strat: Strategy, layout: Layout):

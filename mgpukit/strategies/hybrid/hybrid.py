@@ -113,11 +113,18 @@ def apply_hybrid_dp(module, ctx, rec, cfg):
     return module, FlatAllReduceSync(rec, module.parameters(), group=group, n=n)
 
 
+def validate(cfg, dims) -> None:
+    """Refuse, before launch, what the composition does not do yet."""
+    if cfg.options.get("zero1") and cfg.layout.sp:
+        raise ValueError("zero1 with sequence parallelism is not available yet: the sequence-parallel "
+                         "gradients are summed over tp after ZeRO's reduce-scatter; drop --sp or zero1.")
+
+
 register("hybrid", family="hybrid",
          description="DP × TP × PP on one mesh: Megatron layers, a pipeline schedule, dp sync (or ZeRO-1)",
          layout=hybrid_layout, layout_knobs=layout_knobs, grad_sync=apply_hybrid_dp,
          composes=("dp", "tp", "pp"), knobs=(Knob("zero1", bool, False, "ZeRO-1 over the dp axis: "
                                                   "optimizer states sharded, reduce-scatter + all-gather"),
                                              V_KNOB),
-         models=("gpt-tiny", "gpt-small"), theory=hybrid_theory, tolerance=PARITY_TOLERANCE,
+         models=("gpt-tiny", "gpt-small"), theory=hybrid_theory, validate=validate, tolerance=PARITY_TOLERANCE,
          min_workers=4, default_workers=8)
