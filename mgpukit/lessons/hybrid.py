@@ -57,8 +57,20 @@ def axis_collectives(theory: dict) -> dict[str, str]:
             out[axis] = "nothing (degree 1)"
             continue
         kinds = sorted({k for s in per_stage for k in s})
-        out[axis] = ", ".join(f"{k} ×{'/'.join(str(s.get(k, 0)) for s in per_stage)}" for k in kinds)
+        counts = ", ".join(f"{k} ×{' | '.join(str(s.get(k, 0)) for s in per_stage)}" for k in kinds)
+        out[axis] = counts + (f" (stage {' | '.join(str(i) for i in range(len(per_stage)))})"
+                              if len(per_stage) > 1 else "")
     return out
+
+
+def theory_of(dims=(2, 2, 2), **overrides) -> dict:
+    """The cost model's figures for a hybrid run at `(dp, tp, pp)` — what its record's
+    ``theory`` will say — without running it (`mgpukit.experiment.prepare` checks the layout)."""
+    from mgpukit.experiment import prepare
+
+    d = dims_of(dims)
+    p = prepare("hybrid", workers=d.world_size, layout=d.as_dict(), **overrides)
+    return p.strategy.theory(p.cfg, p.dims)
 
 
 def plot_mesh(dims=(2, 2, 2), theory: dict | None = None) -> go.Figure:
@@ -78,8 +90,9 @@ def plot_mesh(dims=(2, 2, 2), theory: dict | None = None) -> go.Figure:
         for group in axis_groups(d, axis):
             for a, b in zip(group, group[1:]):
                 (x0, y0), (x1, y1) = pos[a], pos[b]
-                if axis == "pp":  # an arc over the ranks in between, one height per tp column
-                    lift = 0.3 + 0.12 * d.coords(a)["tp"]
+                if axis == "pp":  # an arc around the ranks in between: over for even tp, under for odd
+                    tp_rank = d.coords(a)["tp"]
+                    lift = (0.3 + 0.05 * (tp_rank // 2)) * (1 if tp_rank % 2 == 0 else -1)
                     for k in range(21):
                         t = k / 20
                         xs.append(x0 + (x1 - x0) * t)
@@ -100,12 +113,13 @@ def plot_mesh(dims=(2, 2, 2), theory: dict | None = None) -> go.Figure:
     for s in range(d.pp):
         fig.add_annotation(x=s * (d.tp + 1.2) + (d.tp - 1) / 2, y=0.75, text=f"stage {s}", showarrow=False)
     fig.update_layout(
-        title=f"mesh (pp, dp, tp) = ({d.pp}, {d.dp}, {d.tp}): rank, then its pp·dp·tp coordinates"
-              + (" — per step, per rank of stage 0/1/…" if theory else ""),
-        height=260 + 70 * d.dp, margin=dict(l=10, r=10, t=60, b=10),
+        title=f"the mesh (pp, dp, tp) = ({d.pp}, {d.dp}, {d.tp}): each circle a rank and its pp·dp·tp "
+              f"coordinates" + ("<br><sup>legend: what one rank of each stage issues per step (cost model)</sup>"
+                                 if theory else ""),
+        height=220 + 90 * d.dp, margin=dict(l=10, r=10, t=60, b=10), plot_bgcolor="white",
         legend=dict(orientation="h", y=-0.05, yanchor="top"),
         xaxis=dict(visible=False, range=[-0.7, d.pp * (d.tp + 1.2) - 0.5]),
-        yaxis=dict(visible=False, range=[-d.dp + 0.4, 1.0]))
+        yaxis=dict(visible=False, range=[-d.dp + 0.3, 0.95]))
     return fig
 
 
