@@ -60,12 +60,13 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
     if degrees["dp"] * degrees["tp"] * degrees["pp"] != workers:
         free = [k for k in ("dp", "tp", "pp") if k not in overrides]
         own = [k for k in free if getattr(base, k) > 1]
-        pick = own if len(own) == 1 else free if len(free) == 1 else []
+        pick = (own if len(own) == 1 else free if len(free) == 1
+                else ["dp"] if "dp" in free and "dp" in own else [])  # hybrid: dp takes the rest
         if pick:
             others = math.prod(d for k, d in degrees.items() if k != pick[0])
             degrees[pick[0]] = max(1, workers // others)
     ParallelDims(**degrees, world_size=workers)  # raises with what to change
-    if base.tp > 1 and degrees["tp"] == 1:
+    if base.tp > 1 and degrees["tp"] == 1 and "tp" not in strat.composes:
         raise ValueError(f"{strat.name} splits layers over tensor-parallel ranks; it needs tp >= 2 "
                          f"(got tp=1 on {workers} workers). Give --tp 2 (or more workers).")
     schedule = overrides.get("schedule", base.schedule)
@@ -76,12 +77,17 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
         raise ValueError(f"{strat.name} cannot be combined with tensor parallelism (tp={degrees['tp']}); "
                          f"composable with tp: dp-naive, dp-bucketed, or a tensor-parallel strategy "
                          f"(tp, tp-sp, tp-native) with --dp.")
-    if degrees["tp"] > 1 and degrees["pp"] > 1:
-        raise ValueError(f"tp={degrees['tp']} with pp={degrees['pp']} is hybrid 3D parallelism, not "
-                         f"available in runs yet; use tp or pp (each with --dp).")
     sp = bool(overrides.get("sp", base.sp))
     if sp and degrees["tp"] == 1:
         raise ValueError("sequence parallelism (sp) splits the tensor-parallel group's work; it needs tp > 1.")
+    if degrees["tp"] > 1 and degrees["pp"] > 1:
+        if strat.tensor == "native" or strat.pipeline == "native":
+            raise ValueError(f"tp={degrees['tp']} with pp={degrees['pp']} composes the kit's own tensor-parallel "
+                             f"layers and pipeline executor; {strat.name} uses PyTorch's. Run hybrid "
+                             f"(`mgpukit run hybrid --tp {degrees['tp']} --pp {degrees['pp']}`).")
+        if sp:
+            raise ValueError("sequence parallelism with a pipeline (sp with pp > 1) is not available yet: "
+                             "the stages would pass (B, T/t, C) activations; drop --sp.")
     if degrees["tp"] > 1 and not cfg.is_gpt:
         raise ValueError(f"tensor parallelism splits the GPT's attention heads and MLP; model "
                          f"{cfg.model!r} is not a GPT (use gpt-tiny or gpt-small).")
@@ -90,7 +96,9 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
     if degrees["pp"] > 1 and not strat.schedule and "pp" not in strat.composes:
         raise ValueError(f"{strat.name} cannot be combined with pipeline parallelism (pp={degrees['pp']}); "
                          f"composable with pp: dp-naive, dp-bucketed, allreduce-ring, the hand-written "
-                         f"compressors, zero1, or a pipeline strategy with --dp.")
+                         f"compressors, zero1, or a pipeline strategy with --dp"
+                         + (f"; tensor × pipeline parallel is hybrid (`mgpukit run hybrid --tp "
+                            f"{degrees['tp']} --pp {degrees['pp']}`)." if degrees["tp"] > 1 else "."))
     if degrees["dp"] > 1 and strat.schedule is None and "dp" not in strat.composes:
         raise ValueError(f"{strat.name} runs on one replica; it cannot take dp={degrees['dp']}.")
     pp = degrees["pp"]
@@ -104,8 +112,9 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
     # rows per micro-batch (whether they divide evenly is checked with the batch, in `prepare`)
     rows = max(1, cfg.global_batch // (degrees["dp"] * m))
     policies = {k: overrides[k] for k in ("checkpointing", "dtype") if k in overrides}
+    knobs = strat.layout_knobs(cfg.options) if strat.layout_knobs else {}
     layout = dataclasses.replace(base, **degrees, schedule=schedule if pp > 1 else base.schedule, v=v,
-                                 sp=sp, micro_batch=rows, num_micro_batches=m, **policies)
+                                 sp=sp, micro_batch=rows, num_micro_batches=m, **policies, **knobs)
     check_checkpointing(layout.checkpointing, cfg, strat)
     check_precision(layout.dtype)
     if layout.dtype != "fp32" and strat.worker is not None:
@@ -128,9 +137,9 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
     # unequal batches per dp rank: each loss weighted n·b_i/B, so the plain average is exact
     loss = weighted(loss, loss_weight(cfg, ctx.coords["dp"], ctx.size("dp")))
     loss = scaler.scaled(loss) if scaler is not None else loss
-    # 3. pipeline split
+    # 3. pipeline split (of the tp-split model, when tp > 1: hybrid 3D)
     if layout.pp > 1:
-        parts = _pipeline_parts(model, cfg, ctx, rec, strat, layout, loss)
+        parts = _pipeline_parts(model, cfg, ctx, rec, strat, layout, loss, tp)
         parts.scaler = scaler
         return parts
     # 4. data-parallel gradient sync
@@ -145,8 +154,9 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
     sync = tp.wrap_sync(sync)
     engine = LocalEngine(rec, module, sync=sync, loss_fn=loss, micro_batches=cfg.micro_batches,
                          params=params, around=tp.around)
-    return Parts(module=module, engine=engine, sync=sync, params=params, holds_loss=tp.holds_loss,
-                 scaler=scaler, grad_sq=lambda: tp.grad_sq(params), state_dict=lambda: tp.state_dict(module))
+    return _sharded(Parts(module=module, engine=engine, sync=sync, params=params, holds_loss=tp.holds_loss,
+                          scaler=scaler, grad_sq=lambda: tp.grad_sq(params),
+                          state_dict=lambda: tp.state_dict(module)))
 
 
 def _tensor_parallel(model, cfg, ctx, rec, strat: Strategy, layout: Layout):
@@ -175,6 +185,16 @@ def _sharded(parts: Parts) -> Parts:
     return shard(parts) if shard is not None else parts
 
 
-def _pipeline_parts(model, cfg, ctx, rec, strat: Strategy, layout: Layout, loss) -> Parts:
-    return _sharded(apply_pipeline(ctx, rec, model, layout, loss, runtime=strat.pipeline,
-                                   grad_sync=lambda holder: _grad_sync(strat, holder, cfg, ctx, rec)))
+def _pipeline_parts(model, cfg, ctx, rec, strat: Strategy, layout: Layout, loss, tp=None) -> Parts:
+    """This rank's stages; with tp, of the tp-split model: the stage passes its replicated
+    (B, T, C) boundary to the same tp rank of the next stage (`ctx.axis_ranks("pp")`), the loss
+    is logged once per tp group, the gradient norm counts replicated parameters 1/t, and the
+    weights are gathered over tp before the stages are merged."""
+    parts = apply_pipeline(ctx, rec, model, layout, loss, runtime=strat.pipeline,
+                           grad_sync=lambda holder: _grad_sync(strat, holder, cfg, ctx, rec))
+    if tp is not None:
+        holder, params = parts.module, parts.params
+        parts = dataclasses.replace(
+            parts, holds_loss=parts.holds_loss and tp.holds_loss, grad_sq=lambda: tp.grad_sq(params),
+            state_dict=lambda: {k.split(".", 1)[1]: v for k, v in tp.state_dict(holder).items()})
+    return _sharded(parts)

@@ -84,7 +84,9 @@ def test_sequence_parallel_splits_the_layernorm_activations():
 @pytest.mark.parametrize("strategy, kw, match", [
     ("tp", {"workers": 3}, "does not divide n_head=4"),
     ("tp", {"workers": 2, "model": "mlp-tiny"}, "runs on models|not a GPT"),
-    ("tp", {"workers": 4, "layout": {"pp": 2}}, "hybrid 3D"),
+    ("tp", {"workers": 4, "layout": {"pp": 2}}, "is hybrid"),
+    ("tp-native", {"workers": 4, "layout": {"pp": 2}}, "uses PyTorch's. Run hybrid"),
+    ("hybrid", {"workers": 8, "layout": {"sp": True}}, "not available yet"),
     ("ddp", {"workers": 4, "layout": {"tp": 2}}, "cannot be combined with tensor parallelism"),
     ("dp-naive", {"workers": 2, "layout": {"sp": True}}, "needs tp > 1"),
     ("tp", {"workers": 2, "layout": {"tp": 1, "dp": 2}}, "needs tp >= 2"),

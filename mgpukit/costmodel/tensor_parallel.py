@@ -22,22 +22,35 @@ buffer for a reduce-scatter or all-gather (`comm.bus_factor`).
 """
 from __future__ import annotations
 
-from mgpukit.costmodel.comm import bus_factor
+import dataclasses
+
+from mgpukit.costmodel.comm import allgather_time, allreduce_time, bus_factor, reduce_scatter_time
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.shapes import ModelShape, layer_param_split
 
 
-def tp_collectives(shape: ModelShape, layout: Layout, *, seq_len: int | None = None) -> dict[str, list]:
-    """``{kind: [(count, nbytes), …]}`` of one step on one rank of the tp group."""
+def tp_collectives(shape: ModelShape, layout: Layout, *, seq_len: int | None = None,
+                   stage: int | None = None) -> dict[str, list]:
+    """``{kind: [(count, nbytes), …]}`` of one step on one rank of the tp group.
+
+    ``stage``: on a rank of pipeline stage ``stage`` (of ``layout.pp``) only — its
+    ``n_layer / pp`` blocks, the embedding on the first stage, the head and the loss on the
+    last (hybrid 3D). None: the whole model on every tp rank."""
     s = seq_len or shape.seq_len
-    e, b, m, L = layout.dtype_bytes, layout.micro_batch, layout.num_micro_batches, shape.n_layer
+    e, b, m = layout.dtype_bytes, layout.micro_batch, layout.num_micro_batches
+    first = last = True
+    L = shape.n_layer
+    if stage is not None:
+        first, last, L = stage == 0, stage == layout.pp - 1, shape.n_layer // layout.pp
     act = b * s * shape.d_model * e
-    loss = [(m, b * s * e), (m, 2 * b * s * e)]  # MAX, then the two sums together
+    ends = int(first) + int(last)  # the embedding's g (first stage), the head's f (last stage)
+    loss = [(m, b * s * e), (m, 2 * b * s * e)] if last else []  # MAX, then the two sums together
     if not layout.sp:
-        return {"all_reduce": [(m * (4 * L + 2), act)] + loss}
+        return {"all_reduce": [(m * (4 * L + ends), act)] + loss}
     _, replicated = layer_param_split(shape)
-    sp_params = L * replicated + 2 * shape.d_model + shape.seq_len * shape.d_model  # + ln_f, positions
-    return {"all_gather": [(m * (4 * L + 2), act)], "reduce_scatter": [(m * (4 * L + 2), act)],
+    sp_params = (L * replicated + (2 * shape.d_model if last else 0)
+                 + (shape.seq_len * shape.d_model if first else 0))  # + ln_f, positions
+    return {"all_gather": [(m * (4 * L + ends), act)], "reduce_scatter": [(m * (4 * L + ends), act)],
             "all_reduce": loss + [(1, sp_params * 4)]}  # gradients stay fp32
 
 
@@ -52,3 +65,23 @@ def tp_block_bytes_per_step(shape: ModelShape, layout: Layout) -> float:
     micro-batch — the term the step-time model charges to tensor parallelism."""
     act = layout.micro_batch * shape.seq_len * shape.d_model * layout.dtype_bytes
     return layout.num_micro_batches * 4 * shape.n_layer * bus_factor("all_reduce", layout.tp) * act
+
+
+_TIME = {"all_reduce": allreduce_time, "all_gather": allgather_time, "reduce_scatter": reduce_scatter_time}
+
+
+def tp_seconds_per_microbatch(shape: ModelShape, layout: Layout, link, *, stage: int | None = None) -> float:
+    """Seconds of tensor-parallel collectives one micro-batch costs a rank of ``stage`` over
+    ``link`` — every collective of `tp_collectives` (the blocks' and the vocabulary-parallel
+    ends'), alpha-beta each, none overlapped (they sit between matmuls); full recomputation
+    repeats the blocks' two forward ones."""
+    if layout.tp == 1:
+        return 0.0
+    one = dataclasses.replace(layout, num_micro_batches=1)
+    seconds = sum(count * _TIME[kind](nbytes, layout.tp, link)
+                  for kind, items in tp_collectives(shape, one, stage=stage).items() for count, nbytes in items)
+    if layout.checkpointing == "full":
+        layers = shape.n_layer // layout.pp if stage is not None else shape.n_layer
+        act = layout.micro_batch * shape.seq_len * shape.d_model * layout.dtype_bytes
+        seconds += 2 * layers * allreduce_time(act, layout.tp, link)
+    return seconds

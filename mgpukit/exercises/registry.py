@@ -304,6 +304,57 @@ _add("07.zero-stage", lambda: _memory("smallest_zero_stage_that_fits", "7b", 8),
      why="sharding the optimizer states is what brings a 7B model under 80 GB on 8 GPUs.")
 
 
+# ---- 08 hybrid 3D
+def _hybrid_pp_ranks(rank: int) -> list[int]:
+    from mgpukit.lessons.hybrid import axis_groups
+
+    return next(g for g in axis_groups((2, 2, 2), "pp") if rank in g)
+
+
+def _hybrid_stage_psi(dp: int = 2, tp: int = 2, pp: int = 2, stage: int = 0) -> float:
+    from mgpukit.costmodel import get_shape
+    from mgpukit.costmodel.layout import Layout
+    from mgpukit.costmodel.memory import stage_params
+
+    return stage_params(get_shape("gpt-tiny"), Layout(dp=dp, tp=tp, pp=pp, dtype="fp32"), stage)
+
+
+def _hybrid_dp_bytes() -> float:
+    from mgpukit.costmodel import get_shape
+    from mgpukit.costmodel.layout import Layout
+    from mgpukit.strategies.hybrid.theory import stage_theory
+
+    return stage_theory(get_shape("gpt-tiny"), Layout(dp=2, tp=2, pp=2, dtype="fp32"), 0)["bytes_sent"]["dp"]
+
+
+def _hybrid_across(gpus_per_node: int) -> str:
+    from mgpukit.lessons.hybrid import crossing, node_profile
+
+    return ",".join(a for a, x in crossing((2, 2, 2), node_profile(gpus_per_node)).items() if x)
+
+
+_add("08.pipeline-ranks", lambda: _hybrid_pp_ranks(1), rel=0.0,
+     hint="rank = (pp·dp_size + dp)·tp_size + tp: keep rank 1's dp and tp coordinates, step through pp",
+     why="a pipeline links the ranks with the same (dp, tp) coordinates: tp rank 1 of stage 0 sends its "
+         "copy of the activation to tp rank 1 of stage 1, tp·dp ranks further on.")
+_add("08.dp-bytes", _hybrid_dp_bytes, rel=0.01,
+     hint="dp = 2, so the ring sends 2(n−1)/n = 1 × the buffer: 4 bytes × the parameters ONE rank of "
+          "stage 0 holds — 2 blocks with their split weights halved, the vocabulary half of the token "
+          "embedding, the whole position table",
+     why="the dp all-reduce moves only what the rank holds: its stage (1/pp of the blocks) and its tp "
+         "share — 3D parallelism divides the gradient traffic of data parallelism by roughly tp·pp.",
+     mistakes=((lambda: 4 * _hybrid_stage_psi(tp=1), "that is the whole stage: tp splits the weight matrices "
+                "and the vocabulary, so each tp rank holds about half of them."),
+               (lambda: 4 * _hybrid_stage_psi(tp=1, pp=1), "that is the whole model: a rank of stage 0 holds "
+                "only its stage's blocks (and the embedding)."),
+               (lambda: _hybrid_stage_psi(), "Ψ counts parameters; each fp32 gradient is 4 bytes.")))
+_add("08.across-nodes", lambda: _hybrid_across(4),
+     hint="ranks fill nodes in order and the mesh is (pp, dp, tp), tp fastest: which axis's groups "
+          "span more than 4 consecutive ranks?",
+     why="with tp fastest, tp groups are neighbours, dp groups tp apart, pp groups tp·dp apart: the "
+         "pipeline is the axis that leaves the node first — the cheap one, one message per micro-batch.")
+
+
 # ---- 10 beyond: local SGD, mixed clusters, spot instances
 def _local_bytes_ratio(h: int = 8) -> float:
     return 1 / h

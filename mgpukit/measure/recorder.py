@@ -12,7 +12,9 @@ correctness is real) and writes down what it cost:
 
 Bytes are counted as the ring algorithm moves them per rank ("bus bytes"): all-reduce
 2(n-1)/n·B, reduce-scatter and all-gather (n-1)/n·B, point-to-point B. `payload_bytes` counts
-the tensors handed to the backend — what compression shrinks.
+the tensors handed to the backend — what compression shrinks. `by_axis` splits the bytes sent
+by the mesh axis the group lies on ("tp", "dp", "pp"; "world" or "other" for any other group),
+so a hybrid run's traffic per axis sits beside the cost model's.
 
 A communication event whose group crosses nodes (`ctx.spans_nodes`) carries
 `"inter_node": True`: its bytes took the network, not the node's own links, and the timeline
@@ -62,6 +64,8 @@ class Recorder:
         self.bytes_received = 0.0
         self.payload_bytes = 0
         self.collectives: Counter = Counter()
+        self.by_axis: Counter = Counter()  # bytes sent per mesh axis
+        self._axes: dict[tuple, str] = {}
         self.memory: dict = {}
         self.extra: dict = {}
         self._step: int | None = None
@@ -193,11 +197,23 @@ class Recorder:
         """Count one operation someone else issued (a library's), as the recorder counts its own."""
         self._count(name, payload, sent, received)
 
-    def _count(self, name: str, payload: int, sent: float, received: float):
+    def _count(self, name: str, payload: int, sent: float, received: float, ranks=None):
         self.collectives[name] += 1
         self.payload_bytes += payload
         self.bytes_sent += sent
         self.bytes_received += received
+        if ranks is not None and sent:
+            self.by_axis[self._axis_of(ranks)] += sent
+
+    def _axis_of(self, ranks) -> str:
+        """The mesh axis a group of global ranks (or a message's two ends) lies on."""
+        key = tuple(sorted(ranks))
+        if key not in self._axes:
+            ctx, members = self.ctx, set(key)
+            axes = [a for a in ("tp", "dp", "pp") if ctx.size(a) > 1 and members <= set(ctx.axis_ranks(a))]
+            self._axes[key] = (axes[0] if axes else
+                               "world" if len(members) == ctx.world_size else "other")
+        return self._axes[key]
 
     def _check_device(self, name: str, *tensors):
         """Every tensor handed to the backend lives on this rank's device: NCCL takes no CPU
@@ -215,7 +231,7 @@ class Recorder:
     def _collective(self, name, run, nbytes: int, group, async_op: bool, factor: float,
                     written=None):
         ranks = group_ranks(group)
-        self._count(name, nbytes, factor * nbytes, factor * nbytes)
+        self._count(name, nbytes, factor * nbytes, factor * nbytes, ranks)
         if self.clock.emulated:
             with self._off_clock():
                 start, end = self.clock.collective(name, nbytes, ranks, group)
@@ -299,7 +315,7 @@ class Recorder:
         no watcher needed for the moment it completed."""
         self._check_device("send", tensor)
         nbytes = _nbytes(tensor)
-        self._count("send", nbytes, nbytes, 0)
+        self._count("send", nbytes, nbytes, 0, (self.rank, dst))
         strict = self._strict
         if strict is not None:
             strict.before_unbatched(group, dst)
@@ -369,8 +385,8 @@ class Recorder:
         sends = [(t, p) for t, p in sends if t.numel()]
         recvs = [(t, p) for t, p in recvs if t.numel()]
         self._check_device("exchange", *(t for t, _ in sends + recvs))
-        for t, _ in sends:
-            self._count("send", _nbytes(t), _nbytes(t), 0)
+        for t, dst in sends:
+            self._count("send", _nbytes(t), _nbytes(t), 0, (self.rank, dst))
         for t, _ in recvs:
             self._count("recv", _nbytes(t), 0, _nbytes(t))
         if not sends and not recvs:
@@ -444,7 +460,8 @@ class Recorder:
             "timeline": self.events,
             "memory": self.memory,
             "comm": {"bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received,
-                     "payload_bytes": self.payload_bytes, "collectives": dict(self.collectives)},
+                     "payload_bytes": self.payload_bytes, "collectives": dict(self.collectives),
+                     "by_axis": dict(self.by_axis)},
             "extra": self.extra,
         }
 

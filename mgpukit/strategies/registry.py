@@ -10,7 +10,7 @@ A strategy is a recipe for the one trainer, not a training loop of its own:
   (`"ours"`: the kit's executor; `"native"`: torch.distributed.pipelining);
 - `tensor` — with tp > 1, who splits the layers (`"ours"`: Megatron-style layers,
   `mgpukit.strategies.tensor_parallel`; `"native"`: DTensor's `parallelize_module`);
-- `knobs` — its typed options.
+- `knobs` — its typed options (`layout_knobs`: the layout fields some of them set).
 
 `mgpukit.parallelize` applies these to an unmodified model and `mgpukit.training.train` runs
 it. A strategy with a topology the trainer cannot express (the parameter server) gives a
@@ -35,6 +35,8 @@ class Strategy:
     family: str
     description: str
     layout: Callable[[int], Layout] = data_parallel
+    layout_knobs: Callable[[dict], dict] | None = None  # options -> Layout fields its knobs set
+    # (hybrid's zero1 -> zero=1), so the layout the cost model reads says what runs
     grad_sync: Callable | None = None  # (module, ctx, rec, cfg) -> (module, GradSync); None: allreduce
     schedule: str | None = None  # pipeline strategies: the schedule their name promises
     pipeline: str = "ours"  # "ours" | "native": who runs a pipeline schedule
