@@ -201,13 +201,19 @@ def _bench(args):
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from mgpukit import calibrate, export, tour
+def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI; ``only="plan"`` builds just ``plan``, which is pure arithmetic: it then
+    never imports torch (4 s of the 5 s `mgpukit plan --search` used to take)."""
     from mgpukit.costmodel import plan_cli
 
     parser = _Parser(prog="mgpukit", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True)  # subcommands are _Parsers too
+    if only == "plan":
+        plan_cli.register(sub)
+        sub.choices["plan"].add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
+        return parser
+    from mgpukit import calibrate, export, tour
 
     p = sub.add_parser("info", help="devices, versions, default mode and worker count")
     p.add_argument("--json", action="store_true")
@@ -259,7 +265,9 @@ def _error_message(e: BaseException) -> tuple[int, str] | None:
 
 def main(argv=None) -> int:
     warnings.simplefilter("default")
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(only="plan" if command == "plan" else None).parse_args(argv)
     try:
         if isinstance(getattr(args, "json", None), str):  # run, bench, plan: checked before the work
             from mgpukit.files import check_output

@@ -22,6 +22,8 @@ from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import CATEGORIES
 from mgpukit.costmodel.planner import Plan, plan, search
 from mgpukit.costmodel.shapes import get_shape, list_shapes
+from mgpukit.costmodel.training_cost import (check_price, format_training, format_training_table, time_to_train,
+                                             token_budget)
 
 SEARCH_GLOBAL_BATCH = 512
 
@@ -57,6 +59,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--search", action="store_true", help="rank every layout that fits by predicted step time")
     p.add_argument("--top", type=int, default=10, help="rows of the --search table (default 10)")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    cost = p.add_argument_group("time to train and cost (mgpukit.costmodel.training_cost)")
+    cost.add_argument("--tokens", default=None, help="tokens to train on, e.g. 2e12, 2T, 300B")
+    cost.add_argument("--epochs", type=float, default=None, help="or: passes over a dataset of --dataset-tokens")
+    cost.add_argument("--dataset-tokens", default=None, help="the dataset's size in tokens, with --epochs")
+    cost.add_argument("--price-per-gpu-hour", type=float, default=None, metavar="USD",
+                      help="price of one GPU-hour: adds the cost of the run")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -102,21 +110,42 @@ def _check_positive(args) -> None:
             raise ValueError(f"--{name.replace('_', '-')} {value}: must be at least 1")
 
 
+def _budget(args) -> "float | None":
+    """Tokens of the run when --tokens or --epochs/--dataset-tokens are given (checked), else None."""
+    price = check_price(getattr(args, "price_per_gpu_hour", None))
+    given = [getattr(args, k, None) for k in ("tokens", "epochs", "dataset_tokens")]
+    if all(g is None for g in given):
+        if price is not None:
+            raise ValueError("--price-per-gpu-hour needs a token budget: add --tokens (e.g. 2T) "
+                             "or --epochs with --dataset-tokens")
+        return None
+    return token_budget(tokens=args.tokens, epochs=args.epochs, dataset_tokens=args.dataset_tokens)
+
+
 def run(args) -> int:
     """Handler of ``mgpukit plan``: prints a table, optionally writes JSON; returns the exit code."""
     try:
         shape, profile = get_shape(args.model), load_profile(args.profile)
         _check_positive(args)
+        tokens, price = _budget(args), getattr(args, "price_per_gpu_hour", None)
         if args.search:
             gb = args.global_batch or SEARCH_GLOBAL_BATCH
             plans = search(shape, args.gpus, profile, global_batch=gb, top=args.top, include_unfit=True)
             print(format_search(plans, gpus=args.gpus, global_batch=gb))
             result = {"predicted": True, "model": shape.name, "profile": profile.name, "gpus": args.gpus,
                       "global_batch": gb, "plans": [pl.to_dict() for pl in plans]}
+            if tokens is not None and plans:
+                budgets = [time_to_train(pl, tokens, price_per_gpu_hour=price) for pl in plans]
+                print("\n" + format_training_table(plans, budgets))
+                for row, b in zip(result["plans"], budgets):
+                    row["training"] = b
         else:
             result_plan = plan(shape, args.gpus, profile, layout_from_args(args))
             print(format_plan(result_plan))
             result = result_plan.to_dict()
+            if tokens is not None:
+                result["training"] = time_to_train(result_plan, tokens, price_per_gpu_hour=price)
+                print(format_training(result["training"]))
     except ValueError as e:  # LayoutError and unknown names included: say what to change
         print(f"mgpukit: error: {e}", file=sys.stderr)
         return 2

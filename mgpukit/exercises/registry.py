@@ -377,3 +377,39 @@ _add("10.spot-savings", _spot_savings, rel=0.05,
      why="an hour between checkpoints at one preemption an hour loses about half an hour each time: "
          "the stretch eats much of the 70 % discount.",
      mistakes=((lambda: 0.7, "that is the discount, with no preemption at all"),))
+# ---- 09 plan a cluster
+def _h100_six_nd(tokens: float = 2e12, mfu: float = 0.4) -> dict:
+    from mgpukit.costmodel import get_shape, load_profile, param_count
+    from mgpukit.costmodel.training_cost import six_nd
+
+    return six_nd(param_count(get_shape("7b")), tokens, peak_flops=load_profile("h100-ib").flops("bf16"), mfu=mfu)
+
+
+def _llama2_steps() -> int:
+    import math
+
+    from mgpukit.costmodel import get_shape
+
+    return math.ceil(2e12 / (1024 * get_shape("7b").seq_len))
+
+
+def _rule_7b_tokens_billions() -> float:
+    from mgpukit.costmodel import get_shape, load_profile, param_count
+    from mgpukit.costmodel.training_cost import tokens_for_gpu_hours
+
+    return tokens_for_gpu_hours(500, param_count(get_shape("7b")), peak_flops=load_profile("h100-ib").flops("bf16"),
+                                mfu=0.4) / 1e9
+
+
+_add("09.steps", _llama2_steps, rel=0.001,
+     hint="tokens per step = sequences per step × tokens per sequence; the last partial step counts",
+     why="steps = ceil(D / (global batch · seq_len)): the planner's step time times this is the wall time.",
+     mistakes=((lambda: 2e12 / 1024, "that divides by the sequences per step; a sequence holds 4,096 tokens."),))
+_add("09.gpu-hours", lambda: _h100_six_nd()["gpu_hours"], rel=0.03,
+     hint="6·N·D FLOPs, divided by (peak FLOP/s × MFU), in hours",
+     why="each token costs 2N FLOPs forward and 4N backward; at 40% MFU an H100 delivers ~396 TFLOP/s of them.",
+     mistakes=((lambda: _h100_six_nd()["gpu_hours"] / 3, "2·N·D is the forward only: backward costs twice the forward."),
+               (lambda: _h100_six_nd()["gpu_hours"] * 0.4, "that is at 100% MFU: divide by the fraction of peak reached.")))
+_add("09.rule-7b", _rule_7b_tokens_billions, rel=0.03,
+     hint="invert 6·N·D: D = GPU-hours · 3600 · peak · MFU / (6·N)",
+     why="a few tokens per parameter: a fine-tuning budget, far below the 20 per parameter of Chinchilla-optimal pre-training.")

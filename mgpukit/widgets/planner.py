@@ -1,0 +1,221 @@
+"""The planner behind controls (notebook 09): every figure is the cost model's prediction.
+
+- `plot_memory(plan)`: bytes per GPU stacked by category against the profile's usable memory.
+- `plot_step_time(plan)`: one step split into compute, exposed communication per axis (tp, pp,
+  dp), pipeline bubble and optimizer.
+- `plot_speedup(rows)`: predicted speedup from 1 to 1,024 GPUs against the ideal line.
+- `PlannerExplorer` / `planner_explorer()`: model size, GPUs, profile, layout (dp is what tp and
+  pp leave), schedule, ZeRO stage, checkpointing, precision, micro-batch, global batch, tokens and
+  price -> the three figures redrawn in place (plotly ``FigureWidget``: only the numbers travel
+  to the browser) and one sentence: does it fit, and if not, which change would (computed).
+  Headless (CI) it draws once; tests drive it by setting control values.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from mgpukit.costmodel.actions import SCHEDULES
+from mgpukit.costmodel.hardware import list_profiles
+from mgpukit.costmodel.shapes import list_shapes
+from mgpukit.costmodel.training_cost import format_duration, format_money, parse_tokens, time_to_train
+from mgpukit.lessons.planning import GPU_COUNTS, TIME_PARTS, explain, speedup_curve
+from mgpukit.plots.style import MEMORY_CATEGORIES, MEMORY_COLORS, PREDICTED, series_color
+
+GB = 1e9
+TIME_COLORS = ("#4C78A8", "#B279A2", "#FF9DA6", "#72B7B2", "#D9D9D9", "#54A24B")
+
+
+def _figure(widget: bool):
+    if widget:
+        try:
+            return go.FigureWidget()
+        except ImportError:  # plotly 6+ needs anywidget for FigureWidget; a static figure still works
+            pass
+    return go.Figure()
+
+
+def plot_memory(pl, fig=None) -> go.Figure:
+    """One stacked bar, GB per GPU by category (fullest GPU), and the usable-memory line."""
+    fig = fig if fig is not None else go.Figure()
+    mem, limit = pl.memory, pl.memory_limit
+    if not fig.data:
+        for cat in MEMORY_CATEGORIES:
+            fig.add_trace(go.Bar(x=[0], y=[0], name=cat, marker_color=MEMORY_COLORS[cat], width=0.5,
+                                 hovertemplate=f"{cat} %{{y:.1f}} GB<extra></extra>"))
+        fig.add_trace(go.Scatter(x=[-0.4, 0.4], y=[0, 0], mode="lines", name="usable memory",
+                                 line=dict(color="black", dash="dash")))
+        fig.update_layout(barmode="stack", height=380, width=360, yaxis_title="GB per GPU",
+                          xaxis=dict(showticklabels=False, range=[-0.6, 0.6]), margin=dict(l=60, r=10, t=60, b=20))
+    with _batch(fig):
+        for trace, cat in zip(fig.data, MEMORY_CATEGORIES):
+            trace.y = [mem[cat] / GB]
+        fig.data[-1].y = [limit / GB, limit / GB]
+        fig.layout.title = (f"memory per GPU: {mem['total'] / GB:.1f} of {limit / GB:.0f} GB "
+                            f"{'✓' if pl.fits else '✗ does not fit'}<br><sub>{PREDICTED}</sub>")
+    return fig
+
+
+def plot_step_time(pl, fig=None) -> go.Figure:
+    """One horizontal stacked bar: the step's compute, exposed comm per axis, bubble, optimizer."""
+    fig = fig if fig is not None else go.Figure()
+    if not fig.data:
+        for (name, _), color in zip(TIME_PARTS, TIME_COLORS):
+            fig.add_trace(go.Bar(y=["step"], x=[0], name=name, orientation="h", marker_color=color,
+                                 hovertemplate=f"{name} %{{x:.3g}} s<extra></extra>"))
+        fig.update_layout(barmode="stack", height=260, xaxis_title="seconds per step",
+                          legend=dict(orientation="h", y=-0.5), margin=dict(l=50, r=10, t=60, b=20))
+    with _batch(fig):
+        for trace, (_, key) in zip(fig.data, TIME_PARTS):
+            trace.x = [pl.time[key]]
+        t = pl.time
+        fig.layout.title = (f"step {pl.step_time_s:.3g} s · MFU {pl.mfu:.1%} · bubble {t['bubble_fraction']:.1%} · "
+                            f"{t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU<br><sub>{PREDICTED}</sub>")
+    return fig
+
+
+def plot_speedup(rows: list[dict], fig=None, *, title: str = "") -> go.Figure:
+    """Speedup vs GPUs (log-log): layouts that fit (filled) and that do not (open), ideal dashed."""
+    fig = fig if fig is not None else go.Figure()
+    if not fig.data:
+        fig.add_trace(go.Scatter(x=[], y=[], mode="lines", name="ideal (N×)", line=dict(color="grey", dash="dot")))
+        fig.add_trace(go.Scatter(x=[], y=[], mode="lines+markers", name="fits", marker=dict(size=9),
+                                 line=dict(color=series_color(0))))
+        fig.add_trace(go.Scatter(x=[], y=[], mode="markers", name="does not fit",
+                                 marker=dict(size=9, symbol="circle-open", color=series_color(3))))
+        fig.update_layout(height=380, xaxis=dict(title="GPUs", type="log", tickvals=list(GPU_COUNTS)),
+                          yaxis=dict(title="speedup over 1 GPU", type="log"), margin=dict(l=60, r=10, t=60, b=40))
+    ok = [r for r in rows if r["fits"]]
+    bad = [r for r in rows if not r["fits"]]
+    with _batch(fig):
+        xs = [r["gpus"] for r in rows]
+        fig.data[0].x, fig.data[0].y = xs, xs
+        fig.data[1].x, fig.data[1].y = [r["gpus"] for r in ok], [r["speedup"] for r in ok]
+        fig.data[2].x, fig.data[2].y = [r["gpus"] for r in bad], [r["speedup"] for r in bad]
+        fig.layout.title = (title or "speedup, same global batch") + f"<br><sub>{PREDICTED}</sub>"
+    return fig
+
+
+class _batch:
+    """``fig.batch_update()`` for a FigureWidget (one message to the browser), nothing for a Figure."""
+
+    def __init__(self, fig):
+        self.ctx = fig.batch_update() if hasattr(fig, "batch_update") else None
+
+    def __enter__(self):
+        return self.ctx.__enter__() if self.ctx else None
+
+    def __exit__(self, *exc):
+        return self.ctx.__exit__(*exc) if self.ctx else False
+
+
+class PlannerExplorer:
+    """The controls, the three figures and the sentence; `redraw()` runs on every change.
+
+    ``controls`` maps a name (``model, gpus, profile, tp, pp, schedule, v, zero, checkpointing,
+    dtype, micro_batch, global_batch, tokens, price``) to its widget; ``state`` holds the last
+    plan, sentence and speedup rows (tests read it)."""
+
+    def __init__(self, *, model="70b", gpus=64, profile="h100-ib", tp=8, pp=1, zero=1, checkpointing="selective",
+                 schedule="1f1b", v=2, dtype="bf16", micro_batch=1, global_batch=512, tokens="2T", price=2.0,
+                 widget_figures: bool = True):
+        import ipywidgets as w
+
+        profiles = [p for p in list_profiles() if not p.startswith("this-machine")]
+        self.controls = c = {
+            "model": w.Dropdown(options=[s for s in list_shapes() if s != "gpt-tiny"], value=model, description="model"),
+            "gpus": w.Dropdown(options=list(GPU_COUNTS) + [2048, 4096], value=gpus, description="GPUs"),
+            "profile": w.Dropdown(options=profiles, value=profile, description="profile"),
+            "tp": w.Dropdown(options=[1, 2, 4, 8, 16], value=tp, description="tp"),
+            "pp": w.Dropdown(options=[1, 2, 4, 5, 8, 10, 16, 20, 32], value=pp, description="pp"),
+            "schedule": w.Dropdown(options=list(SCHEDULES), value=schedule, description="schedule"),
+            "v": w.IntSlider(value=v, min=2, max=8, description="v (interleaved)", continuous_update=False),
+            "zero": w.ToggleButtons(options=[0, 1, 2, 3], value=zero, description="ZeRO"),
+            "checkpointing": w.ToggleButtons(options=["none", "selective", "full"], value=checkpointing,
+                                             description="checkpointing"),
+            "dtype": w.ToggleButtons(options=["bf16", "fp32"], value=dtype, description="precision"),
+            "micro_batch": w.Dropdown(options=[1, 2, 4, 8], value=micro_batch, description="micro-batch"),
+            "global_batch": w.Dropdown(options=[256, 512, 1024, 2048, 4096], value=global_batch,
+                                       description="global batch"),
+            "tokens": w.Text(value=tokens, description="tokens", continuous_update=False),
+            "price": w.BoundedFloatText(value=price, min=0, max=1e4, step=0.1, description="$/GPU-hour"),
+        }
+        self.dp_label = w.HTML()
+        self.sentence = w.HTML()
+        self.figures = {k: _figure(widget_figures) for k in ("memory", "time", "speedup")}
+        # static figures (no anywidget) are shown through `out`; it also shows a callback's traceback
+        self.static = not isinstance(self.figures["memory"], w.DOMWidget)
+        self.out = w.Output()
+        self.state: dict = {}
+        for control in c.values():
+            control.observe(self.redraw, names="value")
+        self.redraw()
+        figures = [] if self.static else [w.HBox([self.figures["memory"], self.figures["speedup"]]),
+                                          self.figures["time"]]
+        self.box = w.VBox([
+            w.HBox([c["model"], c["gpus"], c["profile"]]),
+            w.HBox([c["tp"], c["pp"], self.dp_label]),
+            w.HBox([c["schedule"], c["v"], c["micro_batch"], c["global_batch"]]),
+            c["zero"], c["checkpointing"], c["dtype"],
+            w.HBox([c["tokens"], c["price"]]),
+            self.sentence, *figures, self.out,
+        ])
+
+    def layout_kwargs(self) -> dict:
+        c = self.controls
+        return {k: c[k].value for k in ("tp", "pp", "zero", "checkpointing", "schedule", "v", "dtype",
+                                          "micro_batch", "global_batch")}
+
+    def redraw(self, *_):
+        """Plan the chosen layout and update the sentence and the figures in place."""
+        from mgpukit.widgets.output import errors_shown_in
+
+        c, kw = self.controls, self.layout_kwargs()
+        gpus = c["gpus"].value
+        tp_pp = kw["tp"] * kw["pp"]
+        self.dp_label.value = (f"&nbsp;→ dp = {gpus // tp_pp}" if gpus % tp_pp == 0
+                               else f"&nbsp;→ tp × pp = {tp_pp} does not divide {gpus}")
+        with errors_shown_in(self.out):
+            result = explain(c["model"].value, gpus, c["profile"].value, **kw)
+            self.state = {"explain": result, "plan": result["plan"], "sentence": result["sentence"]}
+            if result["plan"] is None:
+                self.sentence.value = f"<b>{result['sentence']}</b>"
+                return
+            pl = result["plan"]
+            self.sentence.value = f"<b>{result['sentence']}</b><br>{self._cost_line(pl)}"
+            rest = {k: v for k, v in kw.items() if k not in ("tp", "pp", "global_batch")}
+            rows = speedup_curve(pl.model, pl.profile, tp=kw["tp"], pp=kw["pp"], global_batch=kw["global_batch"], **rest)
+            self.state["speedup"] = rows
+            plot_memory(pl, self.figures["memory"])
+            plot_step_time(pl, self.figures["time"])
+            plot_speedup(rows, self.figures["speedup"],
+                         title=f"speedup of tp {kw['tp']} × pp {kw['pp']} × dp, global batch {kw['global_batch']}")
+            if self.static:
+                self._show_static()
+            elif self.out.outputs:  # a traceback from an earlier callback: gone once it works again
+                self.out.outputs = ()
+
+    def _cost_line(self, pl) -> str:
+        c = self.controls
+        try:
+            tokens = parse_tokens(c["tokens"].value, what="tokens")
+        except ValueError as e:
+            return str(e)
+        b = time_to_train(pl, tokens, price_per_gpu_hour=c["price"].value)
+        self.state["training"] = b
+        return (f"{tokens:.3g} tokens: {b['steps']:,} steps, {format_duration(b['seconds'])} on {pl.gpus} GPUs, "
+                f"{b['gpu_hours']:,.0f} GPU-hours, {format_money(b['cost'])} at ${b['price_per_gpu_hour']:.2f}/GPU-hour "
+                f"({PREDICTED})")
+
+    def _show_static(self):
+        from mgpukit.widgets.output import show
+
+        show(self.out, *self.figures.values())
+
+
+def planner_explorer(**kw) -> PlannerExplorer:
+    """Show the planner's controls and figures (see `PlannerExplorer`); returns the explorer."""
+    from IPython.display import display
+
+    ex = PlannerExplorer(**kw)
+    display(ex.box)
+    return ex
