@@ -75,6 +75,7 @@ from torch.utils._pytree import tree_flatten
 
 from mgpukit.costmodel import comm as cost
 from mgpukit.costmodel.hardware import HardwareProfile, load_profile
+from mgpukit.costmodel.kernels import TENSOR_CORE_DTYPES, depth_efficiency, gemm_seconds, matmul_rate, wave_efficiency
 from mgpukit.measure.shape import storage_key
 
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -123,8 +124,42 @@ def op_cost(func, args, kwargs, out, profile: HardwareProfile) -> tuple[float, f
         reads = _tensors((args, kwargs))
     nbytes = float(sum(t.numel() * t.element_size() for t in reads + outputs))
     dtype = next((t.dtype for t in reads + outputs if t.is_floating_point()), torch.float32)
-    peak = profile.flops(_DTYPE_NAMES.get(dtype, "fp32")) * profile.compute_efficiency
+    name = _DTYPE_NAMES.get(dtype, "fp32")
+    shaped = _shaped_kernel(packet, args, name, flops, profile)
+    if shaped is not None:
+        return max(shaped, nbytes / profile.memory_bandwidth), flops, nbytes
+    peak = profile.flops(name) * profile.compute_efficiency
     return max(flops / peak, nbytes / profile.memory_bandwidth), flops, nbytes
+
+
+_GEMMS = {_aten.mm: (0, 1), _aten.addmm: (1, 2), _aten.bmm: (0, 1), _aten.baddbmm: (1, 2)}
+_ATTENTION = {_aten._scaled_dot_product_flash_attention_for_cpu,
+              _aten._scaled_dot_product_flash_attention_for_cpu_backward,
+              _aten._scaled_dot_product_flash_attention, _aten._scaled_dot_product_flash_attention_backward,
+              _aten._scaled_dot_product_efficient_attention,
+              _aten._scaled_dot_product_efficient_attention_backward}
+
+
+def _shaped_kernel(packet, args, dtype: str, flops: float, profile: HardwareProfile) -> float | None:
+    """Seconds of a GEMM or a fused attention kernel by its shape, as the planner charges it
+    (`mgpukit.costmodel.kernels`: tile and wave quantisation, the reduction's depth) — only
+    where the profile has a ``[gemm]`` table for ``dtype`` (tensor-core GEMMs on a GPU);
+    None elsewhere, and the op takes the flat roofline (CPU profiles, fp32)."""
+    if profile.gemm is None or not flops or dtype not in TENSOR_CORE_DTYPES:
+        return None
+    if packet in _GEMMS:
+        ia, ib = _GEMMS[packet]
+        a, b = args[ia], args[ib]
+        batch = a.shape[0] if a.dim() == 3 else 1
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        return gemm_seconds(m, n, k, profile, dtype=dtype, batch=batch)
+    if packet in _ATTENTION:  # one fused kernel: (batch · heads) problems of s queries
+        q = args[1] if "backward" in str(packet) else args[0]  # backward: (grad_out, q, k, v, ...)
+        batch, s, hd = q.shape[0] * q.shape[1], q.shape[2], q.shape[3]
+        rate = (matmul_rate(profile, dtype) * wave_efficiency(s, hd, profile, batch=batch, dtype=dtype)
+                * depth_efficiency(hd, profile, dtype=dtype))
+        return flops / rate
+    return None
 
 
 def op_context(args=(), kwargs=None) -> str:
