@@ -91,10 +91,11 @@ def _layer_kernels(shape: ModelShape, layout: Layout, profile: HardwareProfile) 
                 * depth_efficiency(hd, profile, dtype=dt))
         a_fwd, a_bwd, a_mem_fwd, a_mem_bwd = flops / rate, 2.5 * flops / rate, 0.0, 0.0
     else:
-        a_fwd = (gemm_seconds(q, s, hd, profile, dtype=dt, batch=batch)  # scores = Q·Kᵀ
-                 + gemm_seconds(q, hd, s, profile, dtype=dt, batch=batch))  # A·V
-        a_bwd = (gemm_seconds(q, hd, s, profile, dtype=dt, batch=batch) + gemm_seconds(s, hd, q, profile, dtype=dt, batch=batch)
-                 + gemm_seconds(q, s, hd, profile, dtype=dt, batch=batch) + gemm_seconds(s, hd, q, profile, dtype=dt, batch=batch))
+        def bmm(m_, n_, k_):
+            return gemm_seconds(m_, n_, k_, profile, dtype=dt, batch=batch)
+
+        a_fwd = bmm(q, s, hd) + bmm(q, hd, s)  # scores = Q·Kᵀ, then A·V
+        a_bwd = bmm(q, hd, s) + bmm(s, hd, q) + bmm(q, s, hd) + bmm(s, hd, q)  # dQ, dK, dA, dV
         scores = batch * q * s
         # fused scale-mask-softmax reads and writes the scores; dropout adds a 1-byte mask
         a_mem_fwd = memory_seconds(scores * (2 * e + drop * (2 * e + 1)), profile)
