@@ -93,8 +93,9 @@ def test_tp_overlap_hides_comm_behind_the_layers_gemms():
     pcie = load_profile("h100-pcie")
     slow, slow_hidden = step_time(shape, lay, pcie), step_time(shape, dataclasses.replace(lay, tp_overlap=True), pcie)
     assert 0 < slow_hidden["comm_tp_s"] < slow["comm_tp_s"]
-    # what it hides is each layer's GEMM time: all of the step's GEMMs but the lm_head's
-    assert 0.9 * slow["compute_s"] < slow["comm_tp_s"] - slow_hidden["comm_tp_s"] < slow["compute_s"]
+    # what it hides is GEMM time: each layer's collectives behind the layer's GEMMs, the
+    # vocabulary-parallel ends' behind the embedding's and the lm_head's — at most every GEMM
+    assert 0.9 * slow["compute_s"] < slow["comm_tp_s"] - slow_hidden["comm_tp_s"] <= slow["compute_s"] * (1 + 1e-9)
 
 
 # ------------------------------------------------------------------------------- ZeRO-3

@@ -191,9 +191,12 @@ def _stage(shape, layout, profile, stage: int, kernels: dict) -> dict[str, float
     tp_s = layers * tp_layer
     if t > 1:  # the vocabulary-parallel ends (`tensor_parallel.tp_collectives`): the embedding's
         # all-reduce on the first stage; the head's and the loss's (MAX, then the two sums) on the last
-        tp_s += (int(stage == 0) + int(stage == p - 1)) * allreduce_time(activation, t, tp_link)
+        tp_ends = (int(stage == 0) + int(stage == p - 1)) * allreduce_time(activation, t, tp_link)
         if stage == p - 1:
-            tp_s += sum(allreduce_time(n * tokens * e, t, tp_link) for n in (1, 2))
+            tp_ends += sum(allreduce_time(n * tokens * e, t, tp_link) for n in (1, 2))
+        if layout.tp_overlap:  # behind the embedding's and the head's own GEMMs
+            tp_ends = max(0.0, tp_ends - (ends["gemm_fwd"] + ends["gemm_bwd"]))
+        tp_s += tp_ends
 
     # context parallel: ring attention, cp - 1 p2p steps per pass, each behind a 1/cp of the core
     cp_s = 0.0
