@@ -100,22 +100,6 @@ def mixed_cluster_study(*, profiles=("a100-nvlink", "h100-nvlink"), links: str =
     return rows
 
 
-def straggler_measured(*, factor: float = 2.0, global_batch: int = 48, steps: int = 6) -> list[dict]:
-    """Measured on CPU workers: rank 1 throttled `factor`×, even split vs rows ∝ speed."""
-    slow = round(global_batch / (1 + factor))
-    rows = []
-    for label, split in (("even", None), ("re-balanced", (global_batch - slow, slow))):
-        opts = {"straggler": {"rank": 1, "factor": factor}}
-        if split:
-            opts["batch_split"] = ",".join(map(str, split))
-        rec = run("dp-naive", workers=2, steps=steps, parity=False, model="mlp-wide",
-                  global_batch=global_batch, options=opts)
-        st = sorted(rec["step_time_s"][1:])
-        rows.append({"split": label, "rows": split or (global_batch // 2,) * 2,
-                     "measured_s": st[len(st) // 2]})
-    return rows
-
-
 # ---------------------------------------------------------------- profiling
 
 
