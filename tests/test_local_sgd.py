@@ -5,7 +5,7 @@ linear in the gradient and the momentum, which is what makes weight averaging af
 equal to gradient averaging — `local_sgd.py`'s docstring). H = 1 is compared with torch DDP
 (through Accelerate) on the losses per step and the final weights, at torch's fp32 tolerances;
 with AdamW the same comparison must fail (the property is the optimizer's, not luck). Bytes are
-the recorder's counters. The hand-written averaging and `accelerate.local_sgd.LocalSGD` must
+the recorder's counters, DDP's (one gradient all-reduce per step) against local SGD's. The hand-written averaging and `accelerate.local_sgd.LocalSGD` must
 train the same weights at H = 4.
 """
 from __future__ import annotations
@@ -16,12 +16,16 @@ import torch
 from mgpukit.experiment import load_weights, run
 
 STEPS = 8
+_RUNS: dict = {}
 
 
-def _run(name, tmp_path, tag, **kw):
-    path = tmp_path / f"{tag}.safetensors"
-    rec = run(name, workers=2, steps=STEPS, weights_path=path, **kw)
-    return rec, load_weights(path)
+def _run(name, tmp_path_factory, tag, **kw):
+    """Each run once per session, with its final weights (several tests read the same run)."""
+    if tag not in _RUNS:
+        path = tmp_path_factory.mktemp(tag) / "w.safetensors"
+        rec = run(name, workers=2, steps=STEPS, weights_path=path, **kw)
+        _RUNS[tag] = rec, load_weights(path)
+    return _RUNS[tag]
 
 
 def _close(a: dict, b: dict, **tol) -> None:
@@ -30,9 +34,13 @@ def _close(a: dict, b: dict, **tol) -> None:
         torch.testing.assert_close(a[k], b[k], **tol)
 
 
-def test_h1_is_ddp_for_sgd_with_momentum(tmp_path):
-    ddp, w_ddp = _run("ddp", tmp_path, "ddp")
-    local, w_local = _run("local-sgd", tmp_path, "local", options={"local_steps": 1})
+def _bytes(rec) -> float:
+    return sum(r["bytes_sent"] for r in rec["comm"].values())
+
+
+def test_h1_is_ddp_for_sgd_with_momentum(tmp_path_factory):
+    ddp, w_ddp = _run("ddp", tmp_path_factory, "ddp")
+    local, w_local = _run("local-sgd", tmp_path_factory, "h1", options={"local_steps": 1})
     assert local["parity"]["ok"], local["parity"]
     torch.testing.assert_close(torch.tensor(local["losses"]), torch.tensor(ddp["losses"]))
     _close(w_local, w_ddp)
@@ -47,21 +55,17 @@ def test_h1_is_not_ddp_for_adam():
     assert local["parity"]["weights_max_abs_diff"] > 1e-4
 
 
-def _bytes(rec) -> float:
-    return sum(r["bytes_sent"] for r in rec["comm"].values())
-
-
-def test_bytes_per_step_at_h4_are_a_quarter_of_dp(tmp_path):
-    dp = run("dp-naive", workers=2, steps=STEPS, parity=False)
-    local = run("local-sgd", workers=2, steps=STEPS, parity=False, options={"local_steps": 4})
-    assert _bytes(local) / _bytes(dp) == pytest.approx(0.25, rel=1e-9)
+def test_bytes_per_step_at_h4_are_a_quarter_of_ddp(tmp_path_factory):
+    ddp, _ = _run("ddp", tmp_path_factory, "ddp")
+    local, _ = _run("local-sgd", tmp_path_factory, "h4", options={"local_steps": 4})
+    assert _bytes(local) / _bytes(ddp) == pytest.approx(0.25, rel=1e-9)
     assert local["comm"]["0"]["collectives"]["all_reduce"] == STEPS // 4  # one flat buffer per average
     assert _bytes(local) / 2 / STEPS == pytest.approx(local["theory"]["comm_bytes"], rel=1e-9)
 
 
-def test_ours_matches_accelerates_local_sgd(tmp_path):
-    ours, w_ours = _run("local-sgd", tmp_path, "ours", options={"local_steps": 4})
-    acc, w_acc = _run("local-sgd", tmp_path, "acc", options={"local_steps": 4, "impl": "accelerate"})
+def test_ours_matches_accelerates_local_sgd(tmp_path_factory):
+    ours, w_ours = _run("local-sgd", tmp_path_factory, "h4", options={"local_steps": 4})
+    acc, w_acc = _run("local-sgd", tmp_path_factory, "acc", options={"local_steps": 4, "impl": "accelerate"})
     assert ours["parity"]["ok"] and acc["parity"]["ok"]
     assert ours["losses"] == acc["losses"]
     _close(w_ours, w_acc, rtol=0, atol=0)
