@@ -127,4 +127,4 @@ register("hybrid", family="hybrid",
                                                   "optimizer states sharded, reduce-scatter + all-gather"),
                                              V_KNOB),
          models=("gpt-tiny", "gpt-small"), theory=hybrid_theory, validate=validate, tolerance=PARITY_TOLERANCE,
-         min_workers=4, default_workers=8)
+         min_workers=2, default_workers=8)
