@@ -48,9 +48,11 @@ def test_hybrid_variants_match_one_process(strategy, workers, layout, options):
 
 
 def test_bytes_per_axis_match_the_cost_model(r222):
-    """Every rank's bytes on tp, pp and dp equal the theory of its stage (exact ring bytes)."""
+    """Every rank's bytes on tp, pp and dp equal the theory of its stage (exact ring bytes);
+    nothing travels off the mesh's axes (a stage's boundary goes to the same (dp, tp) ranks)."""
     stages = r222["theory"]["stages"]
     for rank, comm in r222["comm"].items():
+        assert set(comm["by_axis"]) == {"tp", "pp", "dp"}, (rank, comm["by_axis"])
         stage = int(rank) // 4  # mesh (pp, dp, tp): ranks 0-3 are stage 0
         want = stages[stage]["bytes_sent"]
         for axis in ("tp", "pp", "dp"):

@@ -32,6 +32,7 @@ pipeline's micro-batches, the tp all-reduces): PyTorch's pipelining tolerance.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import torch
@@ -65,8 +66,6 @@ class FlatAllReduceSync:
         self.rec, self.params, self.group, self.n = rec, list(params), group, n
 
     def no_sync(self):
-        import contextlib
-
         return contextlib.nullcontext()  # the pipeline's backward never communicates over dp
 
     def sync(self, step: int) -> None:
