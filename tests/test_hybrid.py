@@ -37,13 +37,16 @@ def test_hybrid_222_matches_one_process(r222):
 
 @pytest.mark.parametrize("strategy, workers, layout, options", [
     ("hybrid", 4, {}, {}),                                     # (1, 2, 2)
-    ("hybrid", 8, {"tp": 2, "pp": 2}, {"zero1": True}),        # (2, 2, 2) + ZeRO-1 on dp
+    ("hybrid", 8, {"tp": 2, "pp": 2, "checkpointing": "full"}, {"zero1": True}),  # + ZeRO-1, recompute
+    ("hybrid", 4, {"dtype": "bf16", "checkpointing": "selective"}, {}),  # bf16: the loss-curve check
     ("dp-naive", 4, {"tp": 2, "pp": 2}, {}),                   # the core composes tp × pp for any dp sync
 ])
 def test_hybrid_variants_match_one_process(strategy, workers, layout, options):
     rec = _run(strategy, workers=workers, steps=STEPS, layout=layout, options=options)
-    assert rec["parity"]["ok"] and rec["parity"]["weights_checked"], rec["parity"]
+    assert rec["parity"]["ok"], rec["parity"]
+    assert rec["parity"].get("weights_checked", layout.get("dtype") == "bf16"), rec["parity"]
     assert rec["layout"]["zero"] == (1 if options else 0)
+    assert all(rec["layout"][k] == v for k, v in layout.items())
     assert (rec["layout"]["tp"], rec["layout"]["pp"]) == (2, 2)
 
 
