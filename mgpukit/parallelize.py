@@ -75,8 +75,8 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
                          f"pipeline strategy of that schedule (`mgpukit list`).")
     if degrees["tp"] > 1 and not base.tp > 1 and "tp" not in strat.composes:
         raise ValueError(f"{strat.name} cannot be combined with tensor parallelism (tp={degrees['tp']}); "
-                         f"composable with tp: dp-naive, dp-bucketed, or a tensor-parallel strategy "
-                         f"(tp, tp-sp, tp-native) with --dp.")
+                         f"composable with tp: dp-naive, dp-bucketed, hybrid (dp × tp × pp), or a "
+                         f"tensor-parallel strategy (tp, tp-sp, tp-native) with --dp.")
     sp = bool(overrides.get("sp", base.sp))
     if sp and degrees["tp"] == 1:
         raise ValueError("sequence parallelism (sp) splits the tensor-parallel group's work; it needs tp > 1.")

@@ -8,10 +8,12 @@ import warnings
 
 import pytest
 
+from mgpukit.costmodel.layout import Layout
 from mgpukit.experiment import prepare, run
 from mgpukit.runtime.launcher import OversubscribedWarning
 from mgpukit.strategies import registry
 from mgpukit.strategies.hybrid.hybrid import FlatAllReduceSync
+from mgpukit.strategies.hybrid.theory import predicted_step
 
 STEPS = 2
 
@@ -33,21 +35,27 @@ def test_hybrid_222_matches_one_process(r222):
     assert p["ok"] and p["weights_checked"], p
 
 
-@pytest.mark.parametrize("workers, layout, options", [
-    (4, {}, {}),                                          # (1, 2, 2)
-    (8, {"tp": 2, "pp": 2}, {"zero1": True}),              # (2, 2, 2) + ZeRO-1 on dp
+@pytest.mark.parametrize("strategy, workers, layout, options", [
+    ("hybrid", 4, {}, {}),                                     # (1, 2, 2)
+    ("hybrid", 8, {"tp": 2, "pp": 2, "checkpointing": "full"}, {"zero1": True}),  # + ZeRO-1, recompute
+    ("hybrid", 4, {"dtype": "bf16", "checkpointing": "selective"}, {}),  # bf16: the loss-curve check
+    ("dp-naive", 4, {"tp": 2, "pp": 2}, {}),                   # the core composes tp × pp for any dp sync
 ])
-def test_hybrid_variants_match_one_process(workers, layout, options):
-    rec = _run("hybrid", workers=workers, steps=STEPS, layout=layout, options=options)
-    assert rec["parity"]["ok"] and rec["parity"]["weights_checked"], rec["parity"]
+def test_hybrid_variants_match_one_process(strategy, workers, layout, options):
+    rec = _run(strategy, workers=workers, steps=STEPS, layout=layout, options=options)
+    assert rec["parity"]["ok"], rec["parity"]
+    assert rec["parity"].get("weights_checked", layout.get("dtype") == "bf16"), rec["parity"]
     assert rec["layout"]["zero"] == (1 if options else 0)
+    assert all(rec["layout"][k] == v for k, v in layout.items())
     assert (rec["layout"]["tp"], rec["layout"]["pp"]) == (2, 2)
 
 
 def test_bytes_per_axis_match_the_cost_model(r222):
-    """Every rank's bytes on tp, pp and dp equal the theory of its stage (exact ring bytes)."""
+    """Every rank's bytes on tp, pp and dp equal the theory of its stage (exact ring bytes);
+    nothing travels off the mesh's axes (a stage's boundary goes to the same (dp, tp) ranks)."""
     stages = r222["theory"]["stages"]
     for rank, comm in r222["comm"].items():
+        assert set(comm["by_axis"]) == {"tp", "pp", "dp"}, (rank, comm["by_axis"])
         stage = int(rank) // 4  # mesh (pp, dp, tp): ranks 0-3 are stage 0
         want = stages[stage]["bytes_sent"]
         for axis in ("tp", "pp", "dp"):
@@ -55,13 +63,16 @@ def test_bytes_per_axis_match_the_cost_model(r222):
     assert r222["theory"]["bubble_fraction"] == pytest.approx(1 / 5)  # p=2, m=4: (p-1)/(m+p-1)
 
 
-def test_emulated_222_is_deterministic():
+def test_emulated_222_is_deterministic_and_near_the_cost_model():
     a, b = (_run("hybrid", workers=8, steps=STEPS, mode="emulated", profile="h100-nvlink", parity=False)
             for _ in range(2))
     key = lambda e: (e["rank"], e["start"], e["kind"])  # noqa: E731
     assert sorted(a["timeline"], key=key) == sorted(b["timeline"], key=key)
     assert a["step_time_s"] == b["step_time_s"]
     assert a["layout"]["dp"] * a["layout"]["tp"] * a["layout"]["pp"] == 8
+    # the analytic step (slowest stage × bubble + dp sync) within 10% of the virtual clock's
+    predicted = predicted_step("gpt-tiny", Layout(**a["layout"]), "h100-nvlink")["total_s"]
+    assert predicted == pytest.approx(a["step_time_s"][-1], rel=0.10)
 
 
 def _summed(module, ctx, rec, cfg):

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from mgpukit.costmodel.comm import link_for_ranks
 from mgpukit.costmodel.hardware import HardwareProfile, load_profile
 from mgpukit.costmodel.layout import Layout
-from mgpukit.plots.style import PREDICTED
+from mgpukit.plots.style import PREDICTED, time_unit
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.strategies.hybrid.theory import predicted_step
 
@@ -218,16 +218,17 @@ def plot_placements(rows: list[dict], *, title: str = "") -> go.Figure:
     parts = (("compute_s", "compute", "#4C78A8"), ("comm_tp_s", "tp comm", AXIS_COLORS["tp"]),
              ("comm_pp_s", "pp comm", AXIS_COLORS["pp"]), ("comm_dp_s", "dp comm", "#72B7B2"),
              ("bubble_s", "bubble", "#D9D9D9"), ("optimizer_s", "optimizer", "#EECA3B"))
+    mult, unit = time_unit(max(max(r["predicted_s"], r["emulated_s"] or 0.0) for r in rows))
     fig = go.Figure()
     for key, label, color in parts:
-        fig.add_trace(go.Bar(x=names, y=[r["predicted"][key] * 1e6 for r in rows], name=f"{label}, {PREDICTED}",
+        fig.add_trace(go.Bar(x=names, y=[r["predicted"][key] * mult for r in rows], name=f"{label}, {PREDICTED}",
                              marker_color=color))
     emu = [r for r, n in zip(rows, names) if r["emulated_s"] is not None]
     if emu:
         fig.add_trace(go.Scatter(x=[n for r, n in zip(rows, names) if r["emulated_s"] is not None],
-                                 y=[r["emulated_s"] * 1e6 for r in emu], mode="markers", name="step, emulated (virtual clock)",
+                                 y=[r["emulated_s"] * mult for r in emu], mode="markers", name="step, emulated (virtual clock)",
                                  marker=dict(symbol="diamond", size=14, color="black")))
-    fig.update_layout(barmode="stack", title=title or "one step as the axes cross nodes", yaxis_title="µs",
+    fig.update_layout(barmode="stack", title=title or "one step as the axes cross nodes", yaxis_title=unit,
                       height=440, legend=dict(orientation="h", y=-0.3), margin=dict(b=150))
     return fig
 

@@ -14,7 +14,8 @@ Bytes are counted as the ring algorithm moves them per rank ("bus bytes"): all-r
 2(n-1)/n·B, reduce-scatter and all-gather (n-1)/n·B, point-to-point B. `payload_bytes` counts
 the tensors handed to the backend — what compression shrinks. `by_axis` splits the bytes sent
 by the mesh axis the group lies on ("tp", "dp", "pp"; "world" or "other" for any other group),
-so a hybrid run's traffic per axis sits beside the cost model's.
+so a hybrid run's traffic per axis sits beside the cost model's (what a library issues itself,
+counted through `CommObserver`, is not split by axis).
 
 A communication event whose group crosses nodes (`ctx.spans_nodes`) carries
 `"inter_node": True`: its bytes took the network, not the node's own links, and the timeline

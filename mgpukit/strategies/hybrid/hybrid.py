@@ -32,6 +32,7 @@ pipeline's micro-batches, the tp all-reduces): PyTorch's pipelining tolerance.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import torch
@@ -65,8 +66,6 @@ class FlatAllReduceSync:
         self.rec, self.params, self.group, self.n = rec, list(params), group, n
 
     def no_sync(self):
-        import contextlib
-
         return contextlib.nullcontext()  # the pipeline's backward never communicates over dp
 
     def sync(self, step: int) -> None:
@@ -127,4 +126,4 @@ register("hybrid", family="hybrid",
                                                   "optimizer states sharded, reduce-scatter + all-gather"),
                                              V_KNOB),
          models=("gpt-tiny", "gpt-small"), theory=hybrid_theory, validate=validate, tolerance=PARITY_TOLERANCE,
-         min_workers=4, default_workers=8)
+         min_workers=2, default_workers=8)
