@@ -2,6 +2,7 @@
 under `torchrun` and `accelerate launch` with CPU workers forming one gloo group, judged exactly
 as `mgpukit run` judges it (its parity check, 2 ranks in the record)."""
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -183,7 +184,8 @@ def test_a_process_killed_on_node_1_ends_node_0_with_a_message_naming_it(tmp_pat
                 p.kill()
                 p.communicate()
     assert procs[0].returncode != 0 and procs[1].returncode != 0
-    assert "PeerLostError: rank 0 (node 0) lost its connection" in logs[0], logs[0][-3000:]
-    assert "rank 3 on node 1" in logs[0]
+    # whichever survivor on node 0 noticed first (its launcher then ends the other one)
+    lost = re.search(r"PeerLostError: rank [01] \(node 0\) lost its connection to a peer\..*", logs[0])
+    assert lost and "rank 3 on node 1" in lost.group(0), logs[0][-3000:]
     assert "rank      : 3 (local_rank: 1)" in logs[1] and "SIGKILL" in logs[1], logs[1][-3000:]
     assert ended_after < 120
