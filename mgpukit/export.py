@@ -24,6 +24,8 @@ Exported by `mgpukit export {name}` — the same appliers and trainer the notebo
     torchrun --nproc_per_node 2 scripts/train.py --strategy {name} --steps 20
     torchrun --nproc_per_node 4 scripts/train.py --strategy pp-1f1b --dp 2 --pp 2
     torchrun --nproc_per_node 2 scripts/train.py --strategy all --steps 3     # every strategy
+    torchrun --nnodes 2 --nproc_per_node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
+        scripts/train.py --strategy {name}                                  # on each of 2 nodes
 
 On GPUs the workers use NCCL; without GPUs they form one gloo group of CPU workers. What each
 process does (`mgpukit.launched.training_function`):

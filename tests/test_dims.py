@@ -42,7 +42,7 @@ def test_with_tp_fastest_a_tp_group_stays_on_one_node_and_pp_crosses_first():
     assert nodes.crossing_axes(ParallelDims(dp=4, tp=4)) == ["dp"]
     assert nodes.crossing_axes(ParallelDims(dp=2, tp=8)) == ["dp"]
     assert nodes.check(ParallelDims(dp=2, tp=8)) is None
-    # tp=16 > 8 ranks per node, and tp=3 (does not divide 8... on 24 ranks) cross nodes
+    # tp=16 > 8 ranks per node crosses; so does tp=3, which does not divide 8 (24 ranks)
     assert nodes.crossing_axes(ParallelDims(tp=16)) == ["tp"]
     assert NodeLayout.uniform(24, 8).crossing_axes(ParallelDims(dp=8, tp=3)) == ["dp", "tp"]
 
@@ -70,7 +70,7 @@ def _node_view():
             "dp_crosses": ctx.spans_nodes(ctx.axis_ranks("dp"))}
 
 
-def test_emulated_ranks_sit_on_the_profiles_nodes(monkeypatch):
+def test_emulated_ranks_sit_on_the_profiles_nodes():
     import dataclasses
 
     from mgpukit.costmodel import load_profile

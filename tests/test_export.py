@@ -2,6 +2,7 @@
 under `torchrun` and `accelerate launch` with CPU workers forming one gloo group, judged exactly
 as `mgpukit run` judges it (its parity check, 2 ranks in the record)."""
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -101,3 +102,90 @@ def test_two_nodes_on_loopback_train_with_parity_and_the_record_names_the_nodes(
     else:  # (pp, dp, tp) order: pp crosses nodes, the dp all-reduces stay inside each node
         assert ("send", True) in crossing and ("recv", True) in crossing
         assert all(not e.get("inter_node") for e in comm if e["kind"] == "all_reduce")
+
+
+# ---- Slurm: one torchrun per node, rendezvous on the allocation's first node
+
+SBATCH = ROOT / "scripts" / "slurm" / "train.sbatch"
+
+
+def test_slurm_script_parses_and_renders_one_torchrun_per_node(tmp_path):
+    """`bash -n`, then a dry run with a fake allocation (SLURM_* and a stub `scontrol` that
+    expands the node list): the printed line is what every node's srun task runs."""
+    assert subprocess.run(["bash", "-n", str(SBATCH)]).returncode == 0
+    stub = tmp_path / "scontrol"
+    stub.write_text('#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "gpu-a17\\ngpu-a18\\ngpu-a19\\n"\n')
+    stub.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "DRY_RUN": "1", "SLURM_JOB_NODELIST": "gpu-a[17-19]",
+           "SLURM_NNODES": "3", "SLURM_JOB_ID": "42", "SLURM_GPUS_ON_NODE": "4",
+           "SLURM_SUBMIT_DIR": "/home/me/mgpukit", "MAX_RESTARTS": "2"}
+    proc = subprocess.run(["bash", str(SBATCH), "--strategy", "pp-1f1b", "--pp", "3", "--dp", "4"],
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip().splitlines()[-1].split()
+    srun, torchrun = line[:line.index("torchrun")], line[line.index("torchrun"):]
+    assert srun[0] == "srun" and "--ntasks-per-node" in srun and srun[srun.index("--ntasks-per-node") + 1] == "1"
+    flags = dict(zip(torchrun[1:13:2], torchrun[2:13:2]))
+    assert flags == {"--nnodes": "3", "--nproc-per-node": "4", "--rdzv-id": "42", "--rdzv-backend": "c10d",
+                     "--rdzv-endpoint": "gpu-a17:29500", "--max-restarts": "2"}
+    assert torchrun[13:] == ["/home/me/mgpukit/scripts/train.py", "--strategy", "pp-1f1b", "--pp", "3", "--dp", "4"]
+    # outside an allocation it says so instead of starting anything
+    bare = subprocess.run(["bash", str(SBATCH)], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert bare.returncode != 0 and "sbatch" in bare.stderr
+
+
+# ---- a process killed on node 1: node 0 ends too, naming it; --max-restarts resumes
+
+def _kill_a_node1_worker_once_training(procs, ckpt, timeout=240):
+    """SIGKILL node 1's second process (global rank 3) once step 1's checkpoint exists, i.e.
+    in the middle of training. Returns the moment of the kill and which launcher is node 1
+    (c10d numbers the nodes in the order they join: `--node-rank` is only a hint)."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    deadline = time.time() + timeout
+    while not (ckpt / "latest").is_file():
+        assert time.time() < deadline and all(p.poll() is None for p in procs), "never started training"
+        time.sleep(0.2)
+    for i, agent in enumerate(procs):
+        for worker in psutil.Process(agent.pid).children():
+            env = worker.environ()
+            if env.get("GROUP_RANK") == "1" and env.get("LOCAL_RANK") == "1":
+                os.kill(worker.pid, signal.SIGKILL)
+                return time.time(), i
+    raise AssertionError("no worker of node 1 found")
+
+
+def test_a_process_killed_on_node_1_ends_node_0_with_a_message_naming_it(tmp_path):
+    """Node 1's torchrun reports its rank 3 SIGKILLed; node 0's processes lose their peers and
+    end, naming the ranks and the node that went silent (`runtime/peers.py`), not just gloo's
+    "Connection closed by peer [127.0.0.1]:PORT"."""
+    import time
+
+    ckpt, port = tmp_path / "ck", _free_port()
+    args = ["--strategy", "ddp", "--steps", "12", "-o", "loader_delay_s=0.3", "-o", f"checkpoint_dir={ckpt}",
+            "-o", "checkpoint_every=1"]
+    # the first node serves the rendezvous store: both "nodes" are this host, so say which
+    cmds = [c[:-1] + ["--rdzv-conf", f"is_host={int(r == 0)}", c[-1]] + args
+            for r, c in enumerate(_node_command("torchrun", r, port) for r in (0, 1))]
+    procs = [subprocess.Popen(c, cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for c in cmds]
+    try:
+        killed_at, node1 = _kill_a_node1_worker_once_training(procs, ckpt)
+        logs = [p.communicate(timeout=300)[0] for p in procs]
+        logs = [logs[1 - node1], logs[node1]]  # node 0's, node 1's
+        ended_after = time.time() - killed_at
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert procs[0].returncode != 0 and procs[1].returncode != 0
+    # whichever survivor on node 0 noticed first (its launcher then ends the other one)
+    lost = re.search(r"PeerLostError: rank [01] \(node 0\) lost its connection to a peer\..*", logs[0])
+    assert lost and "rank 3 on node 1" in lost.group(0), logs[0][-3000:]
+    assert "rank      : 3 (local_rank: 1)" in logs[1] and "SIGKILL" in logs[1], logs[1][-3000:]
+    assert ended_after < 120

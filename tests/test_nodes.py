@@ -20,3 +20,19 @@ def test_emulated_allreduce_on_two_nodes_vs_one_matches_the_cost_models_ratio():
     assert predicted > 1.05  # crossing the node costs something (not a ratio of 1 by accident)
     probe = (two["probe_emulated_s"] / one["probe_emulated_s"]) / (two["probe_predicted_s"] / one["probe_predicted_s"])
     assert probe == pytest.approx(1, rel=0.05)
+
+
+def test_a_restarted_torchrun_attempt_resumes_from_the_checkpoint(tmp_path, monkeypatch):
+    """`torchrun --max-restarts N` starts the processes again with TORCHELASTIC_RESTART_COUNT
+    > 0: a run that saves checkpoints then goes on from the last one (not from step 0); the
+    first attempt, or a run without a checkpoint yet, starts afresh."""
+    from mgpukit.config import RunConfig
+    from mgpukit.launched import resume_after_restart
+
+    cfg = RunConfig(options={"checkpoint_dir": str(tmp_path), "checkpoint_every": 1})
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert not resume_after_restart(cfg).options.get("resume")  # nothing saved yet
+    (tmp_path / "latest").write_text("step-000003\n")
+    assert resume_after_restart(cfg).options["resume"] is True
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    assert not resume_after_restart(cfg).options.get("resume")

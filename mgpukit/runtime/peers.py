@@ -46,7 +46,11 @@ class PeerWatch:
                                   timeout=datetime.timedelta(seconds=10))
         except Exception:  # no store to write to: the launcher's own report stands alone
             return None
-        return cls(store, rank, world_size, nodes)
+        # Under `torchrun --max-restarts N` a survivor must fail at once: an agent whose workers
+        # are still alive when the other node re-rendezvouses restarts them as a membership
+        # change, not as a failure, and the two nodes' attempt numbers drift apart.
+        restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+        return cls(store, rank, world_size, nodes, grace_s=0.0 if restarts else 3.0)
 
     def _set(self, state: str) -> None:
         try:
