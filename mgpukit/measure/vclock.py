@@ -242,11 +242,14 @@ class VirtualClock:
             self.split["launch_wait"] += t - self.compute
             self._host = self.compute = t
 
-    def join(self, t: float, *, record: bool = True) -> None:
+    def join(self, t: float, *, record: bool = True, host: bool = False) -> None:
         """The compute stream waits for something that ends at `t` (a `wait()`, a recv, a
-        collective's output). On a GPU the host does not block (a stream-wait event).
-        Inside a compute region the wait is kept in `waits` (`record=False`: the region is
-        itself the waiting, e.g. the input pipeline's "data")."""
+        collective's output). On a GPU the host does not block (a stream-wait event) unless
+        `host` (it needs the thing itself: the input pipeline's next batch). Inside a compute
+        region the wait is kept in `waits` (`record=False`: the region is itself the waiting,
+        e.g. the input pipeline's "data")."""
+        if host and self.launches:
+            self._host = max(self._host, t)
         if t > self.compute:
             self.split["wait"] += t - self.compute
             if record and self._mode is not None and not self._paused:
