@@ -40,8 +40,8 @@ on the profile:
 - **GPUs** (`async_launch = true`): each rank has a *host* clock that issues kernels and a
   *device* stream that runs them. An op costs the host its dispatch time; its kernel starts on
   the stream at `max(stream free, issued at)` and lasts `max(roofline, min_kernel_time)`. The
-  device runs ahead of nothing: it only gets ahead of the host's issue point when kernels are
-  longer than their launches (big matmuls), and a model of tiny kernels is *launch-bound* —
+  host runs ahead of the device (kernels queue up) only while kernels are longer than their
+  launches (big matmuls); a model of tiny kernels is *launch-bound* —
   its step is about `n_ops × dispatch`, the GPU idle most of the time (Meta's Holistic Trace
   Analysis: "the launch time on the CPU side is between 5-20 microseconds"; the figures and
   their sources are in `data/hardware/*.toml`). Collectives and messages are issued by the
