@@ -120,8 +120,9 @@ def test_bytes_sent_match_formula(impl, n):
 def test_emulated_time_matches_alpha_beta(impl, n):
     numel = 3 * 2**16  # 768 KiB
     nbytes = 4 * numel
-    link = load_profile("h100-nvlink").intra_node
-    out = _launch(_bytes_worker, n, impl, numel, mode="emulated", profile="h100-nvlink")
+    kernels = load_profile("h100-nvlink").kernels_only()  # alpha-beta alone: no host launches
+    link = kernels.intra_node
+    out = _launch(_bytes_worker, n, impl, numel, mode="emulated", profile=kernels)
     if impl == "ring":  # the sum of 2(n-1) p2p steps of B/n bytes
         want = 2 * (n - 1) * (link.alpha + nbytes / n / link.beta)
     elif impl == "tree":
@@ -148,7 +149,8 @@ def test_fit_alpha_beta_recovers_a_line():
 
 def test_emulated_bandwidth_recovers_the_profile_link():
     res = compare_bandwidth([2**12, 2**16, 2**22], workers=4, impls=("backend", "ring", "tree", "naive"),
-                            repeats=1, mode="emulated", profile="h100-nvlink", timeout_s=60)
+                            repeats=1, mode="emulated", profile=load_profile("h100-nvlink").kernels_only(),
+                            timeout_s=60)
     link = load_profile("h100-nvlink").intra_node
     for impl in ("backend", "ring"):  # fitted as a ring: alpha per step and beta per link
         assert res[impl]["source"] == "emulated"

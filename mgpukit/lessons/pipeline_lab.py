@@ -2,12 +2,14 @@
 
 The bubble formulas (``(p-1)/(m+p-1)``, ...) assume every stage takes the same time and
 messages are free. Our GPT breaks both: stage 0 also embeds, the last stage also projects
-to the vocabulary and computes the loss, and on a GPU profile a ``gpt-tiny`` stage computes
-for a fraction of a microsecond while a message pays ``alpha`` ≈ 2 µs. So the lab trains a
+to the vocabulary and computes the loss (with the host's launches charged, the stages' op
+counts differ: ``record["idle_split"]`` calls it imbalance), and a message pays ``alpha``
+≈ 2 µs plus its launch. So the lab trains a
 *square MLP* — every layer ``Linear(width, width) + ReLU`` (the last without the ReLU), the
 input itself requiring a gradient so stage 0's backward does the same work as the others —
 and by default makes point-to-point free (the profile's links get ``alpha = 0`` and an
-unlimited ``beta``): what is left is the schedule. Say so wherever its numbers are shown;
+unlimited ``beta``) and charges kernels only (`HardwareProfile.kernels_only`: no host
+dispatch or launch, so a stage costs its FLOPs and bytes): what is left is the schedule. Say so wherever its numbers are shown;
 ``free_p2p=False`` keeps the profile's links.
 
 ``run_lab(specs, p=4)`` runs every spec — ``{"schedule": "1f1b", "m": 8, "v": 1}`` — one
@@ -41,9 +43,10 @@ _FREE = Link(alpha=0.0, beta=1e30)
 
 
 def free_p2p_profile(name: str = "h100-nvlink"):
-    """Profile ``name`` with free links (no latency, unlimited bandwidth): compute only."""
-    base = load_profile(name)
-    return dataclasses.replace(base, name=f"{base.name} (p2p free)", intra_node=_FREE,
+    """Profile ``name`` with free links (no latency, unlimited bandwidth) and kernels only
+    (no host dispatch or launches): compute only."""
+    base = load_profile(name).kernels_only()
+    return dataclasses.replace(base, name=f"{name} (kernels only, p2p free)", intra_node=_FREE,
                                inter_node=_FREE)
 
 

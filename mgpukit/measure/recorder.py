@@ -117,7 +117,7 @@ class Recorder:
         Emulated, the region's waits (a collective's output read inside backward, as DDP's
         reducer does with its last bucket) are drawn as "wait" events that cut the region, and
         on a GPU profile the host's share of the region (issuing its kernels) is drawn on the
-        "host" stream."""
+        "host" stream as a "launch" event."""
         where = dict(microbatch=microbatch, stage=stage)
         start = self._mark()
         waits = getattr(self.clock, "waits", None)
@@ -126,8 +126,8 @@ class Recorder:
         with self.clock.counting():
             yield
         end = self._mark()
-        if host is not None:
-            self.event("host", kind, host, self.clock.host, **where)
+        if host is not None:  # its own kind: whoever sums "bwd" bars sums the device's
+            self.event("host", "launch", host, self.clock.host, **where)
         if not waits or len(waits) == first:
             self.event("compute", kind, start, end, **where)
             return

@@ -40,8 +40,8 @@ on the profile:
 - **GPUs** (`async_launch = true`): each rank has a *host* clock that issues kernels and a
   *device* stream that runs them. An op costs the host its dispatch time; its kernel starts on
   the stream at `max(stream free, issued at)` and lasts `max(roofline, min_kernel_time)`. The
-  device runs ahead of nothing: it only gets ahead of the host's issue point when kernels are
-  longer than their launches (big matmuls), and a model of tiny kernels is *launch-bound* —
+  host runs ahead of the device (kernels queue up) only while kernels are longer than their
+  launches (big matmuls); a model of tiny kernels is *launch-bound* —
   its step is about `n_ops × dispatch`, the GPU idle most of the time (Meta's Holistic Trace
   Analysis: "the launch time on the CPU side is between 5-20 microseconds"; the figures and
   their sources are in `data/hardware/*.toml`). Collectives and messages are issued by the
@@ -278,11 +278,14 @@ class VirtualClock:
             self.split["launch_wait"] += t - self.compute
             self._host = self.compute = t
 
-    def join(self, t: float, *, record: bool = True) -> None:
+    def join(self, t: float, *, record: bool = True, host: bool = False) -> None:
         """The compute stream waits for something that ends at `t` (a `wait()`, a recv, a
-        collective's output). On a GPU the host does not block (a stream-wait event).
-        Inside a compute region the wait is kept in `waits` (`record=False`: the region is
-        itself the waiting, e.g. the input pipeline's "data")."""
+        collective's output). On a GPU the host does not block (a stream-wait event) unless
+        `host` (it needs the thing itself: the input pipeline's next batch). Inside a compute
+        region the wait is kept in `waits` (`record=False`: the region is itself the waiting,
+        e.g. the input pipeline's "data")."""
+        if host and self.launches:
+            self._host = max(self._host, t)
         if t > self.compute:
             self.split["wait"] += t - self.compute
             if record and self._mode is not None and not self._paused:

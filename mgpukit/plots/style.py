@@ -34,6 +34,7 @@ KIND_COLORS: dict[str, str] = {
     "recv": "#D37295",
     "idle": "#D9D9D9",
     "wait": "#BDBDBD",  # emulated: the stream waits for a collective or a message
+    "launch": "#9ECAE9",  # emulated GPUs, "host" row: the host issuing a region's kernels
     "data": "#BCBD22",
 }
 

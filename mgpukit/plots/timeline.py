@@ -29,7 +29,7 @@ def plot_timeline(record: Record, *, step: int | None = None) -> go.Figure:
     `step` keeps only the events of that step. Idle time shows as a gap, or as a light bar
     where the run recorded explicit "idle" or "wait" events (emulated: the stream waiting for a
     collective inside a region, e.g. DDP's last bucket inside backward). Emulated GPU profiles
-    add a "host" row per rank: the host issuing each region's kernels.
+    add a "host" row per rank: the host issuing each region's kernels ("launch" bars).
     """
     events = list(record.get("timeline") or [])
     if step is not None:

@@ -80,7 +80,7 @@ class BatchLoader:
         with rec.untimed():  # building the batch is host work, not accelerator time
             batch = self._load(step)
         if self.emulated and self.delay:
-            rec.clock.join(self._virtual_ready(rec.now()), record=False)  # the region is the wait
+            rec.clock.join(self._virtual_ready(rec.now()), record=False, host=True)  # the host waits for it
         return batch
 
     def _virtual_ready(self, now: float) -> float:

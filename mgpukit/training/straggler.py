@@ -13,7 +13,8 @@ The knob `options["straggler"] = {"rank": 1, "factor": 3}` makes one rank that m
   since a launch returns before its kernel ran) and sleeps `(factor - 1)`× its duration (pooled into ≥ 1 ms sleeps), so forward, backward and the optimizer all stretch
   evenly — gradient hooks in backward fire at the stretched times, as on a slow GPU;
 - **emulated**: the rank's virtual clock runs on a profile with `factor`× less FLOP/s and
-  memory bandwidth (its links unchanged), so its compute takes `factor`× longer, exactly.
+  memory bandwidth and `factor`× the host's per-op dispatch (its links unchanged), so its
+  compute takes `factor`× longer, exactly — launch-bound or not.
 
 `IdleMarker` makes the wait explicit: after backward, ranks exchange when they finished (an
 untimed bookkeeping exchange) and each records an `idle` event from its own finish to the
@@ -93,8 +94,13 @@ def apply_straggler(rec, ctx, options: dict):
         p = rec.clock.profile
         peak = dataclasses.replace(p.peak_flops, **{d: getattr(p.peak_flops, d) / s.factor
                                                     for d in ("fp32", "tf32", "bf16", "fp16")})
-        rec.clock.profile = dataclasses.replace(p, peak_flops=peak,
-                                                memory_bandwidth=p.memory_bandwidth / s.factor)
+        # the host that issues its ops is as slow (a noisy neighbour, a throttled node): every
+        # op of this rank, launch-bound or not, takes `factor`x longer
+        rec.clock.profile = dataclasses.replace(
+            p, peak_flops=peak, memory_bandwidth=p.memory_bandwidth / s.factor,
+            op_overhead=p.op_overhead * s.factor, min_kernel_time=p.min_kernel_time * s.factor,
+            op_overhead_by_context={c: v * s.factor for c, v in p.op_overhead_by_context.items()}
+            if p.op_overhead_by_context else None)
         return contextlib.nullcontext
     mode = _SlowDown(s.factor, ctx.device)
 
