@@ -259,8 +259,10 @@ LAYOUTS = ((2, 2, 2, 4), (1, 2, 4, 8), (2, 1, 4, 4), (1, 4, 2, 4), (4, 2, 1, 2))
 def analytic_vs_emulated(layouts=LAYOUTS, *, profile="h100-nvlink", model: str = "gpt-tiny",
                          steps: int = 2, global_batch: int = 8) -> list[dict]:
     """Per layout: the cost model's step time and the virtual clock's (8 CPU workers running
-    the real program), and their ratio."""
-    hw = load_profile(profile) if isinstance(profile, str) else profile
+    the real program), and their ratio. Both on the profile's kernels only
+    (`HardwareProfile.kernels_only`): the closed form counts no host launches, which a tiny
+    model's step on a GPU is made of (`mgpukit.lessons.launch`)."""
+    hw = (load_profile(profile) if isinstance(profile, str) else profile).kernels_only()
     rows = []
     for dp, tp, pp, m in layouts:
         rec = run_hybrid((dp, tp, pp), steps=steps, mode="emulated", profile=hw, parity=False,
