@@ -212,3 +212,29 @@ def test_a_run_resumed_on_2_workers_from_4_goes_on_with_parity(tmp_path):
     assert len(rec["step_time_s"]) == STEPS - KILL_AFTER and len(rec["losses"]) == STEPS
     assert rec["losses"][:KILL_AFTER] == pytest.approx(first["losses"], rel=1e-12, abs=0)
     assert rec["resumed_from_step"] == KILL_AFTER
+
+
+def test_the_cli_restarts_a_failed_run_from_its_last_checkpoint(tmp_path, monkeypatch, capsys):
+    """`mgpukit run --max-restarts 1 --checkpoint-dir D`: rank 1 dies once after the checkpoint of
+    step 2; the run goes on from there, passes parity, and says so (stdout and the record)."""
+    from mgpukit.cli import main
+    from mgpukit.measure.record import load_record
+
+    marker = tmp_path / "died-once"
+    real = ckpt_mod.save_checkpoint
+
+    def die_once(root, next_step, ctx, *a, **k):
+        out = real(root, next_step, ctx, *a, **k)
+        if next_step == 2 and ctx.rank == 1 and not marker.exists():
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+    monkeypatch.setattr(ckpt_mod, "save_checkpoint", die_once)
+    code = main(["run", "ddp", "--workers", "2", "--steps", "4", "--mode", "cpu", "--max-restarts", "1",
+                 "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "1",
+                 "--json", str(tmp_path / "r.json")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "restarted after rank 1 failed" in out and "resumed from the checkpoint of step 2" in out
+    rec = load_record(tmp_path / "r.json")
+    assert len(rec["restarts"]) == 1 and rec["resumed_from_step"] == 2 and rec["parity"]["ok"]

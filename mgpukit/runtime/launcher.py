@@ -23,6 +23,15 @@ start method), with the four traps of that launcher closed:
    Either way every worker process, and anything it started, is gone when `launch` returns.
 4. **CUDA before fork.** A forked child cannot use CUDA once the parent initialised it; that is
    refused up front with a sentence saying what to do.
+5. **What the parent left for the collector.** A forked worker inherits the parent's garbage
+   not yet collected — e.g. the TCPStore server of an earlier launch that failed, kept alive by
+   its exception's traceback — including C++ objects that own threads. Those threads do not
+   exist in the child; if the child's collector frees such an object its destructor joins a
+   dead thread: a hang, or, when the joining thread reuses the dead one's stack (glibc hands the
+   parent's thread stacks to the child's new threads: same thread id), "Resource deadlock
+   avoided" and SIGABRT — seen as a rare crash when the collector happened to run on gloo's
+   thread. So every object a worker inherits is frozen (`gc.freeze`, right after the fork): the
+   child's collector never looks at them.
 """
 from __future__ import annotations
 
@@ -30,6 +39,7 @@ import contextlib
 import dataclasses
 import datetime
 import faulthandler
+import gc
 import logging
 import math
 import os
@@ -230,7 +240,8 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
     # a "Terminating process ... via signal SIGTERM" per peer it ends; we raise our own error.
     for name in ("torch.distributed.elastic", "torch.multiprocessing.spawn"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
-    with _callers_signal_handlers():  # elastic installs its own; Ctrl-C must stay the caller's
+    # elastic installs its own signal handlers: Ctrl-C must stay the caller's
+    with _callers_signal_handlers(), _freezing_inherited_objects():
         pc = start_processes(
             name="mgpukit",
             entrypoint=_worker_main,
@@ -276,6 +287,27 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
         del store
         if listener is not None:
             listener.close()
+
+
+_FORKING_WORKERS = threading.Event()
+
+
+def _freeze_in_child() -> None:
+    if _FORKING_WORKERS.is_set():
+        gc.freeze()  # module docstring, 5.
+
+
+os.register_at_fork(after_in_child=_freeze_in_child)
+
+
+@contextlib.contextmanager
+def _freezing_inherited_objects():
+    """While the workers are forked, each one freezes what it inherited (module docstring, 5.)."""
+    _FORKING_WORKERS.set()
+    try:
+        yield
+    finally:
+        _FORKING_WORKERS.clear()
 
 
 _ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")  # what elastic's start() takes over

@@ -221,12 +221,17 @@ class Chunks:
 
 
 class _SavePlanner(dcp.DefaultSavePlanner):
+    """DCP's planner, which looks a chunk up only inside a `torch.Tensor`: `Chunks` too."""
+
     def lookup_object(self, index):
         obj = self.state_dict.get(index.fqn)
         return obj.__get_tensor_shard__(index) if isinstance(obj, Chunks) else super().lookup_object(index)
 
 
 class _LoadPlanner(dcp.DefaultLoadPlanner):
+    """DCP's planner, keeping `Chunks` (its set-up replaces objects it does not know by None)
+    and looking chunks up in them."""
+
     def set_up_planner(self, state_dict, metadata=None, is_coordinator=False):
         chunks = {k: v for k, v in state_dict.items() if isinstance(v, Chunks)}
         super().set_up_planner(state_dict, metadata, is_coordinator)  # sets unknown types to None
