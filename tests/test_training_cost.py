@@ -111,3 +111,17 @@ def test_search_considers_a_bounded_number_of_layouts_and_returns_only_fitting_o
     assert plans and all(p.fits and p.memory["total"] <= hw.usable_memory_bytes for p in plans)
     times = [p.step_time_s for p in plans]
     assert times == sorted(times)
+
+
+def test_mgpukit_plan_never_imports_torch():
+    """`mgpukit plan --search` used to spend 4 of its 5 s importing torch through the other
+    subcommands; the CLI now builds only `plan` when that is the command."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from mgpukit.cli import main; "
+            "rc = main(['plan', '--model', '70b', '--gpus', '64', '--profile', 'h100-ib', '--search', '--top', '2']); "
+            "assert rc == 0, rc; assert 'torch' not in sys.modules, 'torch imported'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "ranked by predicted step time" in proc.stdout

@@ -23,8 +23,7 @@ from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout, LayoutError
 from mgpukit.costmodel.planner import plan, search
 from mgpukit.costmodel.shapes import get_shape, param_count
-from mgpukit.costmodel.training_cost import (format_duration, format_money, six_nd, time_to_train,
-                                             tokens_for_gpu_hours)
+from mgpukit.costmodel.training_cost import format_duration, six_nd, time_to_train, tokens_for_gpu_hours
 
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 TIME_PARTS = (("compute", "compute_s"), ("tp comm (exposed)", "comm_tp_s"), ("pp comm (exposed)", "comm_pp_s"),
@@ -260,7 +259,3 @@ def emulated_vs_predicted(*, workers: int = 2, steps: int = 3, global_batch: int
             "emulated_s": emulated, "planner_s": planner.step_time_s, "closed_form_s": closed,
             "planner_vs_emulated": planner.step_time_s / emulated, "closed_form_vs_emulated": closed / emulated,
             "planner": planner}
-
-
-def money(x: float) -> str:
-    return format_money(x)

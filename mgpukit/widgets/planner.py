@@ -6,9 +6,13 @@
 - `plot_speedup(rows)`: predicted speedup from 1 to 1,024 GPUs against the ideal line.
 - `PlannerExplorer` / `planner_explorer()`: model size, GPUs, profile, layout (dp is what tp and
   pp leave), schedule, ZeRO stage, checkpointing, precision, micro-batch, global batch, tokens and
-  price -> the three figures redrawn in place (plotly ``FigureWidget``: only the numbers travel
-  to the browser) and one sentence: does it fit, and if not, which change would (computed).
-  Headless (CI) it draws once; tests drive it by setting control values.
+  price -> the three figures redrawn (one plan and eleven points of speedup: milliseconds) and
+  one sentence: does it fit, and if not, which change would (computed). Headless (CI) it draws
+  once; tests drive it by setting control values.
+
+The figures are plain plotly figures put into an ``Output`` in one assignment
+(`mgpukit.widgets.output.show`). Not ``FigureWidget``: with plotly 7.1 (anywidget 0.11) in
+JupyterLab 4 it drew empty axes in Chromium, even built with its data and displayed alone.
 """
 from __future__ import annotations
 
@@ -20,92 +24,57 @@ from mgpukit.costmodel.shapes import list_shapes
 from mgpukit.costmodel.training_cost import format_duration, format_money, parse_tokens, time_to_train
 from mgpukit.lessons.planning import GPU_COUNTS, TIME_PARTS, explain, speedup_curve
 from mgpukit.plots.style import MEMORY_CATEGORIES, MEMORY_COLORS, PREDICTED, series_color
+from mgpukit.widgets.output import errors_shown_in, show
 
 GB = 1e9
 TIME_COLORS = ("#4C78A8", "#B279A2", "#FF9DA6", "#72B7B2", "#D9D9D9", "#54A24B")
 
 
-def _figure(widget: bool):
-    if widget:
-        try:
-            return go.FigureWidget()
-        except ImportError:  # plotly 6+ needs anywidget for FigureWidget; a static figure still works
-            pass
-    return go.Figure()
-
-
-def plot_memory(pl, fig=None) -> go.Figure:
+def plot_memory(pl) -> go.Figure:
     """One stacked bar, GB per GPU by category (fullest GPU), and the usable-memory line."""
-    fig = fig if fig is not None else go.Figure()
     mem, limit = pl.memory, pl.memory_limit
-    if not fig.data:
-        for cat in MEMORY_CATEGORIES:
-            fig.add_trace(go.Bar(x=[0], y=[0], name=cat, marker_color=MEMORY_COLORS[cat], width=0.5,
-                                 hovertemplate=f"{cat} %{{y:.1f}} GB<extra></extra>"))
-        fig.add_trace(go.Scatter(x=[-0.4, 0.4], y=[0, 0], mode="lines", name="usable memory",
-                                 line=dict(color="black", dash="dash")))
-        fig.update_layout(barmode="stack", height=380, width=360, yaxis_title="GB per GPU",
-                          xaxis=dict(showticklabels=False, range=[-0.6, 0.6]), margin=dict(l=60, r=10, t=60, b=20))
-    with _batch(fig):
-        for trace, cat in zip(fig.data, MEMORY_CATEGORIES):
-            trace.y = [mem[cat] / GB]
-        fig.data[-1].y = [limit / GB, limit / GB]
-        fig.layout.title = (f"memory per GPU: {mem['total'] / GB:.1f} of {limit / GB:.0f} GB "
-                            f"{'✓' if pl.fits else '✗ does not fit'}<br><sub>{PREDICTED}</sub>")
+    fig = go.Figure([go.Bar(x=[0], y=[mem[cat] / GB], name=cat, marker_color=MEMORY_COLORS[cat], width=0.5,
+                            hovertemplate=f"{cat} %{{y:.1f}} GB<extra></extra>") for cat in MEMORY_CATEGORIES])
+    fig.add_trace(go.Scatter(x=[-0.4, 0.4], y=[limit / GB, limit / GB], mode="lines", name="usable memory",
+                             line=dict(color="black", dash="dash")))
+    fig.update_layout(barmode="stack", height=400, yaxis_title="GB per GPU",
+                      xaxis=dict(showticklabels=False, range=[-0.6, 0.6]),
+                      title=dict(text=f"memory per GPU: {mem['total'] / GB:.1f} of {limit / GB:.0f} GB usable "
+                                      f"{'✓ fits' if pl.fits else '✗ does not fit'}",
+                                 subtitle=dict(text=f"fullest GPU, by category — {PREDICTED}")))
     return fig
 
 
-def plot_step_time(pl, fig=None) -> go.Figure:
+def plot_step_time(pl) -> go.Figure:
     """One horizontal stacked bar: the step's compute, exposed comm per axis, bubble, optimizer."""
-    fig = fig if fig is not None else go.Figure()
-    if not fig.data:
-        for (name, _), color in zip(TIME_PARTS, TIME_COLORS):
-            fig.add_trace(go.Bar(y=["step"], x=[0], name=name, orientation="h", marker_color=color,
-                                 hovertemplate=f"{name} %{{x:.3g}} s<extra></extra>"))
-        fig.update_layout(barmode="stack", height=260, xaxis_title="seconds per step",
-                          legend=dict(orientation="h", y=-0.5), margin=dict(l=50, r=10, t=60, b=20))
-    with _batch(fig):
-        for trace, (_, key) in zip(fig.data, TIME_PARTS):
-            trace.x = [pl.time[key]]
-        t = pl.time
-        fig.layout.title = (f"step {pl.step_time_s:.3g} s · MFU {pl.mfu:.1%} · bubble {t['bubble_fraction']:.1%} · "
-                            f"{t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU<br><sub>{PREDICTED}</sub>")
+    t = pl.time
+    fig = go.Figure([go.Bar(y=["step"], x=[t[key]], name=name, orientation="h", marker_color=color,
+                            hovertemplate=f"{name} %{{x:.3g}} s<extra></extra>")
+                     for (name, key), color in zip(TIME_PARTS, TIME_COLORS)])
+    fig.update_layout(barmode="stack", height=340, xaxis_title="seconds per step",
+                      title=dict(text=f"one step: {pl.step_time_s:.3g} s · MFU {pl.mfu:.1%} · bubble "
+                                      f"{t['bubble_fraction']:.1%} · {t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU",
+                                 subtitle=dict(text=f"compute, exposed communication per axis, bubble — {PREDICTED}")))
     return fig
 
 
-def plot_speedup(rows: list[dict], fig=None, *, title: str = "") -> go.Figure:
-    """Speedup vs GPUs (log-log): layouts that fit (filled) and that do not (open), ideal dashed."""
-    fig = fig if fig is not None else go.Figure()
-    if not fig.data:
-        fig.add_trace(go.Scatter(x=[], y=[], mode="lines", name="ideal (N×)", line=dict(color="grey", dash="dot")))
-        fig.add_trace(go.Scatter(x=[], y=[], mode="lines+markers", name="fits", marker=dict(size=9),
-                                 line=dict(color=series_color(0))))
-        fig.add_trace(go.Scatter(x=[], y=[], mode="markers", name="does not fit",
-                                 marker=dict(size=9, symbol="circle-open", color=series_color(3))))
-        fig.update_layout(height=380, xaxis=dict(title="GPUs", type="log", tickvals=list(GPU_COUNTS)),
-                          yaxis=dict(title="speedup over 1 GPU", type="log"), margin=dict(l=60, r=10, t=60, b=40))
+def plot_speedup(rows: list[dict], *, title: str = "") -> go.Figure:
+    """Speedup vs GPUs (log-log): layouts that fit (filled) and that do not (open), ideal dotted."""
     ok = [r for r in rows if r["fits"]]
     bad = [r for r in rows if not r["fits"]]
-    with _batch(fig):
-        xs = [r["gpus"] for r in rows]
-        fig.data[0].x, fig.data[0].y = xs, xs
-        fig.data[1].x, fig.data[1].y = [r["gpus"] for r in ok], [r["speedup"] for r in ok]
-        fig.data[2].x, fig.data[2].y = [r["gpus"] for r in bad], [r["speedup"] for r in bad]
-        fig.layout.title = (title or "speedup, same global batch") + f"<br><sub>{PREDICTED}</sub>"
+    xs = [r["gpus"] for r in rows]
+    fig = go.Figure([
+        go.Scatter(x=xs, y=xs, mode="lines", name="ideal (N×)", line=dict(color="grey", dash="dot")),
+        go.Scatter(x=[r["gpus"] for r in ok], y=[r["speedup"] for r in ok], mode="lines+markers", name="fits",
+                   marker=dict(size=9), line=dict(color=series_color(0))),
+        go.Scatter(x=[r["gpus"] for r in bad], y=[r["speedup"] for r in bad], mode="markers", name="does not fit",
+                   marker=dict(size=9, symbol="circle-open", color=series_color(3))),
+    ])
+    fig.update_layout(height=400, xaxis=dict(title="GPUs", type="log", tickvals=list(GPU_COUNTS)),
+                      yaxis=dict(title="speedup over 1 GPU", type="log"),
+                      title=dict(text=title or "speedup at the same global batch",
+                                 subtitle=dict(text=f"over one GPU running the whole step — {PREDICTED}")))
     return fig
-
-
-class _batch:
-    """``fig.batch_update()`` for a FigureWidget (one message to the browser), nothing for a Figure."""
-
-    def __init__(self, fig):
-        self.ctx = fig.batch_update() if hasattr(fig, "batch_update") else None
-
-    def __enter__(self):
-        return self.ctx.__enter__() if self.ctx else None
-
-    def __exit__(self, *exc):
-        return self.ctx.__exit__(*exc) if self.ctx else False
 
 
 class PlannerExplorer:
@@ -113,11 +82,10 @@ class PlannerExplorer:
 
     ``controls`` maps a name (``model, gpus, profile, tp, pp, schedule, v, zero, checkpointing,
     dtype, micro_batch, global_batch, tokens, price``) to its widget; ``state`` holds the last
-    plan, sentence and speedup rows (tests read it)."""
+    plan, sentence, figures and speedup rows (tests read it)."""
 
     def __init__(self, *, model="70b", gpus=64, profile="h100-ib", tp=8, pp=1, zero=1, checkpointing="selective",
-                 schedule="1f1b", v=2, dtype="bf16", micro_batch=1, global_batch=512, tokens="2T", price=2.0,
-                 widget_figures: bool = True):
+                 schedule="1f1b", v=2, dtype="bf16", micro_batch=1, global_batch=512, tokens="2T", price=2.0):
         import ipywidgets as w
 
         profiles = [p for p in list_profiles() if not p.startswith("this-machine")]
@@ -141,23 +109,18 @@ class PlannerExplorer:
         }
         self.dp_label = w.HTML()
         self.sentence = w.HTML()
-        self.figures = {k: _figure(widget_figures) for k in ("memory", "time", "speedup")}
-        # static figures (no anywidget) are shown through `out`; it also shows a callback's traceback
-        self.static = not isinstance(self.figures["memory"], w.DOMWidget)
-        self.out = w.Output()
+        self.out = w.Output()  # the figures, or a callback's traceback
         self.state: dict = {}
         for control in c.values():
             control.observe(self.redraw, names="value")
         self.redraw()
-        figures = [] if self.static else [w.HBox([self.figures["memory"], self.figures["speedup"]]),
-                                          self.figures["time"]]
         self.box = w.VBox([
             w.HBox([c["model"], c["gpus"], c["profile"]]),
             w.HBox([c["tp"], c["pp"], self.dp_label]),
             w.HBox([c["schedule"], c["v"], c["micro_batch"], c["global_batch"]]),
             c["zero"], c["checkpointing"], c["dtype"],
             w.HBox([c["tokens"], c["price"]]),
-            self.sentence, *figures, self.out,
+            self.sentence, self.out,
         ])
 
     def layout_kwargs(self) -> dict:
@@ -166,9 +129,7 @@ class PlannerExplorer:
                                           "micro_batch", "global_batch")}
 
     def redraw(self, *_):
-        """Plan the chosen layout and update the sentence and the figures in place."""
-        from mgpukit.widgets.output import errors_shown_in
-
+        """Plan the chosen layout; redraw the sentence and the figures."""
         c, kw = self.controls, self.layout_kwargs()
         gpus = c["gpus"].value
         tp_pp = kw["tp"] * kw["pp"]
@@ -179,20 +140,18 @@ class PlannerExplorer:
             self.state = {"explain": result, "plan": result["plan"], "sentence": result["sentence"]}
             if result["plan"] is None:
                 self.sentence.value = f"<b>{result['sentence']}</b>"
+                show(self.out)
                 return
             pl = result["plan"]
             self.sentence.value = f"<b>{result['sentence']}</b><br>{self._cost_line(pl)}"
             rest = {k: v for k, v in kw.items() if k not in ("tp", "pp", "global_batch")}
-            rows = speedup_curve(pl.model, pl.profile, tp=kw["tp"], pp=kw["pp"], global_batch=kw["global_batch"], **rest)
-            self.state["speedup"] = rows
-            plot_memory(pl, self.figures["memory"])
-            plot_step_time(pl, self.figures["time"])
-            plot_speedup(rows, self.figures["speedup"],
-                         title=f"speedup of tp {kw['tp']} × pp {kw['pp']} × dp, global batch {kw['global_batch']}")
-            if self.static:
-                self._show_static()
-            elif self.out.outputs:  # a traceback from an earlier callback: gone once it works again
-                self.out.outputs = ()
+            rows = speedup_curve(pl.model, pl.profile, tp=kw["tp"], pp=kw["pp"], global_batch=kw["global_batch"],
+                                 **rest)
+            figures = {"memory": plot_memory(pl), "speedup": plot_speedup(
+                rows, title=f"speedup of tp {kw['tp']} × pp {kw['pp']} × dp, global batch {kw['global_batch']}"),
+                "time": plot_step_time(pl)}
+            self.state.update(speedup=rows, figures=figures)
+            show(self.out, *figures.values())
 
     def _cost_line(self, pl) -> str:
         c = self.controls
@@ -205,11 +164,6 @@ class PlannerExplorer:
         return (f"{tokens:.3g} tokens: {b['steps']:,} steps, {format_duration(b['seconds'])} on {pl.gpus} GPUs, "
                 f"{b['gpu_hours']:,.0f} GPU-hours, {format_money(b['cost'])} at ${b['price_per_gpu_hour']:.2f}/GPU-hour "
                 f"({PREDICTED})")
-
-    def _show_static(self):
-        from mgpukit.widgets.output import show
-
-        show(self.out, *self.figures.values())
 
 
 def planner_explorer(**kw) -> PlannerExplorer:
