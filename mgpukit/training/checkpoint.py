@@ -168,10 +168,11 @@ def _names(parts) -> dict[int, str]:
 
 
 def _zero(parts):
-    """The hand-written ZeRO stage behind `parts`, or None."""
-    from mgpukit.strategies.sharding.zero1 import Zero1
-
-    return parts.sync if isinstance(parts.sync, Zero1) else None
+    """The hand-written ZeRO stage behind `parts` (a sync that owns flat shards: its `units`,
+    each with a `shard`, and `after_load`), or None. Known by what it has, not by its class:
+    training/ does not import the strategies built on it."""
+    sync = parts.sync
+    return sync if hasattr(sync, "units") and hasattr(sync, "after_load") else None
 
 
 def placements(ctx, parts) -> list[tuple[torch.Tensor, list[Piece]]]:
