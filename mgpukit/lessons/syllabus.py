@@ -220,8 +220,9 @@ FRAMEWORKS = [
      "mgpukit/strategies/data_parallel/ddp.py"),
     ("TF TPUStrategy", "SPMD over a TPU mesh", "DeviceMesh + DTensor (tp-native, fsdp2)", "05_tensor_parallel",
      "mgpukit/strategies/tensor_parallel/native.py"),
-    ("Kubernetes / Slurm", "schedule and launch the workers of a job on many nodes", "the launchers: `torchrun`, "
-     "`accelerate launch`, the exported script", "00_start_here", "scripts/train.py"),
+    ("Kubernetes / Slurm", "schedule and launch the workers of a job on many nodes", "the exported script under "
+     "`torchrun --nnodes` or `accelerate launch --num_machines`, one per node from a Slurm batch script; "
+     "the mesh knows the nodes", "02_communication", "scripts/slurm/train.sbatch"),
     ("Accelerate LocalSGD", "H local steps, then average the weights", "`local-sgd` (impl=ours or accelerate)",
      "10_beyond", "mgpukit/strategies/data_parallel/local_sgd.py"),
 ]
