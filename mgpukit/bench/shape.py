@@ -131,7 +131,9 @@ def predicted_memory(cfg, record: dict) -> float:
 # --------------------------------------------------------------------------------- bench
 
 
-def layout_rows(*, model: str = MODEL, steps: int = 2, layouts=LAYOUTS) -> list[dict]:
+def layout_rows(*, model: str = MODEL, steps: int = 2, layouts=LAYOUTS, echo: bool = False) -> list[dict]:
+    """Each layout run in shape mode, its analytic step time and predicted memory beside it
+    (`echo`: print each row as it comes)."""
     from mgpukit.config import RunConfig
     from mgpukit.costmodel.hardware import load_profile
 
@@ -153,6 +155,8 @@ def layout_rows(*, model: str = MODEL, steps: int = 2, layouts=LAYOUTS) -> list[
                      "memory_ratio": predicted_mem / measured_mem,
                      "memory_within_5pct": abs(predicted_mem / measured_mem - 1) <= 0.05,
                      "wall_s": wall})
+        if echo:
+            _print(rows[-1:], header=len(rows) == 1)
     return rows
 
 
@@ -165,11 +169,12 @@ def big_step_wall(model: str = "gpt2-1.3b", strategy: str = "ddp") -> dict:
             "emulated_step_s": record["step_time_s"][0], "peak_bytes_rank0": record["memory"]["0"]["peak"]}
 
 
-def _print(rows: list[dict]) -> None:
+def _print(rows: list[dict], *, header: bool = True) -> None:
     head = (f"{'layout':<20} {'dims':<18} {'analytic':>10} {'emulated':>10} {'ratio':>6} 10%  "
             f"{'mem pred':>9} {'mem emul':>9} {'ratio':>6} 5%   wall")
-    print(head)
-    print("-" * len(head))
+    if header:
+        print(head)
+        print("-" * len(head))
     for r in rows:
         dims = "x".join(f"{k}{v}" for k, v in r["dims"].items() if v > 1)
         print(f"{r['layout']:<20} {dims:<18} {r['analytic_s'] * 1e3:>8.2f}ms {r['emulated_s'] * 1e3:>8.2f}ms "
@@ -177,7 +182,7 @@ def _print(rows: list[dict]) -> None:
               f"{r['memory_predicted'] / 2**30:>7.2f}G {r['memory_emulated'] / 2**30:>7.2f}G "
               f"{r['memory_ratio']:>6.3f} {'yes' if r['memory_within_5pct'] else 'NO ':<4} {r['wall_s']:>5.0f}s")
     for r in rows:
-        print(f"  {r['layout']}: analytic from {r['analytic_from']}")
+        print(f"  {r['layout']}: analytic from {r['analytic_from']}", flush=True)
 
 
 @bench("shape", help="shape mode (fake tensors, real scale): analytic vs emulated step time and "
@@ -189,8 +194,7 @@ def bench_shape(args=None) -> dict:
     model = "gpt2-124m" if quick else MODEL
     print(f"1-2. {model} on {WORKERS} emulated ranks of {PROFILE}, global batch {GLOBAL_BATCH}, fp32, "
           f"SGD (shape mode: fake tensors)")
-    rows = layout_rows(model=model, layouts=layouts)
-    _print(rows)
+    rows = layout_rows(model=model, layouts=layouts, echo=True)
     out = {"layouts": [dataclasses.asdict(r) if dataclasses.is_dataclass(r) else r for r in rows]}
     if not quick:
         big = big_step_wall()
