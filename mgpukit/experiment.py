@@ -74,7 +74,7 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
     """Every check a run needs, before anything starts; raises ValueError saying what to change."""
     strat = strategies.get(strategy)
     cfg = (config or RunConfig()).replace(**overrides) if overrides else (config or RunConfig())
-    check_shape(shape, mode, cfg.model, strat)
+    check_shape(shape, mode, cfg.model, strat, cfg.options)
     cfg = cfg.replace(options=strat.check_options(cfg.options))
     if cfg.model not in strat.models:
         raise ValueError(f"strategy {strategy!r} runs on models {strat.models}, not {cfg.model!r}.")
@@ -108,7 +108,7 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
                     profile=profile if mode == "emulated" else None, shape=bool(shape))
 
 
-def check_shape(shape, mode: str, model: str, strat: Strategy) -> None:
+def check_shape(shape, mode: str, model: str, strat: Strategy, options: dict) -> None:
     """Shape mode is emulated only (fake tensors have no values to measure), and the real-scale
     models run only in shape mode (they are never allocated)."""
     if not isinstance(shape, bool):
@@ -119,6 +119,8 @@ def check_shape(shape, mode: str, model: str, strat: Strategy) -> None:
     if shape and strat.worker is not None:
         raise ValueError(f"{strat.name} runs its own worker loop; shape mode runs the appliers "
                          f"and the one trainer only.")
+    if shape and options.get("checkpoint_dir"):
+        raise ValueError("shape mode has no weights to checkpoint (fake tensors); drop checkpoint_dir.")
     if model in SHAPE_MODELS and not shape:
         raise ValueError(f"model {model!r} is real-scale: it runs in shape mode only (add --shape "
                          f"--emulate PROFILE; shape=True, mode='emulated').")

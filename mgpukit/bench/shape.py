@@ -83,12 +83,17 @@ def analytic_step(strategy: str, cfg, record: dict, profile) -> tuple[float, str
         mb = b // m
         per = [_ops_seconds(cfg, mb, profile, layers=cfg.n_layer // chunks, embed=c == 0, head=c == chunks - 1)
                for c in range(chunks)]
-        f = sum(x[0] for x in per) / chunks * v  # simulate's costs are a stage's (v chunks)
-        bw = sum(x[1] for x in per) / chunks * v
+        # the simulator takes one cost per stage (v chunks): the mean rank's, and — a bound —
+        # the fullest rank's (the last holds the LM head, ~4.6 layers' worth on gpt2-350m)
+        rank_f = [sum(per[c][0] for c in range(r, chunks, p)) for r in range(p)]
+        rank_b = [sum(per[c][1] for c in range(r, chunks, p)) for r in range(p)]
         hop = p2p_time(E * mb * cfg.seq_len * cfg.d_model, link_for_ranks([0, 1], profile))
-        tl = simulate(build_schedule("interleaved", p, m, v), cost_f=f, cost_b=bw, cost_p2p=hop)
-        rank0 = sum(per[c][2] for c in range(0, chunks, p))
-        return tl.makespan + sgd_seconds(rank0, profile), "simulate(interleaved), mean chunk cost"
+        table = build_schedule("interleaved", p, m, v)
+        opt = sgd_seconds(sum(per[c][2] for c in range(0, chunks, p)), profile)
+        mean = simulate(table, cost_f=sum(rank_f) / p, cost_b=sum(rank_b) / p, cost_p2p=hop).makespan + opt
+        worst = simulate(table, cost_f=max(rank_f), cost_b=max(rank_b), cost_p2p=hop).makespan + opt
+        return mean, (f"simulate(interleaved) at the mean rank's cost; at the fullest rank's "
+                      f"(the LM head's) {worst * 1e3:.1f} ms — equal chunks assumed either way")
     if strategy == "tp":
         shape = ModelShape.from_gpt_config(cfg)
         return (step_time(shape, Layout(tp=n, micro_batch=b, dtype="fp32"), profile)["total_s"],
@@ -131,7 +136,9 @@ def predicted_memory(cfg, record: dict) -> float:
 # --------------------------------------------------------------------------------- bench
 
 
-def layout_rows(*, model: str = MODEL, steps: int = 2, layouts=LAYOUTS) -> list[dict]:
+def layout_rows(*, model: str = MODEL, steps: int = 2, layouts=LAYOUTS, echo: bool = False) -> list[dict]:
+    """Each layout run in shape mode, its analytic step time and predicted memory beside it
+    (`echo`: print each row as it comes)."""
     from mgpukit.config import RunConfig
     from mgpukit.costmodel.hardware import load_profile
 
@@ -153,6 +160,8 @@ def layout_rows(*, model: str = MODEL, steps: int = 2, layouts=LAYOUTS) -> list[
                      "memory_ratio": predicted_mem / measured_mem,
                      "memory_within_5pct": abs(predicted_mem / measured_mem - 1) <= 0.05,
                      "wall_s": wall})
+        if echo:
+            _print(rows[-1:], header=len(rows) == 1)
     return rows
 
 
@@ -165,11 +174,12 @@ def big_step_wall(model: str = "gpt2-1.3b", strategy: str = "ddp") -> dict:
             "emulated_step_s": record["step_time_s"][0], "peak_bytes_rank0": record["memory"]["0"]["peak"]}
 
 
-def _print(rows: list[dict]) -> None:
+def _print(rows: list[dict], *, header: bool = True) -> None:
     head = (f"{'layout':<20} {'dims':<18} {'analytic':>10} {'emulated':>10} {'ratio':>6} 10%  "
             f"{'mem pred':>9} {'mem emul':>9} {'ratio':>6} 5%   wall")
-    print(head)
-    print("-" * len(head))
+    if header:
+        print(head)
+        print("-" * len(head))
     for r in rows:
         dims = "x".join(f"{k}{v}" for k, v in r["dims"].items() if v > 1)
         print(f"{r['layout']:<20} {dims:<18} {r['analytic_s'] * 1e3:>8.2f}ms {r['emulated_s'] * 1e3:>8.2f}ms "
@@ -177,7 +187,7 @@ def _print(rows: list[dict]) -> None:
               f"{r['memory_predicted'] / 2**30:>7.2f}G {r['memory_emulated'] / 2**30:>7.2f}G "
               f"{r['memory_ratio']:>6.3f} {'yes' if r['memory_within_5pct'] else 'NO ':<4} {r['wall_s']:>5.0f}s")
     for r in rows:
-        print(f"  {r['layout']}: analytic from {r['analytic_from']}")
+        print(f"  {r['layout']}: analytic from {r['analytic_from']}", flush=True)
 
 
 @bench("shape", help="shape mode (fake tensors, real scale): analytic vs emulated step time and "
@@ -189,8 +199,7 @@ def bench_shape(args=None) -> dict:
     model = "gpt2-124m" if quick else MODEL
     print(f"1-2. {model} on {WORKERS} emulated ranks of {PROFILE}, global batch {GLOBAL_BATCH}, fp32, "
           f"SGD (shape mode: fake tensors)")
-    rows = layout_rows(model=model, layouts=layouts)
-    _print(rows)
+    rows = layout_rows(model=model, layouts=layouts, echo=True)
     out = {"layouts": [dataclasses.asdict(r) if dataclasses.is_dataclass(r) else r for r in rows]}
     if not quick:
         big = big_step_wall()

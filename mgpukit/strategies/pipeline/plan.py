@@ -98,6 +98,7 @@ def theory(schedule: str):
     """A ``theory(cfg, dims)`` function for the registry."""
 
     def predicted(cfg, dims) -> dict:
-        return theory_for(plan_for(schedule, cfg, dims.pp, dims.dp))
+        return theory_for(plan_for(schedule, cfg, dims.pp, dims.dp,
+                                   cfg.layout.v if cfg.layout is not None else None))
 
     return predicted
