@@ -135,9 +135,11 @@ def test_one_small_layout_emulated_beside_its_predictions():
     r = planning.emulated_vs_predicted(workers=2, steps=3)
     assert r["record"]["mode"] == "emulated" and r["emulated_s"] > 0
     # the closed form the emulator is validated by (bench emulation: within 5%) agrees closely
-    assert r["closed_form_vs_emulated"] == pytest.approx(1.0, abs=0.10)
-    # the planner leaves out the tiny model's memory-bound ops and launches: it is faster, and says so
-    assert 0 < r["planner_vs_emulated"] < 1.0
+    assert r["closed_form_vs_emulated"] == pytest.approx(1.0, abs=0.10)  # both on kernels only
+    assert r["with_launches_s"] > 10 * r["emulated_s"]  # a tiny model on a GPU: launch-bound
+    # the planner (GEMMs by shape, element-wise kernels by bytes) near the kernels-only clock even
+    # on a model far below the scale it is built for (0.89 when written)
+    assert r["planner_vs_emulated"] == pytest.approx(1.0, abs=0.20)
     assert math.isfinite(r["planner_s"])
 
 

@@ -18,6 +18,7 @@ Everything but `emulated_vs_predicted` is closed-form arithmetic (no torch, mill
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout, LayoutError
@@ -26,7 +27,8 @@ from mgpukit.costmodel.shapes import get_shape, param_count
 from mgpukit.costmodel.training_cost import format_duration, six_nd, time_to_train, tokens_for_gpu_hours
 
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-TIME_PARTS = (("compute", "compute_s"), ("tp comm (exposed)", "comm_tp_s"), ("pp comm (exposed)", "comm_pp_s"),
+TIME_PARTS = (("GEMMs", "compute_s"), ("memory-bound kernels", "memory_s"), ("tp comm (exposed)", "comm_tp_s"),
+              ("cp comm (exposed)", "comm_cp_s"), ("pp comm (exposed)", "comm_pp_s"),
               ("dp comm (exposed)", "comm_dp_s"), ("bubble", "bubble_s"), ("optimizer", "optimizer_s"))
 CHINCHILLA_TOKENS_PER_PARAM = 20  # Hoffmann et al. 2022, "Training Compute-Optimal Large Language Models"
 
@@ -50,8 +52,14 @@ def _change(layout: Layout, n_gpus: int, **kw):
     fields = {**dataclasses.asdict(layout), **kw}
     fields.pop("num_micro_batches")
     fields.pop("dp")
+    takes = inspect.signature(make_layout).parameters
+    rest = {k: fields.pop(k) for k in list(fields) if k not in takes}  # e.g. tp_overlap, flash_attention
+    if rest.get("cp", 1) != 1:  # the explorer's layouts have no context parallelism
+        return None
+    rest.pop("cp", None)
     try:
-        return make_layout(gpus=gpus, global_batch=layout.global_batch, **fields), gpus
+        return dataclasses.replace(make_layout(gpus=gpus, global_batch=layout.global_batch, **fields),
+                                   **rest), gpus
     except LayoutError:
         return None
 
@@ -231,9 +239,11 @@ def rules_of_thumb() -> list[dict]:
 
 def emulated_vs_predicted(*, workers: int = 2, steps: int = 3, global_batch: int = 8,
                           profile: str = "h100-nvlink") -> dict:
-    """DDP on the tiny GPT, `workers` ranks under the virtual clock of `profile`, beside the
+    """DDP on the tiny GPT, `workers` ranks under the virtual clock of `profile` — with its host
+    launches (``with_launches_s``) and on its kernels alone (``emulated_s``) — beside the
     planner's step time (same layout, fp32) and the closed form the emulator is validated by
-    (`costmodel.gpt_step.ddp_step_time`, which also counts memory-bound ops)."""
+    (`costmodel.gpt_step.ddp_step_time`, op by op). Both closed forms count kernels, not launches:
+    the ratios are against the kernels-only clock."""
     import statistics
     import warnings
 
@@ -248,14 +258,18 @@ def emulated_vs_predicted(*, workers: int = 2, steps: int = 3, global_batch: int
     layout = Layout.from_global_batch(global_batch=global_batch, dp=workers, micro_batch=global_batch // workers,
                                       dtype="fp32")
     hw = load_profile(profile)
+    steady = lambda rec: statistics.median(rec["step_time_s"][1:] or rec["step_time_s"])  # noqa: E731
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OversubscribedWarning)
-        record = run("ddp", workers=workers, mode="emulated", profile=profile, steps=steps,
-                     global_batch=global_batch, parity=False)
-    emulated = statistics.median(record["step_time_s"][1:] or record["step_time_s"])
+        # as a GPU would run it (host launches included), and its kernels alone — what the two
+        # closed forms count (`HardwareProfile.kernels_only`)
+        launched, record = (run("ddp", workers=workers, mode="emulated", profile=p, steps=steps,
+                                global_batch=global_batch, parity=False) for p in (hw, hw.kernels_only()))
+    emulated = steady(record)
     planner = plan(shape, workers, hw, layout)
     closed = ddp_step_time(cfg.model_config(), global_batch=global_batch, workers=workers, profile=hw)["total_s"]
     return {"workers": workers, "profile": profile, "layout": layout.describe(), "record": record,
-            "emulated_s": emulated, "planner_s": planner.step_time_s, "closed_form_s": closed,
+            "with_launches_s": steady(launched), "emulated_s": emulated,
+            "planner_s": planner.step_time_s, "closed_form_s": closed,
             "planner_vs_emulated": planner.step_time_s / emulated, "closed_form_vs_emulated": closed / emulated,
             "planner": planner}

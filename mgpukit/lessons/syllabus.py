@@ -81,16 +81,20 @@ def local_sgd_emulated(H=(1, 4), *, profile: str = "h100-ib", workers: int = 2, 
 def mixed_cluster_study(*, profiles=("a100-nvlink", "h100-nvlink"), links: str = "h100-nvlink",
                         global_batch: int = 32, steps: int = 3) -> list[dict]:
     """Emulated DDP on a mixed cluster (rank i computes on `profiles[i]`): the even split, the
-    split `hetero.balanced_split` picks, and each one's predicted step time."""
+    split `hetero.balanced_split` picks, and each one's predicted step time. Emulated on the
+    kernels only (`HardwareProfile.kernels_only`): the closed form counts no host launches, and
+    a tiny model's step on a GPU is nearly all launches (notebook 00) — the same for both kinds
+    of GPU, which would hide the difference in compute this lesson is about."""
     from mgpukit.config import RunConfig
+    from mgpukit.costmodel.hardware import load_profile
 
     cfg = RunConfig(global_batch=global_batch)
     n = len(profiles)
     splits = {"even": (global_batch // n,) * n, "balanced": hetero.balanced_split(cfg, profiles, links)}
     rows = []
     for label, split in splits.items():
-        rec = run("ddp", workers=n, steps=steps, mode="emulated", profile=links, parity=False,
-                  global_batch=global_batch, options={"batch_split": ",".join(map(str, split)),
+        rec = run("ddp", workers=n, steps=steps, mode="emulated", profile=load_profile(links).kernels_only(),
+                  parity=False, global_batch=global_batch, options={"batch_split": ",".join(map(str, split)),
                                                       "rank_profiles": ",".join(profiles)})
         rows.append({"split": label, "rows": split, "emulated_s": rec["step_time_s"][-1],
                      "predicted_s": hetero.predicted_step(cfg, split, profiles, links)})

@@ -109,11 +109,12 @@ def weighted(loss_fn, weight: float):
 
 
 def compute_of(base: HardwareProfile, compute: HardwareProfile) -> HardwareProfile:
-    """`base`'s links and node size with `compute`'s FLOP/s, memory bandwidth and overheads."""
+    """`base`'s links, node size and host (dispatch and launch costs: the same hosts drive
+    both kinds of GPU) with `compute`'s FLOP/s, GEMM table and memory bandwidth."""
     return dataclasses.replace(
         base, name=f"{compute.name} (links of {base.name})", peak_flops=compute.peak_flops,
         memory_bandwidth=compute.memory_bandwidth, compute_efficiency=compute.compute_efficiency,
-        op_overhead=compute.op_overhead, op_overhead_by_context=compute.op_overhead_by_context)
+        gemm=compute.gemm)
 
 
 def apply_rank_profile(rec, ctx, options: dict) -> None:

@@ -27,7 +27,7 @@ from mgpukit.plots.style import MEMORY_CATEGORIES, MEMORY_COLORS, PREDICTED, ser
 from mgpukit.widgets.output import errors_shown_in, show
 
 GB = 1e9
-TIME_COLORS = ("#4C78A8", "#B279A2", "#FF9DA6", "#72B7B2", "#D9D9D9", "#54A24B")
+TIME_COLORS = ("#4C78A8", "#9ECAE9", "#B279A2", "#F58518", "#FF9DA6", "#72B7B2", "#D9D9D9", "#54A24B")  # one per TIME_PARTS
 
 
 def plot_memory(pl) -> go.Figure:
