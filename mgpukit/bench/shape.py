@@ -7,7 +7,7 @@ benchmark asks whether those figures can be believed:
 1. **analytic vs emulated step time**, five layouts of gpt2-350m on 8 ranks of h100-nvlink
    (DP, PP 1F1B, interleaved 1F1B, TP, ZeRO-1). The analytic side is a closed form that runs
    no program: `costmodel.gpt_step` (DDP, 1F1B: the emulator's roofline op by op), the
-   schedule simulator for the interleaved pipeline, the planner's `step_time` for TP, and
+   planner's `step_time` for the interleaved pipeline (stages by their own cost) and TP, and
    `gpt_step`'s pieces plus the alpha-beta reduce-scatter / all-gather for ZeRO-1. Target 10%.
 2. **emulated peak memory per rank vs the cost model's** (`costmodel.memory`), per layout.
    Target 5%.
@@ -64,11 +64,9 @@ def _ops_seconds(cfg, batch, profile, **where):
 def analytic_step(strategy: str, cfg, record: dict, profile) -> tuple[float, str]:
     """(seconds, how) of one steady step of `record`'s layout, by a closed form."""
     from mgpukit.costmodel import Layout, step_time
-    from mgpukit.costmodel.comm import allgather_time, link_for_ranks, p2p_time, reduce_scatter_time
+    from mgpukit.costmodel.comm import allgather_time, link_for_ranks, reduce_scatter_time
     from mgpukit.costmodel.gpt_step import ddp_step_time, gpt_params, pipeline_step_time, sgd_seconds
-    from mgpukit.costmodel.schedules import build_schedule
     from mgpukit.costmodel.shapes import ModelShape
-    from mgpukit.costmodel.simulate import simulate
 
     lay = record["layout"]
     n, b = WORKERS, GLOBAL_BATCH
@@ -78,22 +76,12 @@ def analytic_step(strategy: str, cfg, record: dict, profile) -> tuple[float, str
         return (pipeline_step_time(cfg, global_batch=b, micro_batches=lay["num_micro_batches"], stages=n,
                                    profile=profile, schedule="1f1b")["total_s"], "gpt_step.pipeline_step_time")
     if strategy == "pp-interleaved":
-        p, v, m = lay["pp"], lay["v"], lay["num_micro_batches"]
-        chunks = p * v
-        mb = b // m
-        per = [_ops_seconds(cfg, mb, profile, layers=cfg.n_layer // chunks, embed=c == 0, head=c == chunks - 1)
-               for c in range(chunks)]
-        # the simulator takes one cost per stage (v chunks): the mean rank's, and — a bound —
-        # the fullest rank's (the last holds the LM head, ~4.6 layers' worth on gpt2-350m)
-        rank_f = [sum(per[c][0] for c in range(r, chunks, p)) for r in range(p)]
-        rank_b = [sum(per[c][1] for c in range(r, chunks, p)) for r in range(p)]
-        hop = p2p_time(E * mb * cfg.seq_len * cfg.d_model, link_for_ranks([0, 1], profile))
-        table = build_schedule("interleaved", p, m, v)
-        opt = sgd_seconds(sum(per[c][2] for c in range(0, chunks, p)), profile)
-        mean = simulate(table, cost_f=sum(rank_f) / p, cost_b=sum(rank_b) / p, cost_p2p=hop).makespan + opt
-        worst = simulate(table, cost_f=max(rank_f), cost_b=max(rank_b), cost_p2p=hop).makespan + opt
-        return mean, (f"simulate(interleaved) at the mean rank's cost; at the fullest rank's "
-                      f"(the LM head's) {worst * 1e3:.1f} ms — equal chunks assumed either way")
+        # the planner's schedule model (`costmodel.steptime`): per-stage busy time with the
+        # embedding on the first stage and the LM head on the last, fill and drain over v chunks
+        shape = ModelShape.from_gpt_config(cfg)
+        lay_ = Layout(pp=lay["pp"], schedule="interleaved", v=lay["v"], num_micro_batches=lay["num_micro_batches"],
+                      micro_batch=b // lay["num_micro_batches"], dtype="fp32")
+        return step_time(shape, lay_, profile)["total_s"], "costmodel.step_time (planner: stages by their own cost)"
     if strategy == "tp":
         shape = ModelShape.from_gpt_config(cfg)
         return (step_time(shape, Layout(tp=n, micro_batch=b, dtype="fp32"), profile)["total_s"],
