@@ -257,16 +257,23 @@ LAYOUTS = ((2, 2, 2, 4), (1, 2, 4, 8), (2, 1, 4, 4), (1, 4, 2, 4), (4, 2, 1, 2))
 
 
 def analytic_vs_emulated(layouts=LAYOUTS, *, profile="h100-nvlink", model: str = "gpt-tiny",
-                         steps: int = 2, global_batch: int = 8) -> list[dict]:
+                         steps: int = 2, global_batch: int = 8, shape: bool = False) -> list[dict]:
     """Per layout: the cost model's step time and the virtual clock's (8 CPU workers running
-    the real program), and their ratio. Both on the profile's kernels only
-    (`HardwareProfile.kernels_only`): the closed form counts no host launches, which a tiny
-    model's step on a GPU is made of (`mgpukit.lessons.launch`)."""
-    hw = (load_profile(profile) if isinstance(profile, str) else profile).kernels_only()
+    the real program), and their ratio.
+
+    ``shape=True``: the program at real scale under fake tensors (`mgpukit.measure.shape`;
+    e.g. ``model="gpt2-350m"``) on the full profile, host launches included — at that size
+    the kernels are long enough to hide them, as on a GPU. Otherwise (the tiny model) both
+    sides on the profile's kernels only (`HardwareProfile.kernels_only`): the closed form
+    counts no host launches, and a tiny model's step on a GPU is made of them
+    (`mgpukit.lessons.launch`)."""
+    hw = load_profile(profile) if isinstance(profile, str) else profile
+    if not shape:
+        hw = hw.kernels_only()
     rows = []
     for dp, tp, pp, m in layouts:
         rec = run_hybrid((dp, tp, pp), steps=steps, mode="emulated", profile=hw, parity=False,
-                         model=model, global_batch=global_batch, micro_batches=m)
+                         model=model, global_batch=global_batch, micro_batches=m, shape=shape)
         analytic = predicted_step(model, layout_of(rec), hw)["total_s"]
         emulated = last_step(rec)
         rows.append({"dp": dp, "tp": tp, "pp": pp, "m": m, "analytic_s": analytic, "emulated_s": emulated,

@@ -43,6 +43,7 @@ from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.pipeline.pipeline_parallel import PARITY_TOLERANCE, V_KNOB
 from mgpukit.strategies.registry import register
 from mgpukit.strategies.sharding.zero1 import Zero1
+from mgpukit.strategies.tensor_parallel import GPT_ONLY
 from mgpukit.strategies.tensor_parallel.apply import is_split
 
 
@@ -125,5 +126,5 @@ register("hybrid", family="hybrid",
          composes=("dp", "tp", "pp"), knobs=(Knob("zero1", bool, False, "ZeRO-1 over the dp axis: "
                                                   "optimizer states sharded, reduce-scatter + all-gather"),
                                              V_KNOB),
-         models=("gpt-tiny", "gpt-small"), theory=hybrid_theory, validate=validate, tolerance=PARITY_TOLERANCE,
+         models=GPT_ONLY, theory=hybrid_theory, validate=validate, tolerance=PARITY_TOLERANCE,
          min_workers=2, default_workers=8)
