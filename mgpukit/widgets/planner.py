@@ -23,6 +23,7 @@ from mgpukit.costmodel.hardware import list_profiles
 from mgpukit.costmodel.shapes import list_shapes
 from mgpukit.costmodel.training_cost import format_duration, format_money, parse_tokens, time_to_train
 from mgpukit.lessons.planning import GPU_COUNTS, TIME_PARTS, explain, speedup_curve
+from mgpukit.plots.layout import finish
 from mgpukit.plots.style import MEMORY_CATEGORIES, MEMORY_COLORS, PREDICTED, series_color
 from mgpukit.widgets.output import errors_shown_in, show
 
@@ -51,11 +52,11 @@ def plot_step_time(pl) -> go.Figure:
     fig = go.Figure([go.Bar(y=["step"], x=[t[key]], name=name, orientation="h", marker_color=color,
                             hovertemplate=f"{name} %{{x:.3g}} s<extra></extra>")
                      for (name, key), color in zip(TIME_PARTS, TIME_COLORS)])
-    fig.update_layout(barmode="stack", height=340, xaxis_title="seconds per step",
-                      title=dict(text=f"one step: {pl.step_time_s:.3g} s · MFU {pl.mfu:.1%} · bubble "
-                                      f"{t['bubble_fraction']:.1%} · {t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU",
-                                 subtitle=dict(text=f"compute, exposed communication per axis, bubble — {PREDICTED}")))
-    return fig
+    fig.update_layout(barmode="stack", xaxis_title="seconds per step")
+    return finish(fig, title=f"one step: {pl.step_time_s:.3g} s · MFU {pl.mfu:.1%} · bubble "
+                             f"{t['bubble_fraction']:.1%} · {t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU",
+                  subtitle=f"GEMMs, memory-bound kernels, exposed communication per axis, bubble — {PREDICTED}",
+                  legend="right")
 
 
 def plot_speedup(rows: list[dict], *, title: str = "") -> go.Figure:

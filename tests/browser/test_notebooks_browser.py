@@ -220,17 +220,21 @@ def saved_notebook(page, path: Path) -> dict:
     page.locator(".lm-MenuBar-itemLabel", has_text="File").first.click()
     page.locator('li.lm-Menu-item[data-command="docmanager:save"]').click()
     # a notebook full of timelines is megabytes of figure JSON: on a loaded 2-core machine its
-    # save took over a minute (04); wait for the file to change, then to stop changing
+    # save took over a minute (04)
     deadline = time.time() + 300
     while path.stat().st_mtime == before and time.time() < deadline:
         time.sleep(0.5)
     if path.stat().st_mtime == before:
         raise AssertionError(f"{path.name}: JupyterLab did not save the notebook within 300 s")
-    size = -1
-    while size != path.stat().st_size and time.time() < deadline:
-        size = path.stat().st_size
-        time.sleep(1.0)
-    return json.loads(path.read_text())
+    # Jupyter's "atomic" writing keeps a backup but rewrites the file in place: a read while
+    # it writes finds it empty or cut short — read again until it parses
+    while True:
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            if time.time() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def output_problems(nb: dict) -> list[str]:
