@@ -27,10 +27,18 @@ def test_launch_leaves_the_callers_signal_handlers_installed():
     assert {s: signal.getsignal(s) for s in before} == before
 
 
+def _as_from_a_terminal() -> None:
+    """Ctrl-C as a terminal delivers it. A test suite started in the background by a
+    non-interactive shell (`make test &`, some CI runners) inherits SIGINT *ignored*, and a
+    Python started with SIGINT ignored never installs its KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(code: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_as_from_a_terminal)
 
 
 def _wait_for_workers(proc: subprocess.Popen, n: int, limit_s: float = 60) -> list[psutil.Process]:
