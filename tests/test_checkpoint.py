@@ -119,9 +119,9 @@ def test_a_crafted_checkpoint_is_refused_without_running_its_code(tmp_path):
     assert not marker.exists(), "the crafted checkpoint ran code"
 
 
-def test_a_worker_that_fails_once_is_restarted_from_the_checkpoint_with_parity(tmp_path, monkeypatch):
-    """max_restarts=1: rank 1 dies (SIGKILL) after the checkpoint of step 2, once; the run goes
-    on from there, passes parity against the single-process reference, and says it restarted."""
+def _rank_1_dies_once_after_step_2(tmp_path, monkeypatch):
+    """Rank 1 is SIGKILLed right after the checkpoint of step 2 — the first time only (the
+    returned marker file says it died)."""
     marker = tmp_path / "died-once"
     real = ckpt_mod.save_checkpoint
 
@@ -132,6 +132,13 @@ def test_a_worker_that_fails_once_is_restarted_from_the_checkpoint_with_parity(t
             os.kill(os.getpid(), signal.SIGKILL)
         return out
     monkeypatch.setattr(ckpt_mod, "save_checkpoint", die_once)
+    return marker
+
+
+def test_a_worker_that_fails_once_is_restarted_from_the_checkpoint_with_parity(tmp_path, monkeypatch):
+    """max_restarts=1: rank 1 dies (SIGKILL) after the checkpoint of step 2, once; the run goes
+    on from there, passes parity against the single-process reference, and says it restarted."""
+    marker = _rank_1_dies_once_after_step_2(tmp_path, monkeypatch)
     rec = mgpukit.run("ddp", workers=2, steps=5, mode="cpu", max_restarts=1, timeout_s=180,
                       options={"checkpoint_dir": str(tmp_path / "ck"), "checkpoint_every": 1})
     assert marker.exists()
@@ -220,16 +227,7 @@ def test_the_cli_restarts_a_failed_run_from_its_last_checkpoint(tmp_path, monkey
     from mgpukit.cli import main
     from mgpukit.measure.record import load_record
 
-    marker = tmp_path / "died-once"
-    real = ckpt_mod.save_checkpoint
-
-    def die_once(root, next_step, ctx, *a, **k):
-        out = real(root, next_step, ctx, *a, **k)
-        if next_step == 2 and ctx.rank == 1 and not marker.exists():
-            marker.touch()
-            os.kill(os.getpid(), signal.SIGKILL)
-        return out
-    monkeypatch.setattr(ckpt_mod, "save_checkpoint", die_once)
+    _rank_1_dies_once_after_step_2(tmp_path, monkeypatch)
     code = main(["run", "ddp", "--workers", "2", "--steps", "4", "--mode", "cpu", "--max-restarts", "1",
                  "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "1",
                  "--json", str(tmp_path / "r.json")])

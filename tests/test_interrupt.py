@@ -148,14 +148,21 @@ def test_ctrl_c_ends_a_worker_blocked_inside_a_collective():
     assert elapsed < 2.0, f"took {elapsed:.1f} s"
 
 
-@pytest.mark.parametrize("argv", [["run", "ddp", "--steps", "100000", "--no-parity"]])
-def test_ctrl_c_ends_the_cli_with_exit_code_130(argv):
+def _interrupt_the_cli(argv: list[str]) -> tuple[float, str]:
+    """`mgpukit <argv>` in a child, Ctrl-C once its 2 workers run: exit 130 and one last line
+    "mgpukit: interrupted" are checked here; returns (seconds, stderr)."""
     proc = _start(f"import sys, time; from mgpukit.cli import main; code = main({argv!r}); "
                   f"print('END', time.monotonic(), flush=True); sys.exit(code)")
     workers = _wait_for_workers(proc, 2)
     elapsed, _, err = _interrupt(proc, workers)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "mgpukit: interrupted", err
+    return elapsed, err
+
+
+@pytest.mark.parametrize("argv", [["run", "ddp", "--steps", "100000", "--no-parity"]])
+def test_ctrl_c_ends_the_cli_with_exit_code_130(argv):
+    elapsed, err = _interrupt_the_cli(argv)
     assert "Traceback" not in err
     assert elapsed < 2.0, f"took {elapsed:.1f} s"
 
@@ -164,12 +171,7 @@ def test_ctrl_c_ends_a_tour_writes_what_finished_and_exits_130(tmp_path):
     """Ctrl-C lands during ddp's launch: exit 130 within 2 s, and the report written so far
     says the tour was interrupted (what finished before is kept: tests/test_outputs.py)."""
     argv = ["tour", "--only", "ddp", "--steps", "100000", "--out", str(tmp_path)]
-    proc = _start(f"import sys, time; from mgpukit.cli import main; code = main({argv!r}); "
-                  f"print('END', time.monotonic(), flush=True); sys.exit(code)")
-    workers = _wait_for_workers(proc, 2)
-    elapsed, _, err = _interrupt(proc, workers)
-    assert proc.returncode == 130, err
-    assert err.strip().splitlines()[-1] == "mgpukit: interrupted", err
+    elapsed, err = _interrupt_the_cli(argv)
     assert elapsed < 2.0, f"took {elapsed:.1f} s"
     assert "INTERRUPTED" in (tmp_path / "index.html").read_text()
 
