@@ -162,7 +162,7 @@ def test_returned_tensors_come_back_on_cpu(monkeypatch):
     a CUDA one; `.cpu()` is faked because a meta tensor has no data to copy)."""
     from collections import OrderedDict, namedtuple
 
-    from mgpukit.runtime.launcher import _to_cpu
+    from mgpukit.runtime.worker import _to_cpu
 
     monkeypatch.setattr(torch.Tensor, "cpu", lambda self: torch.zeros(self.shape))
     Pair = namedtuple("Pair", "a b")
