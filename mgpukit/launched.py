@@ -42,7 +42,6 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
     from mgpukit.runtime.launcher import build_mesh
 
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    cfg = resume_after_restart(cfg)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     gpu = torch.cuda.is_available() and torch.cuda.device_count() >= local
     names = exportable() if name == "all" else [name]
@@ -50,7 +49,9 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
     prepared = [prepare(n, workers=world_size, mode="cpu", config=cfg, layout=layout) for n in names]
     if json_path:  # a typo in the path must not throw the trained run away
         check_outputs(json_path=json_path)
-    state = PartialState(cpu=not gpu)
+    open_group_for_this_attempt(gpu)
+    state = PartialState(cpu=not gpu)  # takes the group opened above, if any
+    prepared = [dataclasses.replace(p, cfg=resume_after_restart(p.cfg)) for p in prepared]
     # `accelerate launch --mixed_precision bf16` exports ACCELERATE_MIXED_PRECISION. The kit's
     # strategies train in the layout's dtype (`--dtype`) and build their Accelerator with it, so
     # the flag is not applied: say so, rather than let the record and the launch line disagree.
@@ -106,10 +107,43 @@ def resume_after_restart(cfg: RunConfig) -> RunConfig:
     """Under `torchrun --max-restarts N`, a restarted attempt (TORCHELASTIC_RESTART_COUNT > 0)
     of a run that saves checkpoints (`-o checkpoint_dir=DIR`) goes on from the last one."""
     root = cfg.options.get("checkpoint_dir")
-    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+    # every rank of a round agrees on its start count; the agents' restart counts can differ
+    start = os.environ.get("MGPUKIT_START")
+    restarted = int(start) > 1 if start else int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
     if restarted and root and not cfg.options.get("resume") and has_checkpoint(root):
         return cfg.replace(options={**cfg.options, "resume": True})
     return cfg
+
+
+def open_group_for_this_attempt(gpu: bool) -> bool:
+    """Under torchrun's agent store, open the process group on a store namespaced by attempt.
+
+    torchrun's workers reach the TCPStore its agent serves (TORCHELASTIC_USE_AGENT_STORE=True),
+    and torch's env:// rendezvous assumes "a new TCPStore for every retry" — but the agent keeps
+    the same store across `--max-restarts` attempts, so a restarted gloo group reads the previous
+    attempt's worker addresses from it and fails with "Connection refused" (checked with torch
+    2.13 and a 10-line script). So every rank counts its own starts in that store, and the n-th
+    start of every rank meets under the key prefix `mgpukit/start_n`. The count is used rather
+    than TORCHELASTIC_RESTART_COUNT because across nodes the agents' counts drift apart: an agent
+    whose workers were still alive when another node failed restarts them as a membership change
+    and does not count it. (It assumes every rank of a round reaches this point; a worker killed
+    before it does leaves the next round waiting until its timeout.) Returns whether it opened
+    the group; the namespace is kept in MGPUKIT_START for `runtime.peers`.
+    """
+    if (os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or dist.is_initialized()
+            or "MASTER_ADDR" not in os.environ):
+        return False
+    from datetime import timedelta
+
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    timeout = timedelta(minutes=10)
+    agent_store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                is_master=False, timeout=timeout)
+    start = agent_store.add(f"mgpukit/starts/{rank}", 1)
+    os.environ["MGPUKIT_START"] = str(start)
+    dist.init_process_group("nccl" if gpu else "gloo", timeout=timeout, rank=rank, world_size=world_size,
+                            store=dist.PrefixStore(f"mgpukit/start_{start}", agent_store))
+    return True
 
 
 def gather_nodes(world_size: int) -> NodeLayout:

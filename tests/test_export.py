@@ -159,33 +159,54 @@ def _kill_a_node1_worker_once_training(procs, ckpt, timeout=240):
     raise AssertionError("no worker of node 1 found")
 
 
-def test_a_process_killed_on_node_1_ends_node_0_with_a_message_naming_it(tmp_path):
-    """Node 1's torchrun reports its rank 3 SIGKILLed; node 0's processes lose their peers and
-    end, naming the ranks and the node that went silent (`runtime/peers.py`), not just gloo's
-    "Connection closed by peer [127.0.0.1]:PORT"."""
+def _two_nodes_with_a_kill(tmp_path, *launcher_flags, steps=12):
+    """Start ddp on two loopback nodes with a checkpoint every step, SIGKILL rank 3 once
+    training is under way; returns the two launchers (node 0's first), their logs and how long
+    the job went on after the kill."""
     import time
 
     ckpt, port = tmp_path / "ck", _free_port()
-    args = ["--strategy", "ddp", "--steps", "12", "-o", "loader_delay_s=0.3", "-o", f"checkpoint_dir={ckpt}",
-            "-o", "checkpoint_every=1"]
+    args = ["--strategy", "ddp", "--steps", str(steps), "-o", "loader_delay_s=0.3",
+            "-o", f"checkpoint_dir={ckpt}", "-o", "checkpoint_every=1", "--json", str(tmp_path / "r.json")]
     # the first node serves the rendezvous store: both "nodes" are this host, so say which
-    cmds = [c[:-1] + ["--rdzv-conf", f"is_host={int(r == 0)}", c[-1]] + args
+    cmds = [c[:-1] + ["--rdzv-conf", f"is_host={int(r == 0)}", *launcher_flags, c[-1]] + args
             for r, c in enumerate(_node_command("torchrun", r, port) for r in (0, 1))]
     procs = [subprocess.Popen(c, cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for c in cmds]
     try:
         killed_at, node1 = _kill_a_node1_worker_once_training(procs, ckpt)
         logs = [p.communicate(timeout=300)[0] for p in procs]
-        logs = [logs[1 - node1], logs[node1]]  # node 0's, node 1's
         ended_after = time.time() - killed_at
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.communicate()
+    return [procs[1 - node1], procs[node1]], [logs[1 - node1], logs[node1]], ended_after
+
+
+def test_a_process_killed_on_node_1_ends_node_0_with_a_message_naming_it(tmp_path):
+    """Node 1's torchrun reports its rank 3 SIGKILLed; node 0's processes lose their peers and
+    end, naming the ranks and the node that went silent (`runtime/peers.py`), not just gloo's
+    "Connection closed by peer [127.0.0.1]:PORT"."""
+    procs, logs, ended_after = _two_nodes_with_a_kill(tmp_path)
     assert procs[0].returncode != 0 and procs[1].returncode != 0
     # whichever survivor on node 0 noticed first (its launcher then ends the other one)
     lost = re.search(r"PeerLostError: rank [01] \(node 0\) lost its connection to a peer\..*", logs[0])
     assert lost and "rank 3 on node 1" in lost.group(0), logs[0][-3000:]
     assert "rank      : 3 (local_rank: 1)" in logs[1] and "SIGKILL" in logs[1], logs[1][-3000:]
     assert ended_after < 120
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_max_restarts_on_two_nodes_resumes_from_the_checkpoint_and_matches_one_process(tmp_path):
+    """The same kill under `torchrun --max-restarts 1` on both nodes: the agents start every
+    worker again, the new process group meets afresh (`launched.open_group_for_this_attempt`:
+    torchrun keeps its store across attempts, so gloo would read the dead workers' addresses),
+    the run resumes from the last checkpoint, and the finished record matches single-process
+    training at fp32 tolerances over all 8 steps."""
+    procs, logs, _ = _two_nodes_with_a_kill(tmp_path, "--max-restarts", "1", steps=8)
+    assert [p.returncode for p in procs] == [0, 0], "\n----\n".join(log[-3000:] for log in logs)
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert record["resumed_from_step"] >= 1 and len(record["losses"]) == 8
+    assert record["parity"]["ok"] is True and record["nodes"]["count"] == 2

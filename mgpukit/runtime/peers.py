@@ -31,7 +31,9 @@ class PeerWatch:
         self.store, self.rank, self.world_size, self.nodes = store, rank, world_size, nodes
         self.grace_s = grace_s
         # a restarted job (torchrun --max-restarts) starts a new namespace: old states don't count
-        self.prefix = f"mgpukit/peers/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        # (the start count the process group met under, `launched.open_group_for_this_attempt`)
+        start = os.environ.get("MGPUKIT_START") or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self.prefix = f"mgpukit/peers/{start}/"
 
     @classmethod
     def from_env(cls, rank: int, world_size: int, nodes: NodeLayout) -> "PeerWatch | None":
