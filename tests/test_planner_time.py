@@ -146,6 +146,15 @@ def test_uneven_stages_are_validated():
     with pytest.raises(LayoutError, match="divisible by v"):
         check_layout(shape, Layout(pp=4, schedule="interleaved", v=2, num_micro_batches=8, stage_layers=(7, 9, 9, 7)))
     check_layout(shape, Layout(pp=4, stage_layers=(7, 9, 9, 7)))  # 32 layers, any split
+    # interleaved: the first and last stage may hold one layer fewer than a multiple of v (Llama 3)
+    check_layout(shape.with_(n_layer=30), Layout(pp=4, schedule="interleaved", v=2, num_micro_batches=8,
+                                                 stage_layers=(7, 8, 8, 7)))
+    with pytest.raises(LayoutError, match="stage 1 does not"):
+        check_layout(shape.with_(n_layer=30), Layout(pp=4, schedule="interleaved", v=2, num_micro_batches=8,
+                                                     stage_layers=(8, 7, 8, 7)))
+    with pytest.raises(LayoutError, match="stage 0 does not"):  # two fewer is not one chunk short
+        check_layout(shape.with_(n_layer=28), Layout(pp=4, schedule="interleaved", v=4, num_micro_batches=8,
+                                                     stage_layers=(6, 8, 8, 6)))
 
 
 # --------------------------------------------------------------------- context parallelism

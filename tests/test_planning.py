@@ -11,8 +11,9 @@ import pytest
 
 from mgpukit.costmodel import Layout, load_profile, plan
 from mgpukit.lessons import planning
-from mgpukit.lessons.published_checks import (format_rows, parameter_rows, published_rows,
-                                              throughput_rows, zero_memory_rows)
+from mgpukit.lessons.published_checks import (LLAMA3_STAGE_LAYERS, format_rows, llama3_405b_layout,
+                                              parameter_rows, published_rows, throughput_rows,
+                                              zero_memory_rows)
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +38,30 @@ def test_throughput_and_gpu_hours_within_loose_bounds_and_the_gap_reported(throu
     print(format_rows(throughput))
     assert len(throughput) >= 4
     computed = [r for r in throughput if r["planner"] is not None]
-    assert len(computed) >= 4  # LLaMA 65B tokens/s, Llama 2 7B and 70B GPU-hours, 405B best layout
+    assert len(computed) >= 6  # LLaMA 65B tokens/s, Llama 2 7B and 70B GPU-hours, 405B published x2 and best
     for r in computed:
         assert abs(r["error"]) < 0.5, r
-    refused = [r for r in throughput if r["planner"] is None]
-    assert all("cannot be planned yet" in r["note"] and "pp=16" in r["note"] for r in refused)
+    assert not [r for r in throughput if r["planner"] is None]  # every row computed, none refused
     out = capsys.readouterr().out
     assert "LLaMA 65B" in out and "%" in out
+
+
+def test_llama3_published_layout_planned_with_its_uneven_stages(throughput):
+    """Table 4's degrees on 8,192 and 16,384 H100 with §3.3.2's 7 + 14 × 8 + 7 stages: planned, not
+    refused; the balanced stages beat taking both layers off the first or both off the last stage."""
+    rows = {r["name"]: r for r in throughput if "TP 8 PP 16" in r["name"]}
+    assert set(rows) == {"Llama 3 405B, 8192 H100, TP 8 PP 16 DP 64", "Llama 3 405B, 16384 H100, TP 8 PP 16 DP 128"}
+    for r in rows.values():
+        assert "stages 7/8/8/8/8/8/8/8/8/8/8/8/8/8/8/7" in r["note"] and abs(r["error"]) < 0.5, r
+    h100 = load_profile("h100-ib")
+    balanced = plan("405b", 8192, h100, llama3_405b_layout(64))
+    assert balanced.layout.stage_layers == LLAMA3_STAGE_LAYERS and sum(LLAMA3_STAGE_LAYERS) == 126
+    front = plan("405b", 8192, h100, llama3_405b_layout(64, stage_layers=(8,) * 15 + (6,)))
+    back = plan("405b", 8192, h100, llama3_405b_layout(64, stage_layers=(6,) + (8,) * 15))
+    # the last stage carries the 128k-vocabulary head: 8 layers there make it the slowest
+    assert back.time["slowest_stage"] == 15 and balanced.step_time_s < back.step_time_s
+    assert balanced.step_time_s < front.step_time_s  # and the embedding's stage gains from shedding one too
+    assert balanced.time["slowest_stage"] not in (0, 15)
 
 
 def test_every_published_row_cites_its_source():

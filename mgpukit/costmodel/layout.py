@@ -12,7 +12,12 @@ ranks and sits between tp and dp in the rank order (tp, cp, dp, pp), so the worl
 
 Pipeline stages hold ``n_layer / pp`` layers each unless ``stage_layers`` lists them (uneven
 stages, e.g. one layer fewer on the first and last stage, which also hold the embedding and
-the loss, as Llama 3 did; Dubey et al. 2024, §3.3.2).
+the loss, as Llama 3 did; Dubey et al. 2024, §3.3.2). With the interleaved schedule every
+stage's layers split into ``v`` equal chunks, except that the first and the last stage may hold
+one layer fewer: their first (last) chunk is one layer short, next to the embedding (the head
+and loss) — with one layer per chunk it keeps only those, Llama 3's balancing: "the first model
+chunk on the first stage has only the embedding" (§3.3.2). The time model treats the short
+chunk like the others (fill and drain ``1/v`` of a stage).
 
 The global batch is ``dp · micro_batch · num_micro_batches`` sequences: each data-parallel
 replica runs ``num_micro_batches`` micro-batches (through the pipeline, or one after the
@@ -154,9 +159,15 @@ def check_layout(shape, layout: Layout, *, gpus: int | None = None) -> None:
             raise LayoutError(f"stage_layers={'/'.join(map(str, layout.stage_layers))} hold "
                               f"{sum(layout.stage_layers)} layers but the model has n_layer={shape.n_layer}; "
                               f"make them add up")
-        if layout.schedule == "interleaved" and any(n % layout.v for n in layout.stage_layers):
-            raise LayoutError(f"interleaved with v={layout.v} needs every stage's layer count divisible by v; "
-                              f"got stage_layers={'/'.join(map(str, layout.stage_layers))}")
+        if layout.schedule == "interleaved":
+            last = layout.pp - 1
+            bad = [s for s, n in enumerate(layout.stage_layers)
+                   if n % layout.v and not (s in (0, last) and (n + 1) % layout.v == 0)]
+            if bad:
+                raise LayoutError(
+                    f"interleaved with v={layout.v} needs every stage's layer count divisible by v (the first "
+                    f"and the last stage may hold one fewer: that chunk keeps only the embedding or the head); "
+                    f"got stage_layers={'/'.join(map(str, layout.stage_layers))}, stage {bad[0]} does not")
     elif shape.n_layer % layout.pp:
         raise LayoutError(f"pp={layout.pp} must divide n_layer={shape.n_layer} so every stage gets the same "
                           f"number of layers; choose pp in {divisors(shape.n_layer)}")
