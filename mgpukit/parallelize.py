@@ -85,9 +85,6 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
             raise ValueError(f"tp={degrees['tp']} with pp={degrees['pp']} composes the kit's own tensor-parallel "
                              f"layers and pipeline executor; {strat.name} uses PyTorch's. Run hybrid "
                              f"(`mgpukit run hybrid --tp {degrees['tp']} --pp {degrees['pp']}`).")
-        if sp:
-            raise ValueError("sequence parallelism with a pipeline (sp with pp > 1) is not available yet: "
-                             "the stages would pass (B, T/t, C) activations; drop --sp.")
     if degrees["tp"] > 1 and not cfg.is_gpt:
         raise ValueError(f"tensor parallelism splits the GPT's attention heads and MLP; model "
                          f"{cfg.model!r} is not a GPT (use gpt-tiny or gpt-small).")
@@ -187,11 +184,16 @@ def _sharded(parts: Parts) -> Parts:
 
 def _pipeline_parts(model, cfg, ctx, rec, strat: Strategy, layout: Layout, loss, tp=None) -> Parts:
     """This rank's stages; with tp, of the tp-split model: the stage passes its replicated
-    (B, T, C) boundary to the same tp rank of the next stage (`ctx.axis_ranks("pp")`), the loss
-    is logged once per tp group, the gradient norm counts replicated parameters 1/t, and the
-    weights are gathered over tp before the stages are merged."""
-    parts = apply_pipeline(ctx, rec, model, layout, loss, runtime=strat.pipeline,
-                           grad_sync=lambda holder: _grad_sync(strat, holder, cfg, ctx, rec))
+    (B, T, C) boundary — with sequence parallelism its own (B, T/t, C) slice — to the same tp
+    rank of the next stage (`ctx.axis_ranks("pp")`), the loss is logged once per tp group, the
+    gradient norm counts replicated parameters 1/t, and the weights are gathered over tp before
+    the stages are merged. With sequence parallelism the dp sync is followed by the tp sum of
+    the sequence-parallel region's gradients (`SequenceParallelGradSync`), as without a pipeline."""
+    def grad_sync(holder):
+        holder, sync = _grad_sync(strat, holder, cfg, ctx, rec)
+        return holder, (tp.wrap_sync(sync) if tp is not None else sync)
+
+    parts = apply_pipeline(ctx, rec, model, layout, loss, runtime=strat.pipeline, grad_sync=grad_sync)
     if tp is not None:
         holder, params = parts.module, parts.params
         parts = dataclasses.replace(

@@ -86,7 +86,7 @@ def test_sequence_parallel_splits_the_layernorm_activations():
     ("tp", {"workers": 2, "model": "mlp-tiny"}, "runs on models|not a GPT"),
     ("tp", {"workers": 4, "layout": {"pp": 2}}, "is hybrid"),
     ("tp-native", {"workers": 4, "layout": {"pp": 2}}, "uses PyTorch's. Run hybrid"),
-    ("hybrid", {"workers": 8, "layout": {"sp": True}}, "not available yet"),
+    ("hybrid", {"workers": 8, "layout": {"sp": True}, "options": {"zero1": True}}, "zero1 with sequence"),
     ("ddp", {"workers": 4, "layout": {"tp": 2}}, "cannot be combined with tensor parallelism"),
     ("dp-naive", {"workers": 2, "layout": {"sp": True}}, "needs tp > 1"),
     ("tp", {"workers": 2, "layout": {"tp": 1, "dp": 2}}, "needs tp >= 2"),

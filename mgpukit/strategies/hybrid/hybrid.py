@@ -15,7 +15,8 @@ What each rank runs, and with whom it talks (all through the recorder):
     pp    p ranks, same (dp, tp)       the boundary activation (B, T, C) forward, its gradient
                                        back, per micro-batch: each tp rank sends its own copy
                                        (replicated within the tp group) to the same tp rank of
-                                       the next stage
+                                       the next stage — with ``--sp`` its own (B, T/t, C)
+                                       slice of the sequence, 1/t of the bytes
     dp    d ranks, same (pp, tp)       after the whole schedule: the gradients of this rank's
                                        shard (its stage, its tp slice) averaged, one flat
                                        all-reduce — or ZeRO-1: reduce-scatter, all-gather
@@ -24,7 +25,13 @@ The composition is the core's, in its documented order (`mgpukit.parallelize`): 
 rewrites the unmodified GPT, the policies (bf16, checkpointing) wrap its pieces, the pipeline
 cut keeps this rank's stages of the tp-split model, and this module's gradient sync runs over
 the dp group only. Knobs: the schedule (``--schedule``, 1F1B by default), the micro-batches
-(``--micro-batches``, default 2·p), ``-o zero1=true``, ``--checkpointing``, ``--dtype``.
+(``--micro-batches``, default 2·p), ``-o zero1=true``, ``--checkpointing``, ``--dtype``, ``--sp``.
+
+Sequence parallelism (Korthikanti et al. 2022) composes with the pipeline as in Megatron-LM:
+the residual stream stays split along the sequence across the stage boundary (the embedding
+scatters it, the head's LayerNorm gathers it), so nothing is gathered to cross a stage, and
+after the dp sync the sequence-parallel region's gradients (LayerNorms, row-parallel biases,
+positions) are summed over tp for the stages this rank holds. Not yet with ZeRO-1 (below).
 
 Parity: the gradients are those of the full batch, so losses, gradient norms and the gathered
 weights match the single-process GPT — up to the order of floating-point additions (the

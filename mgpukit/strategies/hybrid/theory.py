@@ -35,6 +35,8 @@ def stage_theory(shape: ModelShape, layout: Layout, stage: int) -> dict:
     tp_items = tp_collectives(shape, layout, stage=stage) if t > 1 else {}
     tp_bytes = sum(c * bus_factor(k, t) * n for k, items in tp_items.items() for c, n in items)
     act = layout.micro_batch * shape.seq_len * shape.d_model * layout.dtype_bytes  # (b, s, h)
+    if layout.sp:  # each tp rank sends its own sequence slice (b, s/t, h)
+        act /= t
     pp_bytes = layout.num_micro_batches * boundary_messages(layout, stage) * act if layout.pp > 1 else 0.0
     psi = stage_params(shape, layout, stage)
     # gradients stay fp32 (the master weights' dtype) whatever the compute dtype

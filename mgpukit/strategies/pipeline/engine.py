@@ -33,14 +33,14 @@ class PipelineEngine:
     """Runs this rank's actions of ``schedule`` once per step (``forward_backward``)."""
 
     def __init__(self, ctx, rec, stages: dict, *, model: nn.Module, schedule: str, m: int, v: int,
-                 loss_fn, micro_batch_rows: int, sync=None):
+                 loss_fn, micro_batch_rows: int, sync=None, seq_shards: int = 1):
         p, pp_rank = ctx.size("pp"), ctx.coords["pp"]
         stage_ranks = ctx.axis_ranks("pp")
         self.rec, self.m, self.schedule, self.p, self.v = rec, m, schedule, p, v
         self.stages = stages
         self.meter = PipelineMeter([q for st in stages.values() for q in st.parameters()])
         self.links = StageLinks(rec, ctx, stage_rank=lambda s: stage_ranks[s % p], device=ctx.device,
-                                shape=boundary_shape(model, micro_batch_rows))
+                                shape=boundary_shape(model, micro_batch_rows, seq_shards=seq_shards))
         self.executor = PipelineExecutor(rec, stages, num_stages=p * v, links=self.links,
                                          loss_fn=loss_fn, meter=self.meter,
                                          split_backward=schedule == "zb-h1")
@@ -89,7 +89,8 @@ def apply_pipeline(ctx, rec, model: nn.Module, layout, loss_fn, *, grad_sync=Non
     else:
         engine = PipelineEngine(ctx, rec, stages, model=model, schedule=layout.schedule,
                                 m=layout.num_micro_batches, v=layout.v, loss_fn=loss_fn,
-                                micro_batch_rows=layout.micro_batch, sync=sync)
+                                micro_batch_rows=layout.micro_batch, sync=sync,
+                                seq_shards=layout.tp if layout.sp else 1)
     return Parts(module=holder, engine=engine, sync=sync, params=list(holder.parameters()),
                  holds_loss=layout.pp * layout.v - 1 in stages,
                  state_dict=lambda: stages_state_dict(holder))

@@ -112,9 +112,13 @@ def num_layers(model: nn.Module) -> int:
     return len(_layer_source(model)[1])
 
 
-def boundary_shape(model: nn.Module, micro_batch_size: int) -> tuple[int, ...]:
-    """Shape of the tensor passed between stages (activations forward, their grads backward)."""
+def boundary_shape(model: nn.Module, micro_batch_size: int, *, seq_shards: int = 1) -> tuple[int, ...]:
+    """Shape of the tensor passed between stages (activations forward, their grads backward).
+    ``seq_shards``: a GPT's residual stream split along the sequence over that many ranks
+    (tensor parallelism with sequence parallelism: each tp rank holds ``T/t`` tokens)."""
     cfg = model.cfg
     if hasattr(model, "blocks"):
-        return (micro_batch_size, cfg.seq_len, cfg.d_model)  # (B, T, C)
+        if cfg.seq_len % seq_shards:
+            raise ValueError(f"seq_len={cfg.seq_len} is not divisible by the {seq_shards} sequence shards")
+        return (micro_batch_size, cfg.seq_len // seq_shards, cfg.d_model)  # (B, T/t, C)
     return (micro_batch_size, cfg.d_hidden)  # (B, d_hidden)
