@@ -10,9 +10,14 @@
   one sentence: does it fit, and if not, which change would (computed). Headless (CI) it draws
   once; tests drive it by setting control values.
 
-The figures are plain plotly figures put into an ``Output`` in one assignment
-(`mgpukit.widgets.output.show`). Not ``FigureWidget``: with plotly 7.1 (anywidget 0.11) in
-JupyterLab 4 it drew empty axes in Chromium, even built with its data and displayed alone.
+The three figures are ``plotly.graph_objects.FigureWidget``s made once and updated in place
+(one ``batch_update`` each: one message to the browser, the same traces restyled, no redraw
+of a new output) on every change. ``FigureWidget`` needs ``anywidget`` (plotly ≥ 6 renders
+it through anywidget's JupyterLab extension); without it the explorer falls back to plain
+figures put into an ``Output`` in one assignment (`mgpukit.widgets.output.show`), as the
+other kit widgets do. Checked in Chromium 150 / JupyterLab 4.6 with plotly 7.1 and anywidget
+0.11: the figures draw, and an update redraws the same plot (an earlier note here recorded
+empty axes; with anywidget's lab extension on the path they render).
 """
 from __future__ import annotations
 
@@ -26,6 +31,13 @@ from mgpukit.lessons.planning import GPU_COUNTS, TIME_PARTS, explain, speedup_cu
 from mgpukit.plots.layout import finish
 from mgpukit.plots.style import MEMORY_CATEGORIES, MEMORY_COLORS, PREDICTED, series_color
 from mgpukit.widgets.output import errors_shown_in, show
+
+try:  # plotly >= 6 renders FigureWidget through anywidget
+    import anywidget  # noqa: F401
+
+    FigureWidget = go.FigureWidget
+except ImportError:
+    FigureWidget = None
 
 GB = 1e9
 TIME_COLORS = ("#4C78A8", "#9ECAE9", "#B279A2", "#F58518", "#FF9DA6", "#72B7B2", "#D9D9D9", "#54A24B")  # one per TIME_PARTS
@@ -78,6 +90,19 @@ def plot_speedup(rows: list[dict], *, title: str = "") -> go.Figure:
     return fig
 
 
+def update_in_place(widget, fig: go.Figure) -> None:
+    """Give `widget` (a FigureWidget with the same traces as `fig`, in the same order) `fig`'s
+    data and layout in one ``batch_update``: one message to the browser."""
+    if len(widget.data) != len(fig.data):
+        raise ValueError(f"update_in_place: {len(widget.data)} traces on show, {len(fig.data)} new ones")
+    with widget.batch_update():
+        for old, new in zip(widget.data, fig.data):
+            old.update(new.to_plotly_json(), overwrite=True)
+        layout = fig.layout.to_plotly_json()
+        layout.pop("template", None)  # the same theme every time: not re-sent
+        widget.layout.update(layout, overwrite=True)
+
+
 class PlannerExplorer:
     """The controls, the three figures and the sentence; `redraw()` runs on every change.
 
@@ -110,7 +135,9 @@ class PlannerExplorer:
         }
         self.dp_label = w.HTML()
         self.sentence = w.HTML()
-        self.out = w.Output()  # the figures, or a callback's traceback
+        self.out = w.Output()  # a callback's traceback (and the figures when there is no FigureWidget)
+        self.figure_box = w.VBox()  # the FigureWidgets, made on the first plan
+        self.widgets = None  # name -> FigureWidget, or None while not made (or not available)
         self.state: dict = {}
         for control in c.values():
             control.observe(self.redraw, names="value")
@@ -121,7 +148,7 @@ class PlannerExplorer:
             w.HBox([c["schedule"], c["v"], c["micro_batch"], c["global_batch"]]),
             c["zero"], c["checkpointing"], c["dtype"],
             w.HBox([c["tokens"], c["price"]]),
-            self.sentence, self.out,
+            self.sentence, self.figure_box, self.out,
         ])
 
     def layout_kwargs(self) -> dict:
@@ -141,6 +168,7 @@ class PlannerExplorer:
             self.state = {"explain": result, "plan": result["plan"], "sentence": result["sentence"]}
             if result["plan"] is None:
                 self.sentence.value = f"<b>{result['sentence']}</b>"
+                self.figure_box.layout.display = "none"  # no stale figures beside the refusal
                 show(self.out)
                 return
             pl = result["plan"]
@@ -151,8 +179,23 @@ class PlannerExplorer:
             figures = {"memory": plot_memory(pl), "speedup": plot_speedup(
                 rows, title=f"speedup of tp {kw['tp']} × pp {kw['pp']} × dp, global batch {kw['global_batch']}"),
                 "time": plot_step_time(pl)}
-            self.state.update(speedup=rows, figures=figures)
+            self.state.update(speedup=rows, figures=self._display(figures))
+
+    def _display(self, figures: dict) -> dict:
+        """Show `figures`: restyle the FigureWidgets in place, or (no anywidget) fill the Output.
+        Returns what is on show (the tests read its traces)."""
+        if self.widgets is None and FigureWidget is not None:
+            self.widgets = {name: FigureWidget(fig) for name, fig in figures.items()}
+            self.figure_box.children = tuple(self.widgets.values())
+        elif self.widgets is not None:
+            for name, fig in figures.items():
+                update_in_place(self.widgets[name], fig)
+        if self.widgets is None:
             show(self.out, *figures.values())
+            return figures
+        self.figure_box.layout.display = None
+        show(self.out)  # a traceback from an earlier change, if any, is gone
+        return self.widgets
 
     def _cost_line(self, pl) -> str:
         c = self.controls
