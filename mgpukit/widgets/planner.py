@@ -15,9 +15,11 @@ The three figures are ``plotly.graph_objects.FigureWidget``s made once and updat
 of a new output) on every change. ``FigureWidget`` needs ``anywidget`` (plotly ≥ 6 renders
 it through anywidget's JupyterLab extension); without it the explorer falls back to plain
 figures put into an ``Output`` in one assignment (`mgpukit.widgets.output.show`), as the
-other kit widgets do. Checked in Chromium 150 / JupyterLab 4.6 with plotly 7.1 and anywidget
-0.11: the figures draw, and an update redraws the same plot (an earlier note here recorded
-empty axes; with anywidget's lab extension on the path they render).
+other kit widgets do. anywidget is not among the kit's dependencies (pyproject.toml,
+environment.yml): ``pip install anywidget`` turns the FigureWidgets on. Checked in Chromium 150
+/ JupyterLab 4.6 with plotly 7.1 and anywidget 0.11 (its lab extension on the Jupyter path):
+the figures draw, and a moved control restyles them in place. An earlier note here recorded
+empty axes in the same setting; that did not reproduce.
 """
 from __future__ import annotations
 
