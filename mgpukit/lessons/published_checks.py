@@ -118,7 +118,7 @@ def throughput_rows() -> list[dict]:
             p = plan("405b", gpus, h100, l3)
             got = p.mfu
             fit = "fits" if p.fits else "does not fit"
-            note = (f"the published degrees, uneven stages; v, micro-batch and checkpointing assumed: "
+            note = (f"the published degrees, uneven stages; v, micro-batch, checkpointing, ZeRO assumed: "
                     f"{l3.describe()}; predicted {p.memory['total'] / 1e9:.0f} GB per GPU, {fit} in "
                     f"{p.memory_limit / 1e9:.0f} GB")
         except LayoutError as e:
