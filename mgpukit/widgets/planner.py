@@ -15,8 +15,8 @@ The three figures are ``plotly.graph_objects.FigureWidget``s made once and updat
 of a new output) on every change. ``FigureWidget`` needs ``anywidget`` (plotly ≥ 6 renders
 it through anywidget's JupyterLab extension); without it the explorer falls back to plain
 figures put into an ``Output`` in one assignment (`mgpukit.widgets.output.show`), as the
-other kit widgets do. anywidget is not among the kit's dependencies (pyproject.toml,
-environment.yml): ``pip install anywidget`` turns the FigureWidgets on. Checked in Chromium 150
+other kit widgets do. anywidget is among the kit's dependencies (pyproject.toml,
+environment.yml), so the fallback is for an environment installed without it. Checked in Chromium 150
 / JupyterLab 4.6 with plotly 7.1 and anywidget 0.11 (its lab extension on the Jupyter path):
 the figures draw, and a moved control restyles them in place. An earlier note here recorded
 empty axes in the same setting; that did not reproduce.
