@@ -103,21 +103,16 @@ def analytic_step(strategy: str, cfg, record: dict, profile) -> tuple[float, str
 
 def predicted_memory(cfg, record: dict) -> float:
     """Peak bytes on rank 0 by the cost model (`costmodel.memory.stage_memory`) for this run:
-    fp32, SGD with momentum (one state per parameter), flash attention (no s² matrix kept)."""
+    fp32, SGD with momentum (one state per parameter), fused attention (`Layout.flash_attention`,
+    the default: one log-sum-exp per row and head, no s² matrix kept)."""
     from mgpukit.costmodel.layout import Layout
-    from mgpukit.costmodel.memory import activation_bytes_per_layer, model_state_bytes, stage_memory, stage_params
-    from mgpukit.costmodel.pipeline import microbatches_in_flight
+    from mgpukit.costmodel.memory import model_state_bytes, stage_memory, stage_params
     from mgpukit.costmodel.shapes import ModelShape
 
     shape = ModelShape.from_gpt_config(cfg)
     lay = Layout(**record["layout"])
-    mem = stage_memory(shape, lay, 0)
+    act = stage_memory(shape, lay, 0)["activations"]
     states = model_state_bytes(stage_params(shape, lay, 0), lay, optimizer_states=1)
-    core = (activation_bytes_per_layer(shape, micro_batch=lay.micro_batch, tp=lay.tp, dtype_bytes=E)
-            - activation_bytes_per_layer(shape, micro_batch=lay.micro_batch, tp=lay.tp, dtype_bytes=E,
-                                         checkpointing="selective"))
-    in_flight = microbatches_in_flight(lay.schedule, lay.pp, lay.num_micro_batches, lay.v, 0)
-    act = mem["activations"] - shape.n_layer // lay.pp * in_flight * core
     return states["params"] + states["grads"] + states["optimizer"] + act
 
 

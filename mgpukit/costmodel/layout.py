@@ -61,7 +61,9 @@ class Layout:
     cp: int = 1  # context parallelism: each sequence split over cp ranks (ring attention)
     stage_layers: tuple[int, ...] | None = None  # layers per pipeline stage; None: n_layer / pp each
     tp_overlap: bool = False  # tp collectives overlapped with the layer's GEMMs (comm/compute overlap)
-    flash_attention: bool = True  # fused attention (no s×s scores in HBM); False: Megatron-2021 softmax
+    # Fused attention (FlashAttention, Dao et al. 2022; PyTorch's SDPA): no s×s scores in HBM, so
+    # activations keep one log-sum-exp per row instead (costmodel.memory). False: Megatron-2021 softmax
+    flash_attention: bool = True
 
     def __post_init__(self) -> None:
         for f in ("dp", "tp", "pp", "cp", "v", "micro_batch", "num_micro_batches"):
@@ -133,6 +135,8 @@ class Layout:
             parts.append("tp overlap")
         parts.append(f"micro-batch {self.micro_batch} × {self.num_micro_batches} = global batch {self.global_batch}")
         parts.append(f"ckpt {self.checkpointing}")
+        if not self.flash_attention:
+            parts.append("unfused attention")
         parts.append(self.dtype)
         return ", ".join(parts)
 

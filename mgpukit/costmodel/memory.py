@@ -29,8 +29,17 @@ heads, 16-bit activations with dropout:
     + selective recompute   s·b·h·34/t          (the s² attention core is recomputed)
     full recompute          2·s·b·h (/t with SP)  (only each layer's input is kept)
 
-FlashAttention (Dao et al. 2022) never stores the ``a·s²`` matrices either: model a run that
-uses it (PyTorch's ``scaled_dot_product_attention`` usually does) as ``selective``.
+The ``5·a·s/h`` term is the **materialized** attention core: the softmax output (2 bytes),
+the attention-dropout mask (1) and its output (2), each ``a·s²·b``. A **fused** kernel —
+FlashAttention (Dao et al. 2022, "FlashAttention: Fast and Memory-Efficient Exact Attention
+with IO-Awareness", arXiv:2205.14135, §3.1) and PyTorch's ``scaled_dot_product_attention``,
+which mgpukit's GPT calls — never writes the ``s×s`` matrices: backward recomputes them from
+q, k, v, the output and one fp32 log-sum-exp per row and head, ``4·a·s·b`` bytes (``/t``,
+the heads are split by tp), and regenerates the attention-dropout mask from the RNG state
+instead of storing it. ``Layout.flash_attention`` chooses: True (the default; the kit's own
+models, Llama 2 and 3) keeps only the log-sum-exp; False keeps Korthikanti's term (Megatron-LM
+2021's fused softmax, Narayanan et al. 2021, predates FlashAttention). Caveat: PyTorch on CPU
+falls back to the materializing math kernel when attention dropout is on.
 
 :func:`activation_bytes_per_layer` builds those numbers tensor by tensor, so GQA, gated MLPs,
 other d_ff and fp32 follow. A pipeline stage holds ``n_layer/p`` layers times the
@@ -50,9 +59,11 @@ CATEGORIES = ("params", "grads", "optimizer", "activations")
 
 def activation_bytes_per_layer(
     shape: ModelShape, *, micro_batch: int, tp: int = 1, sp: bool = False,
-    checkpointing: str = "none", dtype_bytes: int = 2,
+    checkpointing: str = "none", dtype_bytes: int = 2, flash_attention: bool = True,
 ) -> float:
-    """Bytes one transformer layer keeps for backward, for one micro-batch (module docstring)."""
+    """Bytes one transformer layer keeps for backward, for one micro-batch (module docstring).
+    ``flash_attention``: the attention core keeps one fp32 log-sum-exp per row and head (fused
+    kernel, Dao et al. 2022) instead of the ``s×s`` softmax, dropout output and mask."""
     s, b, h, e = shape.seq_len, micro_batch, shape.d_model, dtype_bytes
     sbh = s * b * h
     if checkpointing == "full":  # only the layer's input survives the forward
@@ -64,8 +75,10 @@ def activation_bytes_per_layer(
     # Split by tp: q, k, v; the out-projection input; the MLP's inner activations.
     mlp_inner = shape.d_ff * (3 if shape.gated_mlp else 2)  # fc1 out (gate, up) + act out
     split = e * s * b * (h + 2 * shape.kv_dim + h + mlp_inner)
-    # The s² attention core: softmax output (+ dropout output and its mask).
-    core = s * s * b * shape.n_head * (e * (2 if shape.dropout else 1) + mask)
+    if flash_attention:  # fused kernel: fp32 log-sum-exp per (row, head); dropout mask from the RNG
+        core = 4 * s * b * shape.n_head
+    else:  # the s² attention core: softmax output (+ dropout output and its mask)
+        core = s * s * b * shape.n_head * (e * (2 if shape.dropout else 1) + mask)
     if checkpointing == "selective":
         core = 0.0
     return (replicated / (tp if sp else 1)) + (split + core) / tp
@@ -126,7 +139,7 @@ def stage_memory(shape: ModelShape, layout: Layout, stage: int, *, micro_batch: 
     gather = 2 * (split / layout.tp + replicated) * e  # ZeRO-3: current + prefetched layer
     mem = model_state_bytes(psi, layout, gather_bytes=gather)
 
-    kw = dict(micro_batch=b, tp=layout.tp, sp=layout.sp, dtype_bytes=e)
+    kw = dict(micro_batch=b, tp=layout.tp, sp=layout.sp, dtype_bytes=e, flash_attention=layout.flash_attention)
     per_layer = activation_bytes_per_layer(shape, checkpointing=layout.checkpointing, **kw)
     layers = layout.layers_of_stage(shape.n_layer, stage)
     in_flight = microbatches_in_flight(layout.schedule, layout.pp, layout.num_micro_batches, layout.v, stage)

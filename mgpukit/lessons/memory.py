@@ -88,20 +88,23 @@ def _autocast(dtype: str):
 
 
 def predict_activations(*, seq_len: int, batch: int, checkpointing: str = "none", dtype: str = "fp32",
-                        model: str = "gpt-tiny") -> float:
-    """The cost model's activation bytes for the same GPT and layout (one rank, no pipeline)."""
+                        model: str = "gpt-tiny", flash_attention: bool = True) -> float:
+    """The cost model's activation bytes for the same GPT and layout (one rank, no pipeline).
+    ``flash_attention``: the GPT's SDPA is fused (True); False charges the ``s×s`` matrices."""
     from mgpukit.config import RunConfig
 
     cfg = RunConfig(model=model).model_config()
     shape = gpt_shape(type(cfg)(**{**cfg.__dict__, "seq_len": seq_len}))
-    layout = Layout(micro_batch=batch, checkpointing=checkpointing, dtype=dtype)
+    layout = Layout(micro_batch=batch, checkpointing=checkpointing, dtype=dtype, flash_attention=flash_attention)
     return memory_per_rank(shape, layout)["activations"]
 
 
 def activation_sweep(*, seq_lens=(32, 64, 128), batches=(4, 8, 16), checkpointing: str = "none",
                      model: str = "gpt-tiny") -> list[dict]:
     """Measured vs predicted activation bytes over sequence lengths (batch 8) and batches
-    (the model's sequence length): rows with `seq_len, batch, measured, predicted, ratio`."""
+    (the model's sequence length): rows with `seq_len, batch, measured, predicted, ratio` —
+    `predicted` for the fused attention the GPT runs (SDPA), `predicted_materialized` for an
+    attention that stores its s×s matrices (Korthikanti et al. 2022's term)."""
     from mgpukit.config import RunConfig
 
     base_s = RunConfig(model=model).model_config().seq_len
@@ -112,7 +115,8 @@ def activation_sweep(*, seq_lens=(32, 64, 128), batches=(4, 8, 16), checkpointin
         kw = dict(seq_len=s, batch=b, checkpointing=checkpointing, model=model)
         measured, predicted = measure_activations(**kw), predict_activations(**kw)
         rows.append({"seq_len": s, "batch": b, "checkpointing": checkpointing, "measured": measured,
-                     "predicted": predicted, "ratio": measured / predicted})
+                     "predicted": predicted, "ratio": measured / predicted,
+                     "predicted_materialized": predict_activations(**kw, flash_attention=False)})
     return rows
 
 

@@ -58,9 +58,12 @@ def llama3_405b_layout(dp: int, **kw) -> Layout:
     which also lets the micro-batch count be any number; ours keeps Megatron's multiple of pp).
     Not published, so assumed: chunks per rank ``v = 2`` (the paper's schedule figure draws
     two stages per rank as an illustration; we could not confirm the 405B value), micro-batch 1,
-    sequence parallelism, selective checkpointing, and ZeRO-1 on the dp axis (the paper shards
+    sequence parallelism, selective checkpointing, ZeRO-1 on the dp axis (the paper shards
     over data parallelism FSDP-style; its stage is not modelled here, and the predicted MFU
-    moves by < 0.5% between ZeRO 0, 1 and 2). Override any of them with ``kw``."""
+    moves by < 0.5% between ZeRO 0, 1 and 2), and fused attention (``flash_attention``, the
+    Layout default: no s×s matrix stored; Table 4 does not say, but Meta's LLaMA already used
+    xformers' memory-efficient attention with FlashAttention's backward [L1, §2.4]; with it,
+    selective checkpointing saves only the log-sum-exp). Override any of them with ``kw``."""
     opts = dict(tp=8, pp=16, sp=True, schedule="interleaved", v=2, micro_batch=1, checkpointing="selective",
                 zero=1, stage_layers=LLAMA3_STAGE_LAYERS)
     opts.update(kw)

@@ -68,7 +68,9 @@ def memory_explorer(*, model: str = "7b", gpus: int = 8, capacity_gb: float = 80
 
 def plot_activation_sweep(rows: list[dict], *, x: str = "seq_len") -> go.Figure:
     """Measured activation bytes (markers) and the cost model's (lines) against `x`
-    ("seq_len" at batch 8, or "batch" at the model's sequence length), one colour per policy."""
+    ("seq_len" at batch 8, or "batch" at the model's sequence length), one colour per policy:
+    dashed for fused attention, dotted for the materialized s×s core when rows carry
+    `predicted_materialized`."""
     other = "batch" if x == "seq_len" else "seq_len"
     fig = go.Figure()
     policies = list(dict.fromkeys(r["checkpointing"] for r in rows))
@@ -82,7 +84,12 @@ def plot_activation_sweep(rows: list[dict], *, x: str = "seq_len") -> go.Figure:
         fig.add_trace(go.Scatter(x=xs, y=[r["measured"] / 2**20 for r in pts], mode="markers",
                                  marker=dict(size=10, color=series_color(i)), name=f"{policy}: measured"))
         fig.add_trace(go.Scatter(x=xs, y=[r["predicted"] / 2**20 for r in pts], mode="lines",
-                                 line=dict(dash="dash", color=series_color(i)), name=f"{policy}: {PREDICTED}"))
+                                 line=dict(dash="dash", color=series_color(i)),
+                                 name=f"{policy}: {PREDICTED}, fused attention"))
+        if all("predicted_materialized" in r for r in pts):
+            fig.add_trace(go.Scatter(x=xs, y=[r["predicted_materialized"] / 2**20 for r in pts], mode="lines",
+                                     line=dict(dash="dot", color=series_color(i)),
+                                     name=f"{policy}: {PREDICTED}, s×s attention stored"))
     fig.update_layout(title=f"activation memory vs {x} ({other} fixed) — measured vs predicted",
                       xaxis_title=x, yaxis_title="MiB (peak, saved for backward)")
     return fig
