@@ -419,3 +419,16 @@ def test_cli_search_and_errors(capsys):
     assert "choose tp in" in capsys.readouterr().err
     assert plan_cli.main(["--profile", "nope"]) == 2
     assert "h100-nvlink" in capsys.readouterr().err
+
+
+def test_cli_plan_flag_sets_the_attention_memory_and_the_hint(capsys):
+    """``--no-flash`` charges the stored s×s core; the hint then suggests selective recomputation
+    (which frees it), while under flash attention it goes straight to full (selective would free
+    only the log-sum-exp)."""
+    argv = ["--model", "13b", "--gpus", "8", "--tp", "8", "--micro-batch", "32", "--global-batch", "32"]
+    assert plan_cli.main(argv) == 0
+    flash = capsys.readouterr().out
+    assert plan_cli.main([*argv, "--no-flash"]) == 0
+    unfused = capsys.readouterr().out
+    assert "unfused attention" in unfused and "unfused attention" not in flash
+    assert "try --ckpt full" in flash and "try --ckpt selective" in unfused

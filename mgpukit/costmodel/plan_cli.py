@@ -41,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="layers per pipeline stage, comma-separated (default: n_layer / pp each)")
     p.add_argument("--tp-overlap", action="store_true", help="overlap tp collectives with the layer's GEMMs")
     p.add_argument("--no-flash", dest="flash", action="store_false",
-                   help="unfused attention: s×s scores through HBM (Megatron-LM 2021); default flash attention")
+                   help="unfused attention: s×s scores through HBM and kept for backward (Megatron-LM 2021); "
+                        "default flash attention (one log-sum-exp per row kept)")
     p.add_argument("--zero", type=int, default=0, choices=range(4), help="ZeRO stage 0-3 (default 0)")
     p.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
                    help="sequence parallelism (default: on when tp > 1)")
@@ -53,8 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--micro-batches", type=int, default=None,
                    help="micro-batches per replica when --global-batch is not given (default 4·pp, or 1 without pp)")
     p.add_argument("--ckpt", default="none", choices=("none", "selective", "full"),
-                   help="activation checkpointing (default none; selective also models FlashAttention, "
-                        "which never stores the s×s attention scores)")
+                   help="activation checkpointing (default none; selective recomputes the attention core, "
+                        "which saves the s×s scores only with --no-flash: flash attention never stores them)")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"), help="bf16 mixed precision or fp32")
     p.add_argument("--search", action="store_true", help="rank every layout that fits by predicted step time")
     p.add_argument("--top", type=int, default=10, help="rows of the --search table (default 10)")
@@ -216,7 +217,9 @@ def format_plan(pl: Plan) -> str:
 def _advice(pl: Plan) -> str:
     mem, lay = pl.memory, pl.layout
     if max(CATEGORIES, key=lambda c: mem[c]) == "activations":
-        steps = [f"--ckpt {c}" for c in ("selective", "full") if c != lay.checkpointing][:1]
+        # under flash attention selective recomputation frees only the log-sum-exp: suggest full
+        policies = ("full",) if lay.flash_attention else ("selective", "full")
+        steps = [f"--ckpt {c}" for c in policies if c != lay.checkpointing][:1]
         steps += ["a smaller --micro-batch" if lay.micro_batch > 1 else "more --tp or --pp"]
         if lay.tp > 1 and not lay.sp:
             steps.append("--sp")
