@@ -135,3 +135,21 @@ def test_sharded_ranks_in_shape_mode_hold_no_real_model_states():
     rows = {k: int(v) for k, v in (line.split() for line in out.stdout.splitlines()[-3:])}
     assert rows["zero3"] == rows["fsdp2"] > 2e9  # SGD: 3 × 4 B × 406 M / 2 ranks
     assert rows["rank_peak_rss"] < 0.7e9
+
+
+def test_ddp_in_shape_mode_keeps_its_steady_state_buckets_and_agrees_with_the_closed_form():
+    """torch DDP's first-step assignment is one bucket (all gradients, all-reduced after
+    backward) and shape mode cannot rebuild it; it must start from `bucket_mb` buckets instead.
+    gpt2-124m on 2 emulated H100 (launches and minimum kernel time included): as many
+    all-reduces per step as the closed form's buckets, and the step within 3% of
+    `gpt_step.ddp_step_time` (0.998 when written)."""
+    from mgpukit.config import RunConfig
+    from mgpukit.costmodel.gpt_step import ddp_buckets, ddp_step_time
+    from mgpukit.costmodel.hardware import load_profile
+
+    record = run("ddp", workers=2, **EMU, shape=True, model="gpt2-124m", steps=2, global_batch=2)
+    cfg = RunConfig(model="gpt2-124m").model_config()
+    buckets = len(ddp_buckets(cfg))
+    assert buckets > 10 and record["comm"]["0"]["collectives"]["all_reduce"] == 2 * buckets
+    analytic = ddp_step_time(cfg, global_batch=2, workers=2, profile=load_profile("h100-nvlink"))["total_s"]
+    assert analytic == pytest.approx(record["step_time_s"][-1], rel=0.03)
