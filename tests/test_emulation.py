@@ -7,12 +7,13 @@ the virtual clock and compares them with the closed form: deterministic, so the 
 asserted; the emulated-vs-measured figure is noisy on a shared machine and only checked for
 shape.
 """
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 
 from mgpukit.config import RunConfig
-from mgpukit.costmodel.gpt_step import ddp_buckets, gpt_params, one_f_one_b_stalls, stage_ops
+from mgpukit.costmodel.gpt_step import ddp_buckets, gpt_params, one_f_one_b_stalls, sgd_seconds, stage_ops
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.measure.vclock import VirtualClock
 from mgpukit.training.building import Batches, build_model, build_optimizer, loss_fn
@@ -43,6 +44,41 @@ def test_closed_form_charges_what_the_clock_charges_for_the_real_gpt(model):
     assert fwd == pytest.approx(sum(op.seconds(H100) for op in ops["fwd"]), rel=1e-3)
     assert bwd == pytest.approx(sum(op.seconds(H100) for op in ops["bwd"]), rel=1e-3)
     assert clock.now() - fwd - bwd == pytest.approx(9 * 4 * ops["params"] / H100.memory_bandwidth, rel=1e-9)
+
+
+# h100-nvlink's minimum kernel time (2 µs) without host dispatch: the stream never waits for
+# the host, so its time is the kernels', each at least the minimum
+MIN_KERNEL = dataclasses.replace(load_profile("h100-nvlink"), op_overhead=0.0, op_overhead_by_context=None,
+                                 collective_launch=0.0)
+
+
+@pytest.mark.parametrize("model", ["gpt-tiny", "gpt-small"])
+def test_closed_form_lists_the_clock_kernels_one_by_one(model):
+    """With a minimum kernel time every kernel costs at least 2 µs, so a lump (all parameters'
+    accumulation as one op) would be short by hundreds of kernels: backward and the optimizer
+    (four kernels per parameter tensor) agree exactly; forward up to one kernel, the copy that
+    makes the strided target slice contiguous for the loss, not in the closed form."""
+    cfg = RunConfig(model=model, global_batch=2)
+    net, mcfg = build_model(cfg), cfg.model_config()
+    optimizer = build_optimizer(cfg, net.parameters())
+    x, y = Batches(cfg)(0)
+    ops = stage_ops(mcfg, 2, layers=mcfg.n_layer, embed=True, head=True)
+    assert MIN_KERNEL.min_kernel_time > 0
+    for _ in range(2):  # the second step: gradients and momentum buffers exist
+        clock = VirtualClock(MIN_KERNEL, 0)
+        with clock.counting():
+            loss = loss_fn(cfg)(net(x), y)
+        fwd = clock.now()
+        with clock.counting():
+            loss.backward()
+        bwd = clock.now() - fwd
+        with clock.counting():
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=False)
+    assert fwd - sum(op.seconds(MIN_KERNEL) for op in ops["fwd"]) == pytest.approx(MIN_KERNEL.min_kernel_time)
+    assert bwd == pytest.approx(sum(op.seconds(MIN_KERNEL) for op in ops["bwd"]), rel=1e-9)
+    assert clock.now() - fwd - bwd == pytest.approx(sgd_seconds(ops["tensors"], MIN_KERNEL), rel=1e-9)
+    assert sgd_seconds(ops["tensors"], MIN_KERNEL) > 4 * len(ops["tensors"]) * MIN_KERNEL.min_kernel_time * 0.99
 
 
 def test_ddp_buckets_one_for_gpt_tiny_first_small_bucket_for_gpt_small():

@@ -11,7 +11,12 @@ accumulation and the optimizer move as many bytes as the matmuls compute. Every 
 Notation, per rank: ``N = b·T`` tokens (``b`` sequences of ``T``), width ``d``, MLP width
 ``f``, vocabulary ``V``, ``L`` layers, ``H`` heads, ``e`` bytes per element (fp32: 4; token ids
 are int64: 8); ``R = peak · efficiency`` FLOP/s, ``BW`` memory bytes/s. An op takes
-``max(flops / R, bytes / BW)``, bytes = what it reads + what it writes.
+``max(flops / R, bytes / BW, t_min)``, bytes = what it reads + what it writes, and ``t_min``
+the profile's minimum kernel time (`[launch] min_kernel`: a kernel occupies the stream a few
+µs however little it does — launch latency and tail, NVIDIA's "Getting Started with CUDA
+Graphs", 2019; 0 on CPU profiles and in `kernels_only()`). It matters for the ops that run
+once per parameter *tensor* — a GPT-2 350M has 389 of them, 240 of them biases and norms of
+``d`` elements that move a few kB — so those are one op per tensor below, never one lump.
 
 **Matmuls** (Megatron-style count, Narayanan et al. 2021 §5.1, for our shapes). Per layer
 forward, q, k, v, o: ``2·N·d²`` FLOPs each; fc1 and fc2: ``2·N·d·f`` each; attention scores
@@ -36,21 +41,27 @@ and writes the output and log-sum-exp: ``e(4·N·d + N·H)``. No ``T×T`` matrix
   shared input;
 - loss: log-softmax ``e·2·N·V``, NLL ``e·N·V + 8N``; backward ``e·3·N·V`` and ``e·2·N·V + 8N``;
 - gradient accumulation into ``.grad`` (``zero_grad(set_to_none=False)`` keeps the tensors):
-  one ``add_`` per parameter, ``3·e·P`` for ``P`` parameters;
-- SGD with momentum (torch's per-parameter loop): ``buf.mul_(μ)`` ``2eP``, ``buf.add_(g)``
-  ``3eP``, ``p.add_(buf, -lr)`` ``3eP``, then ``grad.zero_()`` ``eP``: ``9·e·P`` in all.
+  one ``add_`` per parameter tensor, ``3·e·P`` for ``P`` parameters;
+- SGD with momentum (torch's per-parameter loop): per tensor ``buf.mul_(μ)`` ``2eP``,
+  ``buf.add_(g)`` ``3eP``, ``p.add_(buf, -lr)`` ``3eP``, then ``grad.zero_()`` ``eP``: ``9·e·P``
+  in all, in four kernels per tensor.
 
-**Data parallel (torch DDP)**: the reducer copies each gradient into its bucket (``2eP``), our
-comm hook divides the bucket by ``n`` (``2eP``), the bucket is ring all-reduced
-(``2(n-1)/n · B/β + 2(n-1)·α``, `mgpukit.costmodel.comm`), and the averaged buckets are copied
-back into ``.grad`` (``2eP``) once the last one is done. After its first step DDP re-buckets the
+**Data parallel (torch DDP)**: the reducer copies each gradient into its bucket (``2eP``, one
+kernel per tensor), our comm hook divides the bucket by ``n`` (``2eP``, one per bucket), the
+bucket is ring all-reduced (``2(n-1)/n · B/β + 2(n-1)·α``, `mgpukit.costmodel.comm`), and the
+averaged buckets are copied back into ``.grad`` (``2eP``, one per tensor) after backward. The
+reducer finalises bucket by bucket — wait on the bucket's future, copy it back
+(``Reducer::finalize_backward`` in torch's ``reducer.cpp``; on a GPU the wait is a stream wait)
+— so the buckets already reduced are copied back while the last bucket's all-reduce is still
+running: of that all-reduce only what outlasts the other buckets' copy-back is exposed. After its first step DDP re-buckets the
 gradients in the order backward produced them: a first bucket of about 1 MiB (``lm_head``,
 ``ln_f``, the last ``fc2``, …), then buckets of up to 25 MiB. A bucket is ready only when
 *every* gradient in it is, so the last bucket (it holds the embeddings, the last gradients of
-backward) is all-reduced after backward: **its all-reduce is fully exposed**. ``gpt-tiny``'s
-0.85 MB of gradients are one bucket, so its whole all-reduce is exposed; ``gpt-small``'s first
-1.1 MB bucket overlaps the rest of backward and hides (only the part that would outlast
-backward is charged). Step = forward + backward + DDP copies + exposed all-reduce + optimizer.
+backward) is all-reduced after backward: **its all-reduce is exposed**, less the copy-back
+above. ``gpt-tiny``'s 0.85 MB of gradients are one bucket, so its whole all-reduce is exposed;
+``gpt-small``'s first 1.1 MB bucket overlaps the rest of backward and hides (only the part that
+would outlast backward is charged). Step = forward + backward + DDP copies + exposed
+all-reduce + optimizer.
 
 **Pipeline (GPipe / 1F1B)**, ``p`` stages of ``L/p`` layers (stage 0 adds the embedding, the last
 the head and loss), ``m`` micro-batches of ``N_mb`` tokens: per-stage forward and backward times
@@ -73,8 +84,12 @@ after another, so a link is a station of the line too.
 Rank 0 (whose times the record reports) ends the step with the last backward, then steps its
 optimizer over its own stage's parameters.
 
-Not in this form: a profile's per-op dispatch overhead (`op_overhead`; 0 in the GPU profiles,
-measured by `mgpukit calibrate` for CPU workers), which the emulator adds to every op.
+Not in this form: the host's per-op dispatch time (`op_overhead` by context, and
+`collective_launch`). On a CPU worker the emulator adds it to every op; on a GPU profile the
+host issues kernels ahead of the device and only its excess shows — nothing for models whose
+kernels outlast their launches (gpt2-350m DDP on 8 emulated H100: the host is busy ~41 ms of a
+~90 ms step, `mgpukit bench shape`), nearly everything for the tiny GPTs (launch-bound; compare
+on `profile.kernels_only()` there, as `mgpukit bench emulation` does).
 """
 
 from __future__ import annotations
@@ -100,7 +115,7 @@ class Op:
 
     def seconds(self, profile: HardwareProfile) -> float:
         rate = profile.flops("fp32") * profile.compute_efficiency
-        return max(self.flops / rate, self.bytes / profile.memory_bandwidth)
+        return max(self.flops / rate, self.bytes / profile.memory_bandwidth, profile.min_kernel_time)
 
 
 def _mem(nbytes: float) -> Op:
@@ -127,6 +142,26 @@ def gpt_params(cfg) -> dict[str, int]:
     d, f, bias = cfg.d_model, cfg.d_ff, int(cfg.bias)
     layer = 4 * (d * d + d * bias) + (d * f + f * bias) + (f * d + d * bias) + 2 * (2 * d)
     return {"embed": cfg.vocab_size * d + cfg.seq_len * d, "layer": layer, "head": 2 * d + d * cfg.vocab_size}
+
+
+def param_tensors(cfg, *, layers: int, embed: bool, head: bool) -> list[int]:
+    """Elements of each parameter tensor of a stage, in the order backward produces their
+    gradients (head and ``ln_f``; then per block, last first: fc2, fc1, ``ln_2``, o, v, k, q,
+    ``ln_1``, a linear's bias before its weight; then the position and token embeddings).
+    Per-tensor ops (accumulation, DDP's bucket copies, the optimizer's loop) are one kernel
+    per tensor."""
+    d, f, V, T, b = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.seq_len, int(cfg.bias)
+    order = [V * d, d, d] if head else []  # lm_head, ln_f
+    for _ in range(layers):  # last layer first: fc2, fc1, ln_2, o, v, k, q, ln_1
+        order += [d * b, f * d, f * b, d * f, d, d] + [d * b, d * d] * 4 + [d, d]
+    if embed:
+        order += [T * d, V * d]  # position and token embeddings
+    return [p for p in order if p]  # no bias: no tensor
+
+
+def _per_tensor(numels, bytes_per_element: float) -> list[Op]:
+    """One memory-bound kernel per tensor moving ``bytes_per_element`` bytes per element."""
+    return [_mem(bytes_per_element * p) for p in numels]
 
 
 def stage_ops(cfg, batch: int, *, layers: int, embed: bool, head: bool) -> dict:
@@ -164,28 +199,29 @@ def stage_ops(cfg, batch: int, *, layers: int, embed: bool, head: bool) -> dict:
         bwd = ([_mem(e), _mem(e * (2 * n * V + 2) + ID * n), _mem(e * 3 * n * V)]  # dloss, nll, log-softmax
                + lm[1] + ln_f[1] + bwd)
         params += gpt_params(cfg)["head"]
-    bwd.append(_mem(3 * e * params))  # accumulate into .grad, one add_ per parameter
-    return {"fwd": fwd, "bwd": bwd, "params": params}
+    tensors = param_tensors(cfg, layers=layers, embed=embed, head=head)
+    assert sum(tensors) == params
+    bwd += _per_tensor(tensors, 3 * e)  # accumulate into .grad, one add_ per parameter tensor
+    return {"fwd": fwd, "bwd": bwd, "params": params, "tensors": tensors}
 
 
 def _seconds(ops: list[Op], profile: HardwareProfile) -> float:
     return sum(op.seconds(profile) for op in ops)
 
 
-def sgd_seconds(params: int, profile: HardwareProfile) -> float:
-    """SGD with momentum, torch's per-parameter loop, then ``zero_grad(set_to_none=False)``."""
-    return 9 * FP32 * params / profile.memory_bandwidth
+def sgd_seconds(params, profile: HardwareProfile) -> float:
+    """SGD with momentum, torch's per-parameter loop, then ``zero_grad(set_to_none=False)``:
+    four kernels per tensor (``mul_`` 2eP, ``add_`` 3eP, ``add_`` 3eP, ``zero_`` eP).
+    ``params``: the element count of each tensor (a list), or one number for one flat tensor."""
+    numels = [params] if isinstance(params, (int, float)) else list(params)
+    return _seconds([op for k in (2, 3, 3, 1) for op in _per_tensor(numels, k * FP32)], profile)
 
 
 def ddp_buckets(cfg, *, first_bytes: float = DDP_FIRST_BUCKET_BYTES,
                 bucket_bytes: float = DDP_BUCKET_BYTES) -> list[float]:
     """Bytes of each DDP bucket, in the order backward fills them (DDP's rebuilt buckets:
     parameters in gradient-ready order; a bucket closes once it reaches its cap)."""
-    d, f, V, T, b = cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.seq_len, int(cfg.bias)
-    order = [V * d, d, d]  # lm_head, ln_f
-    for _ in range(cfg.n_layer):  # last layer first: fc2, fc1, ln_2, o, v, k, q, ln_1
-        order += [d * b, f * d, f * b, d * f, d, d] + [d * b, d * d] * 4 + [d, d]
-    order += [T * d, V * d]  # position and token embeddings
+    order = param_tensors(cfg, layers=cfg.n_layer, embed=True, head=True)
     buckets, current = [], 0.0
     for numel in order:
         current += FP32 * numel
@@ -193,6 +229,18 @@ def ddp_buckets(cfg, *, first_bytes: float = DDP_FIRST_BUCKET_BYTES,
             buckets.append(current)
             current = 0.0
     return buckets + ([current] if current else [])
+
+
+def _bucket_tensors(tensors: list[int], buckets: list[float]) -> list[int]:
+    """How many of `tensors` (backward order) each of `buckets` (`ddp_buckets`) holds."""
+    counts, i = [], 0
+    for nbytes in buckets:
+        n, acc = 0, 0.0
+        while acc < nbytes and i < len(tensors):
+            acc += FP32 * tensors[i]
+            i, n = i + 1, n + 1
+        counts.append(n)
+    return counts
 
 
 def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProfile,
@@ -218,14 +266,24 @@ def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProf
     head = stage_ops(cfg, b, layers=0, embed=False, head=True)["bwd"]
     fc2 = _linear(b * cfg.seq_len, cfg.d_ff, cfg.d_model, bias=cfg.bias)[1]
     window = backward - _seconds(head + fc2, profile)
-    exposed = max(0.0, sum(times[:-1]) - window) + times[-1]
+    # DDP's copies (module docstring): each gradient into its bucket, each bucket divided by n,
+    # each bucket copied back into the gradients — one kernel per tensor / bucket.
+    tensors = ops["tensors"]
+    copy_in = _seconds(_per_tensor(tensors, 2 * FP32), profile)
+    divide = _seconds([_mem(2 * nbytes) for nbytes in buckets], profile)
+    last = _bucket_tensors(tensors, buckets)[-1]  # the tensors of the last bucket
+    copy_back_last = _seconds(_per_tensor(tensors[-last:], 2 * FP32), profile)
+    copy_back = _seconds(_per_tensor(tensors, 2 * FP32), profile)
+    # The reducer finalises bucket by bucket (wait on its future, copy it back): the buckets
+    # already reduced are copied back while the last one's all-reduce is still on the wire.
+    exposed = max(0.0, sum(times[:-1]) - window) + max(0.0, times[-1] - (copy_back - copy_back_last))
     out = {
         "forward_s": _seconds(ops["fwd"], profile),
         "backward_s": backward,
-        "ddp_copies_s": (3 * 2 * FP32 * P / profile.memory_bandwidth) if workers > 1 else 0.0,
+        "ddp_copies_s": (copy_in + divide + copy_back) if workers > 1 else 0.0,
         "allreduce_s": sum(times),
         "exposed_comm_s": exposed,
-        "optimizer_s": sgd_seconds(P, profile),
+        "optimizer_s": sgd_seconds(tensors, profile),
         "buckets": len(buckets),
         "matmul_flops": sum(op.flops for op in ops["fwd"] + ops["bwd"]),
         "bytes": sum(op.bytes for op in ops["fwd"] + ops["bwd"]),
@@ -267,7 +325,7 @@ def pipeline_step_time(cfg, *, global_batch: int, micro_batches: int, stages: in
         # fill + drain + steady state, plus the round trips 1F1B cannot hide (see docstring)
         pipeline = (sum(fwd) + sum(bwd) + 2 * (p - 1) * hop
                     + (m - 1) * max(f + b for f, b in zip(fwd, bwd)) + 2 * hop * one_f_one_b_stalls(p, m))
-    opt = sgd_seconds(per_stage[0]["params"], profile)
+    opt = sgd_seconds(per_stage[0]["tensors"], profile)
     return {"stage_fwd_s": fwd, "stage_bwd_s": bwd, "hop_s": hop, "pipeline_s": pipeline,
             "optimizer_s": opt, "total_s": pipeline + opt,
             "bubble_fraction": (p - 1) / (m + p - 1)}

@@ -146,7 +146,8 @@ class HardwareProfile:
 
     def kernels_only(self) -> "HardwareProfile":
         """This profile without host costs (no dispatch, no launch, no minimum kernel time):
-        what a closed form that counts kernels and messages only (`costmodel.gpt_step`) models."""
+        the kernels and messages alone, to set beside a closed form (`costmodel.gpt_step`,
+        which has no host) where a model's step is mostly launches."""
         return replace(self, name=f"{self.name}-kernels-only", op_overhead=0.0,
                        op_overhead_by_context=None, async_launch=False, min_kernel_time=0.0,
                        collective_launch=0.0)

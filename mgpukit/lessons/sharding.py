@@ -22,9 +22,9 @@ CATEGORIES = ("params", "grads", "optimizer")
 
 
 def n_params(model: str = "gpt-tiny") -> int:
-    from mgpukit.training.building import build_model
+    from mgpukit.training.building import count_params
 
-    return sum(p.numel() for p in build_model(RunConfig(model=model)).parameters())
+    return count_params(RunConfig(model=model))
 
 
 def sharding_study(strategies=STRATEGIES, *, workers: int = 2, steps: int = 3, model: str = "gpt-tiny",

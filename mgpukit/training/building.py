@@ -21,6 +21,19 @@ def build_model(cfg: RunConfig) -> torch.nn.Module:
     return GPT(mcfg, seed=cfg.seed) if cfg.is_gpt else MLP(mcfg, seed=cfg.seed)
 
 
+def build_model_shapes(cfg: RunConfig) -> torch.nn.Module:
+    """The same model on torch's meta device: every parameter has its shape and dtype and no
+    storage, so counting a 7 B model's parameters costs nothing (built for real, a llama-7b is
+    27 GB of fp32 in the process that asked). For the predictions (`theory`), never to train."""
+    with torch.device("meta"):
+        return build_model(cfg)
+
+
+def count_params(cfg: RunConfig, *, trainable: bool = False) -> int:
+    """Parameters of `cfg`'s model (shared ones once), counted without allocating them."""
+    return sum(p.numel() for p in build_model_shapes(cfg).parameters() if p.requires_grad or not trainable)
+
+
 def to_device(module: torch.nn.Module, device) -> torch.nn.Module:
     """`module.to(device)`, skipped when every parameter and buffer is there already: in shape
     mode `.to` would try to swap each fake parameter for a copy, which torch refuses."""

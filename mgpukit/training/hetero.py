@@ -131,10 +131,13 @@ def apply_rank_profile(rec, ctx, options: dict) -> None:
 
 def rank_times(cfg, split, profiles, link_profile) -> list[dict]:
     """Per rank: predicted seconds before its gradients are ready (forward, backward, DDP's
-    copy into the bucket) and after the all-reduce (copy back, optimizer), on its profile."""
+    copy into the bucket) and after the all-reduce (copy back, optimizer), on its profile —
+    its kernels only (`HardwareProfile.kernels_only`: no host launches, no minimum kernel time),
+    as the mixed-cluster lesson emulates it: a tiny model's launches, the same on both kinds of
+    GPU, would hide the difference in compute the split is about."""
     from mgpukit.costmodel.gpt_step import ddp_step_time
 
-    base = load_profile(link_profile)
+    base = load_profile(link_profile).kernels_only()
     n = len(split)
     out = []
     for b, name in zip(split, profiles):

@@ -58,7 +58,7 @@ from mgpukit.costmodel.layout import Layout
 from mgpukit.measure.memory import ActivationMeter, memory_breakdown
 from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.registry import register
-from mgpukit.training.building import (Batches, build_model, build_optimizer, full_state_dict,
+from mgpukit.training.building import (Batches, build_model, build_optimizer, count_params, full_state_dict,
                                        grad_norm, loss_fn)
 
 SERVER = 0
@@ -196,7 +196,7 @@ def _sync_worker(ctx, rec, cfg, model, n_workers: int):
 
 def _ps_theory(cfg, dims) -> dict:
     """Bytes per step and memory: the server's link carries every worker's traffic."""
-    n_params = sum(p.numel() for p in build_model(cfg).parameters())
+    n_params = count_params(cfg)
     pbytes = 4 * n_params
     w = dims.world_size - 1
     states = 2 if cfg.optimizer == "adamw" else 1

@@ -39,9 +39,9 @@ DEFAULTS = {"topk": {"ratio": 0.01}, "int8": {"chunk": 1024, "int8_exchange": "a
 
 def param_shapes(cfg) -> list[tuple[int, ...]]:
     """Shapes of the trainable parameters of `cfg`'s model, in model order."""
-    from mgpukit.training.building import build_model
+    from mgpukit.training.building import build_model_shapes
 
-    return [tuple(p.shape) for p in build_model(cfg).parameters() if p.requires_grad]
+    return [tuple(p.shape) for p in build_model_shapes(cfg).parameters() if p.requires_grad]
 
 
 def topk_count(numel: int, ratio: float) -> int:

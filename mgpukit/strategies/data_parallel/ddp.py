@@ -11,9 +11,16 @@ Shape mode (fake tensors, `mgpukit.measure.shape`): torch's DDP is built directl
 `Accelerator.prepare` builds on CPU workers) over a fake process group, with `init_sync=False`:
 its constructor's cross-rank checks and its bucket rebuild would send the (absent) data. The
 buckets still go through the recorder's hook, so their time and bytes are modelled. One
-difference: the reducer's bucket *rebuild* after the first step (gradient-ready order, a 1 MiB
-first bucket) fills an index tensor in C++, which a fake tensor cannot hold, so shape mode keeps
-the initial buckets (reverse parameter order, 25 MiB caps) for every step.
+difference: the reducer's bucket *rebuild* after the first step (the buckets of every later
+step: gradient-ready order, `bucket_mb` caps) fills an index tensor in C++, which a fake tensor
+cannot hold, so shape mode never rebuilds. Left alone, that would keep torch's *first-step*
+assignment for every step — since torch 2.x one bucket holding every gradient (DDP does not
+trust registration order until it has seen a backward), all-reduced after backward, fully
+exposed: a steady state real DDP never has. So shape mode hands DDP its caps as a per-bucket
+list (`bucket_cap_mb_list`), and the initial assignment already cuts `bucket_mb` buckets, in
+reverse parameter order — for a GPT the order backward produces them in (head, last block …
+first block, embeddings), so the buckets overlap backward as the rebuilt ones do; only where
+the cuts fall differs (counted from the embedding end instead of the head end).
 """
 from __future__ import annotations
 
@@ -78,8 +85,9 @@ def _shape_ddp(module, ctx, rec, cfg):
     if cfg.layout.dtype != "fp32":
         raise ValueError("ddp in shape mode trains in fp32 only (Accelerate's autocast is not applied).")
     rec.extra["mixed_precision"] = "no"
-    model = DistributedDataParallel(module, process_group=fake_group(),
-                                    bucket_cap_mb=STRATEGY.option(cfg, "bucket_mb"), init_sync=False)
+    cap = STRATEGY.option(cfg, "bucket_mb")
+    model = DistributedDataParallel(module, process_group=fake_group(), bucket_cap_mb=cap,
+                                    bucket_cap_mb_list=[cap], init_sync=False)  # steady-state buckets
     model.register_comm_hook(rec, recorder_hook)
     model.reducer = _KeepBuckets(model.reducer)
     return model, DdpSync(rec, None, model)

@@ -11,9 +11,9 @@ from mgpukit.costmodel.comm import bus_factor
 
 def dp_theory(cfg, dims) -> dict:
     """Every rank holds the full model; gradients are all-reduced once per step (ring)."""
-    from mgpukit.training.building import build_model
+    from mgpukit.training.building import count_params
 
-    n_params = sum(p.numel() for p in build_model(cfg).parameters())
+    n_params = count_params(cfg)  # on the meta device: no weights allocated
     param_bytes = 4 * n_params  # fp32
     n = dims.dp
     optimizer_states = 2 if cfg.optimizer == "adamw" else 1  # Adam: m and v; SGD: momentum

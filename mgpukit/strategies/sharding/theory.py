@@ -38,9 +38,9 @@ def zero_layout(stage: int):
 def zero_theory(stage: int):
     """The strategy's `theory(cfg, dims)`: predicted memory and bytes sent per step."""
     def theory(cfg, dims) -> dict:
-        from mgpukit.training.building import build_model
+        from mgpukit.training.building import count_params
 
-        n_params = sum(p.numel() for p in build_model(cfg).parameters())
+        n_params = count_params(cfg)  # on the meta device: no weights allocated
         m = cfg.micro_batches if dims.pp == 1 else 1
         out = predicted_model_states(n_params // dims.pp, dp=dims.dp, zero=stage,
                                      optimizer=cfg.optimizer, micro_batches=m)
