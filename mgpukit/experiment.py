@@ -47,7 +47,7 @@ from mgpukit.runtime.launcher import WorkerError, launch, resolve_mode
 from mgpukit.strategies.policies.precision import loss_curve_parity
 from mgpukit.strategies.registry import Strategy
 from mgpukit.training.building import build_model, build_optimizer
-from mgpukit.training import hetero
+from mgpukit.training import backup, hetero
 from mgpukit.training.checkpoint import checkpointing, has_checkpoint
 from mgpukit.training.trainer import train
 
@@ -98,6 +98,7 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
         raise ValueError(f"strategy {strategy!r} has no emulated mode; use mode='cpu'.")
     mode = resolve_mode(mode, workers)
     hetero.check(cfg, dims, mode)  # unequal batches / per-rank profiles (training/hetero.py)
+    backup.check(cfg, dims, strat.name)  # dropping the slowest ranks (training/backup.py)
     if mode == "emulated" and not profile:
         raise ValueError("mode='emulated' needs a hardware profile, e.g. profile='h100-nvlink'.")
     if mode == "emulated" and isinstance(profile, str):
