@@ -289,6 +289,10 @@ def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool
         record["reference"] = "is the reference" if strat.name == "single" else "no reference"
         if strat.name == "single" and is_reference_layout(cfg.layout):
             _REFERENCE_CACHE.setdefault(_ref_key(cfg, p.mode), {"record": record, "weights": weights})
+    elif cfg.options.get("drop_slowest"):  # from step 1 on, the gradient of fewer rows than the reference's
+        record["parity"] = None
+        record["reference"] = ("no reference: drop_slowest trains on the kept ranks' rows "
+                               "(tests/test_stragglers.py checks that gradient)")
     elif parity:
         ref = reference(strat.reference, cfg, mode=p.mode, timeout_s=timeout_s, in_process=in_process)
         check, tol = strat.compare or compare, tolerance or strat.tolerance
