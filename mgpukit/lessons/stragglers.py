@@ -39,7 +39,7 @@ def step_seconds(rec, skip: int = 1) -> float:
 def measured_stragglers(*, factor: float = 4.0, rank: int = 1, model: str = "mlp-tiny",
                         global_batch: int = 4096, steps: int = 6, strategy: str = "dp-naive",
                         workers: int = 2, drop: bool = True, split_from: str = "measured") -> list[dict]:
-    """Three (four) measured runs of synchronous data parallelism on CPU workers:
+    """Three or four measured runs of synchronous data parallelism on CPU workers:
 
     1. even split, no straggler: the per-row time of loading and of forward + backward, and the
        rest of the step (all-reduce, optimizer), which does not grow with rows;
@@ -77,7 +77,8 @@ def measured_stragglers(*, factor: float = 4.0, rank: int = 1, model: str = "mlp
         per_row = [load + f * compute for f in factors]
     else:
         raise ValueError(f"split_from={split_from!r}: use 'measured' or 'factor'.")
-    split = hetero.split_by_speed(global_batch, per_row, unit=global_batch // 64)
+    unit = global_batch // 64 if global_batch % 64 == 0 else 1  # round splits: 64ths of the batch
+    split = hetero.split_by_speed(global_batch, per_row, unit=unit)
     balanced = run(strategy, parity=True, options={**slow, "batch_split": ",".join(map(str, split))}, **common)
 
     runs = [("even, no straggler", even, [1.0] * workers, base),
