@@ -47,7 +47,7 @@ from mgpukit.runtime.launcher import WorkerError, launch, resolve_mode
 from mgpukit.strategies.policies.precision import loss_curve_parity
 from mgpukit.strategies.registry import Strategy
 from mgpukit.training.building import build_model, build_optimizer
-from mgpukit.training import hetero
+from mgpukit.training import backup, hetero
 from mgpukit.training.checkpoint import checkpointing, has_checkpoint
 from mgpukit.training.trainer import train
 
@@ -98,6 +98,7 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
         raise ValueError(f"strategy {strategy!r} has no emulated mode; use mode='cpu'.")
     mode = resolve_mode(mode, workers)
     hetero.check(cfg, dims, mode)  # unequal batches / per-rank profiles (training/hetero.py)
+    backup.check(cfg, dims, strat.name)  # dropping the slowest ranks (training/backup.py)
     if mode == "emulated" and not profile:
         raise ValueError("mode='emulated' needs a hardware profile, e.g. profile='h100-nvlink'.")
     if mode == "emulated" and isinstance(profile, str):
@@ -288,6 +289,10 @@ def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool
         record["reference"] = "is the reference" if strat.name == "single" else "no reference"
         if strat.name == "single" and is_reference_layout(cfg.layout):
             _REFERENCE_CACHE.setdefault(_ref_key(cfg, p.mode), {"record": record, "weights": weights})
+    elif cfg.options.get("drop_slowest"):  # from step 1 on, the gradient of fewer rows than the reference's
+        record["parity"] = None
+        record["reference"] = ("no reference: drop_slowest trains on the kept ranks' rows "
+                               "(tests/test_stragglers.py checks that gradient)")
     elif parity:
         ref = reference(strat.reference, cfg, mode=p.mode, timeout_s=timeout_s, in_process=in_process)
         check, tol = strat.compare or compare, tolerance or strat.tolerance

@@ -13,6 +13,7 @@ so the modules underneath can move without a notebook noticing.
                    precision curves, what fits (and the exercises' answers)
 - `syllabus`       notebook 10: local SGD, mixed clusters, profiling, spot instances, the
                    frameworks map, the articles' claims
+- `stragglers`     notebook 10: a throttled rank measured, re-balanced and dropped
 """
 from mgpukit.lessons.compression import fp32_reference, run_compressed
 from mgpukit.lessons.launch import launch_bound_study
@@ -20,11 +21,11 @@ from mgpukit.lessons.data_parallel import (compare_strategies, lr_scaling_study,
                                            warm_parent)
 from mgpukit.lessons import memory  # noqa: F401  (notebook 07 uses it as a module)
 from mgpukit.lessons.pipeline_lab import run_lab
-from mgpukit.lessons import syllabus  # noqa: F401  (notebook 10 uses it as a module)
+from mgpukit.lessons import stragglers, syllabus  # noqa: F401  (notebook 10 uses them as modules)
 from mgpukit.lessons import tensor_parallel
 from mgpukit.lessons.sharding import (model_state_table, offload_trade, sharding_study,
                                       step_time_ratio)
 
 __all__ = ["launch_bound_study", "run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
            "lr_scaling_study", "warm_parent", "run_lab", "tensor_parallel", "sharding_study",
-           "step_time_ratio", "model_state_table", "offload_trade", "syllabus"]
+           "step_time_ratio", "model_state_table", "offload_trade", "syllabus", "stragglers"]

@@ -28,6 +28,8 @@ TRAINER_KNOBS = (
     Knob("show_idle", bool, False, "record the wait for the slowest rank as idle"),
     Knob("batch_split", str, None, "rows per dp rank, e.g. '24,8': unequal batches, exact gradient (training/hetero.py)"),
     Knob("rank_profiles", str, None, "emulated: each rank's compute profile, e.g. 'a100-nvlink,h100-nvlink'"),
+    Knob("drop_slowest", int, 0, "backup workers: the k slowest dp ranks skip each step (training/backup.py)",
+         minimum=0),
     Knob("lr_scaling", str, None, "'linear': Goyal et al.'s rule for the global batch",
          choices=("linear", "none")),
     Knob("warmup_steps", int, 0, "steps of linear warmup to the scaled rate", minimum=0),

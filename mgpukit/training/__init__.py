@@ -4,7 +4,8 @@
 - `parts`     the seams: `Parts(module, engine, sync)`, `GradSync`, `NoSync`
 - `local`     the engine of a whole-model replica (gradient accumulation over micro-batches)
 - `trainer`   `train(ctx, rec, cfg, parts, optimizer)`: the loop, logging, memory, weights
-- `loader`, `straggler`, `lr_scaling`  the knobs the loop reads from `cfg.options`
+- `loader`, `straggler`, `hetero`, `backup`, `lr_scaling`  the knobs the loop reads from
+  `cfg.options` (`backup`: `drop_slowest`, the slowest ranks skip their compute)
 """
 from mgpukit.training.parts import GradSync, NoSync, Parts
 from mgpukit.training.trainer import Checkpointing, train

@@ -25,6 +25,7 @@ Knobs (trainer knobs, every data-parallel strategy):
   (peak FLOP/s, memory bandwidth, efficiency, dispatch overhead); links stay the launch
   profile's, so every rank prices a collective the same way. A mixed cluster on one clock.
 
+`split_by_speed` picks a split from measured seconds per row (a throttled CPU rank, timed);
 `balanced_split` picks the split from the analytic step model (`costmodel.gpt_step`): rows
 handed out one micro-batch at a time to the rank that would finish soonest, which minimises
 the slowest rank's time; `predicted_step` is that model's step time for a split.
@@ -173,4 +174,21 @@ def balanced_split(cfg, profiles, link_profile) -> tuple[int, ...]:
             s[i] += k
             trial.append(rank_times(cfg, s, profiles, link_profile)[i]["before_s"])
         split[min(range(n), key=trial.__getitem__)] += k
+    return tuple(split)
+
+
+def split_by_speed(global_batch: int, seconds_per_row, unit: int = 1) -> tuple[int, ...]:
+    """Rows per rank from each rank's measured compute seconds per row (rank i then computes
+    for about `b_i · seconds_per_row[i]`): the same greedy hand-out as `balanced_split`, `unit`
+    rows at a time (a multiple of `micro_batches`) to the rank that would finish soonest,
+    every rank at least one unit."""
+    k, n = unit, len(seconds_per_row)
+    if global_batch % k or global_batch < n * k:
+        raise ValueError(f"global_batch={global_batch} cannot give {n} ranks whole units of {k} rows.")
+    if any(not s > 0 for s in seconds_per_row):
+        raise ValueError(f"seconds_per_row={seconds_per_row!r}: every rank needs a positive time per row.")
+    split = [k] * n
+    for _ in range((global_batch - n * k) // k):
+        i = min(range(n), key=lambda j: (split[j] + k) * seconds_per_row[j])
+        split[i] += k
     return tuple(split)

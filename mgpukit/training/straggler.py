@@ -5,7 +5,8 @@ its gradients, so one rank `factor`× slower (a throttled GPU, a noisy neighbour
 makes every rank wait: the others sit idle before the all-reduce for `(factor - 1)` times
 their compute. Dean et al. 2012 ("Large Scale Distributed Deep Networks") answer with
 asynchronous updates (Downpour SGD); Chen et al. 2016 ("Revisiting Distributed Synchronous
-SGD") measure the tail of worker times and add backup workers instead.
+SGD") measure the tail of worker times and add backup workers instead (`backup.py`:
+the knob `drop_slowest`); when the slowness is known, `hetero.py` re-balances the batch.
 
 The knob `options["straggler"] = {"rank": 1, "factor": 3}` makes one rank that much slower:
 

@@ -10,7 +10,7 @@ Per step, on every rank:
 
 and around the loop the seams every strategy shares: the input pipeline (`loader.py`:
 `loader_delay_s`, `prefetch`), a straggler rank (`straggler.py`), unequal batches and
-compute profiles per rank (`hetero.py`), the learning-rate rule
+compute profiles per rank (`hetero.py`), dropping the slowest ranks (`backup.py`), the learning-rate rule
 (`lr_scaling.py`), memory by category, and the checkpoint seam (`start_step`, `on_step_end`).
 
 What is logged: the loss of the global batch and the norm of the full gradient, per step. They
@@ -40,6 +40,7 @@ from collections.abc import Callable
 import torch.distributed as dist
 
 from mgpukit.measure.memory import memory_breakdown, reset_device_peak
+from mgpukit.training.backup import DropSlowest
 from mgpukit.training.building import grad_sq_norm
 from mgpukit.training.hetero import apply_rank_profile
 from mgpukit.training.loader import BatchLoader
@@ -71,6 +72,7 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
     apply_rank_profile(rec, ctx, cfg.options)  # emulated mixed cluster (hetero.py)
     idle = (IdleMarker(rec, ctx.group("dp")) if cfg.options.get("straggler")
             or cfg.options.get("show_idle") else None)
+    drop = DropSlowest(rec, ctx, cfg, parts.engine) if cfg.options.get("drop_slowest") else None
     lr_at = lr_schedule(cfg, dp_size)
     if lr_at is not None:
         rec.extra["lr"] = []
@@ -81,7 +83,14 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
             with rec.compute("data"):
                 x, y = loader.next(rec)
                 x, y = x.to(ctx.device), y.to(ctx.device)
-            loss = parts.engine.forward_backward(x, y, slowed)
+            if drop is None:
+                loss = parts.engine.forward_backward(x, y, slowed)
+            elif drop.computes(step):  # backup workers: the slowest skip their compute
+                start = rec.now()
+                loss = parts.engine.forward_backward(x, y, slowed)
+                drop.timed(rec.now() - start)
+            else:
+                loss = 0.0  # a zero gradient (left by zero_grad) and no share of the loss
             if idle is not None:
                 idle.mark()
             parts.sync.sync(step)
