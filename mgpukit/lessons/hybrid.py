@@ -185,19 +185,20 @@ def layout_of(record: dict) -> Layout:
 
 
 def placements(dims=(2, 2, 2), *, gpus_per_node=(8, 4, 2, 1), emulate=(4, 2, 1), model: str = "gpt-tiny",
-               base: str = "h100-ib", steps: int = 2) -> list[dict]:
+               base: str = "h100-ib", steps: int = 2, shape: bool = False) -> list[dict]:
     """The same layout with nodes of `gpus_per_node` GPUs: which axes cross nodes, the
     predicted step (cost model) split by cause, and — for the node sizes in `emulate` — the
-    emulated step (virtual clock, 8 CPU workers)."""
+    emulated step (virtual clock, 8 CPU workers; `shape=True` runs them in shape mode, the
+    real program on fake tensors, for the GPT-2 sizes)."""
     d = dims_of(dims)
     rows = []
     layout = None
     for gpn in gpus_per_node:
         hw = node_profile(gpn, base)
-        rec = run_hybrid(d, steps=steps, mode="emulated", profile=hw, parity=False, model=model) \
-            if gpn in emulate else None
+        rec = run_hybrid(d, steps=steps, mode="emulated", profile=hw, parity=False, model=model,
+                         shape=shape) if gpn in emulate else None
         if layout is None or rec is not None:
-            layout = layout_of(rec) if rec is not None else _layout_for(d, model)
+            layout = layout_of(rec) if rec is not None else _layout_for(d, model, shape, base)
         pred = predicted_step(model, layout, hw)
         rows.append({"gpus_per_node": gpn, "nodes": -(-d.world_size // gpn),
                      "across_nodes": [a for a, x in crossing(d, hw).items() if x],
@@ -206,10 +207,11 @@ def placements(dims=(2, 2, 2), *, gpus_per_node=(8, 4, 2, 1), emulate=(4, 2, 1),
     return rows
 
 
-def _layout_for(d: ParallelDims, model: str) -> Layout:
+def _layout_for(d: ParallelDims, model: str, shape: bool = False, profile: str = "h100-ib") -> Layout:
     from mgpukit.experiment import prepare
 
-    return prepare("hybrid", workers=d.world_size, layout=d.as_dict(), model=model).cfg.layout
+    where = dict(mode="emulated", profile=profile, shape=True) if shape else {}
+    return prepare("hybrid", workers=d.world_size, layout=d.as_dict(), model=model, **where).cfg.layout
 
 
 def plot_placements(rows: list[dict], *, title: str = "") -> go.Figure:
