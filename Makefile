@@ -28,11 +28,11 @@ demo: $(STAMP)
 
 ## Every unit test, then every notebook top to bottom (nbmake)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=20 tests
 	$(BIN)/python -m pytest -q --nbmake --nbmake-timeout=$(NB_TIMEOUT) notebooks/
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=20 tests
 
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q --nbmake --nbmake-timeout=$(NB_TIMEOUT) notebooks/
