@@ -71,18 +71,25 @@ def apply_ddp(module, ctx, rec, cfg):
 
 def _shape_ddp(module, ctx, rec, cfg):
     """Shape mode: torch's DDP over a fake process group (module docstring)."""
+    if cfg.layout.dtype != "fp32":
+        raise ValueError("ddp in shape mode trains in fp32 only (Accelerate's autocast is not applied).")
+    rec.extra["mixed_precision"] = "no"
+    model = shape_ddp_module(module, bucket_mb=STRATEGY.option(cfg, "bucket_mb"))
+    model.register_comm_hook(rec, recorder_hook)
+    return model, DdpSync(rec, None, model)
+
+
+def shape_ddp_module(module, *, bucket_mb: float = 25):
+    """torch's DDP for shape mode: over a fake process group, no initial sync, buckets never
+    rebuilt (module docstring). The caller registers the comm hook that does the timed traffic."""
     from torch.nn.parallel import DistributedDataParallel
 
     from mgpukit.measure.shape import fake_group
 
-    if cfg.layout.dtype != "fp32":
-        raise ValueError("ddp in shape mode trains in fp32 only (Accelerate's autocast is not applied).")
-    rec.extra["mixed_precision"] = "no"
-    model = DistributedDataParallel(module, process_group=fake_group(),
-                                    bucket_cap_mb=STRATEGY.option(cfg, "bucket_mb"), init_sync=False)
-    model.register_comm_hook(rec, recorder_hook)
+    model = DistributedDataParallel(module, process_group=fake_group(), bucket_cap_mb=bucket_mb,
+                                    init_sync=False)
     model.reducer = _KeepBuckets(model.reducer)
-    return model, DdpSync(rec, None, model)
+    return model
 
 
 class _KeepBuckets:
