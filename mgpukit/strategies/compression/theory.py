@@ -38,10 +38,13 @@ DEFAULTS = {"topk": {"ratio": 0.01}, "int8": {"chunk": 1024, "int8_exchange": "a
 
 
 def param_shapes(cfg) -> list[tuple[int, ...]]:
-    """Shapes of the trainable parameters of `cfg`'s model, in model order."""
+    """Shapes of the trainable parameters of `cfg`'s model, in model order (built on fake
+    tensors, `mgpukit.measure.shape`: only shapes are read, so a real-scale model costs nothing)."""
+    from mgpukit.measure.shape import fake_mode
     from mgpukit.training.building import build_model
 
-    return [tuple(p.shape) for p in build_model(cfg).parameters() if p.requires_grad]
+    with fake_mode():
+        return [tuple(p.shape) for p in build_model(cfg).parameters() if p.requires_grad]
 
 
 def topk_count(numel: int, ratio: float) -> int:
