@@ -119,7 +119,9 @@ def idle_split(record: dict) -> dict | None:
       when they are equal). For GPipe and 1F1B this is ``p · (Σ b - max b) / m``, the idle time
       of "identical jobs through a line of stations" (`costmodel.gpt_step`);
     - **p2p** — the rest, ``I - imbalance - schedule``: messages' latency and the waits they
-      cause (on a launch-bound GPU, also the host issuing each send and receive).
+      cause (on a launch-bound GPU, also the host issuing each send and receive). A few
+      percent below zero means the fill and drain went faster than a line of identical jobs
+      would (1F1B interleaves forwards with backwards of uneven stages).
 
     Returned as fractions of ``p·S`` (they add up to the bubble fraction) and in seconds.
     None when the record is not a pipeline's."""
