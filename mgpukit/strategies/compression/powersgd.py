@@ -106,7 +106,6 @@ class PowerSgdSync:
 
 def apply_powersgd(module, ctx, rec, cfg):
     """The applier: DDP (through Accelerate) with torch's PowerSGD hook on a recorded group."""
-    from accelerate import Accelerator
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
     if rec.shape:  # fake tensors: torch's DDP over a fake group, as `ddp` does in shape mode
@@ -117,6 +116,8 @@ def apply_powersgd(module, ctx, rec, cfg):
         rec.extra["mixed_precision"] = "no"
         accelerator, model = None, shape_ddp_module(module)
     else:
+        from accelerate import Accelerator
+
         # the layout's dtype, not ACCELERATE_MIXED_PRECISION's (see ddp)
         accelerator = Accelerator(mixed_precision=accelerate_precision(cfg.layout.dtype))
         rec.extra["mixed_precision"] = accelerator.mixed_precision

@@ -52,11 +52,11 @@ class DdpSync:
 def apply_ddp(module, ctx, rec, cfg):
     """The applier: `Accelerator.prepare` wraps `module` in DDP over the launched group, with
     the recorder as its communication hook."""
+    if rec.shape:  # before importing Accelerate, which shape mode does not use (~1.5 s per rank)
+        return _shape_ddp(module, ctx, rec, cfg)
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs
 
-    if rec.shape:
-        return _shape_ddp(module, ctx, rec, cfg)
     # explicit: `accelerate launch --mixed_precision bf16` exports ACCELERATE_MIXED_PRECISION, and
     # Accelerator() would silently run forward in autocast while the record says fp32; the
     # layout's dtype is the one policy (`strategies.policies.precision` autocasts the pieces too)
