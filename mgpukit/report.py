@@ -208,10 +208,12 @@ def _by_strategy(records: Sequence[Record]) -> dict[str, list[Record]]:
 def _strategy_figures(group: Sequence[Record], records: Sequence[Record]) -> list[tuple[str, go.Figure]]:
     """Loss parity (with the reference runs), one timeline per run, memory, bytes sent."""
     figs: list[tuple[str, go.Figure]] = []
-    if any(r.get("losses") for r in group):
-        refs = {(r.get("parity") or {}).get("reference") for r in group}
+    # shape mode: losses are None (fake tensors have no values) and parity is a string
+    learned = [r for r in group if any(v is not None for v in r.get("losses") or [])]
+    if learned:
+        refs = {r["parity"].get("reference") for r in learned if isinstance(r.get("parity"), dict)}
         extra = [r for r in records if r.get("strategy") in refs and r not in group]
-        figs.append(("Loss parity", plot_loss_parity(extra + list(group))))
+        figs.append(("Loss parity", plot_loss_parity(extra + learned)))
     for r in group:
         timeline = r.get("timeline") or []
         if timeline:

@@ -4,8 +4,9 @@ emulated on GPU hardware and predicted by the cost model — one HTML report.
 Three kinds of figures, always labelled:
 - **measured**: each strategy run for real on this machine's workers (GPUs with NCCL when there
   are enough, else CPU workers with gloo), with parity against the single-process reference;
-- **emulated**: DDP scaling (and pipeline bubbles, when those strategies are registered) on a
-  GPU profile's virtual clock;
+- **emulated**: DDP strong scaling of GPT-2 124M on a GPU profile's virtual clock, in shape
+  mode (`mgpukit.measure.shape`: the real DDP code on fake tensors, host launches charged) —
+  a model sized for the GPU, where the tiny GPT would only measure kernel launches;
 - **predicted**: the cost model's answer for a real cluster (70B on 64 H100s).
 """
 from __future__ import annotations
@@ -21,6 +22,10 @@ from mgpukit.experiment import run
 from mgpukit.runtime.hardware import default_mode, default_workers
 from mgpukit.runtime.launcher import OversubscribedWarning
 from mgpukit.strategies import available
+
+# the emulated rows: a real-scale model in shape mode (never allocated), a global batch of 8
+# sequences of 1024 tokens split over the emulated GPUs, 2 steps
+EMULATED = {"model": "gpt2-124m", "global_batch": 8, "steps": 2}
 
 FAMILY_ORDER = ["reference", "data-parallel", "communication", "compression", "pipeline",
                 "tensor-parallel", "sharding", "memory", "hybrid"]
@@ -102,8 +107,8 @@ def _run_jobs(bar, records, failures, *, mode, cfg, emulate) -> None:
                     rec = run(name, workers=n, mode=mode if n > 1 else "cpu", config=cfg,
                               parity=name != "single")
                 else:
-                    rec = run(name, workers=n, mode="emulated", profile=emulate,
-                              config=cfg.replace(steps=3), parity=False)
+                    rec = run(name, workers=n, mode="emulated", profile=emulate, shape=True,
+                              config=cfg.replace(**EMULATED), parity=False)
             records.append(rec)
         except Exception as e:  # one failing strategy must not hide the others: report it
             failures.append({"strategy": name, "workers": n, "kind": kind, "error": str(e),
@@ -137,7 +142,8 @@ def _extra_figures(records, profile: str):
     figs, notes = [], []
     emulated = [r for r in records if r["mode"] == "emulated" and r["strategy"] == "ddp"]
     if len(emulated) >= 2 and any(r["world_size"] == 1 for r in emulated):
-        figs.append((f"DDP strong scaling on {profile} (emulated: same global batch split over more GPUs)",
+        figs.append((f"DDP strong scaling of {EMULATED['model']} on {profile} (emulated in shape mode: "
+                     f"same global batch split over more GPUs)",
                      plot_speedup(emulated)))
     figs_plan, note = _predicted_plan(profile)
     figs += figs_plan

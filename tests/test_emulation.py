@@ -167,3 +167,19 @@ def test_cpu_profile_draws_no_host_row_and_keeps_the_additive_split():
     for s in record["extra"]["0"]["time_split"]:
         assert s["launch_wait_s"] == 0.0
         assert s["kernel_s"] + s["host_s"] + s["wait_s"] == pytest.approx(s["step_s"], rel=1e-9)
+
+
+def test_idle_split_of_uneven_stages_leaves_no_negative_p2p():
+    """GPipe, p = 2, m = 1, free messages, stage 1 three times stage 0 (as a GPT's last stage
+    with its LM head): F = 1, 3 and B = 2, 6 back to back. Idle 2·12 - 12 = 12 = imbalance 6
+    (rank 0 lacks 6 of rank 1's 9 busy) + fill and drain p·(Σ b - max b)/m = 2·3 = 6; nothing
+    is p2p. Charging the fill at the slowest stage's pace would claim 18, more than the idle."""
+    from mgpukit.measure.idle import idle_split
+
+    ev = lambda rank, kind, start, end: {"rank": rank, "stream": "compute", "kind": kind,
+                                         "start": start, "end": end, "step": 0}
+    record = {"theory": {"schedule": "gpipe", "p": 2, "m": 1}, "dims": {"pp": 2},
+              "timeline": [ev(0, "fwd", 0, 1), ev(1, "fwd", 1, 4), ev(1, "bwd", 4, 10), ev(0, "bwd", 10, 12)]}
+    s = idle_split(record)
+    assert s["seconds"]["idle"] == 12 and s["seconds"]["imbalance"] == 6
+    assert s["seconds"]["schedule"] == pytest.approx(6) and s["seconds"]["p2p"] == pytest.approx(0, abs=1e-12)

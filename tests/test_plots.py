@@ -77,6 +77,8 @@ def test_source_label_names_where_numbers_come_from():
     assert source_label(make_record(mode="cpu")) == "measured (cpu)"
     assert source_label(make_record(mode="gpu")) == "measured (gpu)"
     assert source_label(make_record(**EMULATED)) == "emulated (virtual clock, profile h100-nvlink)"
+    assert (source_label({**make_record(**EMULATED), "shape": True, "config": {"model": "gpt2-124m"}})
+            == "emulated (virtual clock, profile h100-nvlink, shape mode gpt2-124m)")
     assert source_kind({"mode": "analytic"}) == "predicted"
     with pytest.raises(ValueError, match="mode"):
         source_label({"mode": "guess"})

@@ -153,3 +153,16 @@ def test_ddp_in_shape_mode_keeps_its_steady_state_buckets_and_agrees_with_the_cl
     assert buckets > 10 and record["comm"]["0"]["collectives"]["all_reduce"] == 2 * buckets
     analytic = ddp_step_time(cfg, global_batch=2, workers=2, profile=load_profile("h100-nvlink"))["total_s"]
     assert analytic == pytest.approx(record["step_time_s"][-1], rel=0.03)
+
+
+@pytest.mark.parametrize("name", ["dp-fp16", "dp-int8", "dp-topk", "dp-powersgd"])
+def test_compression_in_shape_mode_sends_the_bytes_of_the_real_run(name):
+    """Each compressor's exchange is sized by shapes alone (top-k's k, int8's chunks, PowerSGD's
+    P and Q): in shape mode every rank hands the recorder exactly the bytes the real run does,
+    step by step — PowerSGD's dense warm-up step first, then its low-rank ones."""
+    kw = dict(workers=2, steps=3, model="gpt-tiny", parity=False, options={"start_iter": 2} if name == "dp-powersgd" else {})
+    fake = run(name, **EMU, shape=True, **kw)
+    real = run(name, mode="cpu", **kw)
+    assert fake["shape"] and fake["losses"] == [None] * 3
+    assert fake["comm"]["0"]["bytes_sent"] == real["comm"]["0"]["bytes_sent"] > 0
+    assert fake["comm"]["0"]["collectives"] == real["comm"]["0"]["collectives"]

@@ -17,6 +17,13 @@ def test_small_tour_writes_a_report(tmp_path):
     assert "measured" in html and "emulated" in html and "predicted" in html
     table = (tmp_path / "results.md").read_text()
     assert "| ddp |" in table
+    # the emulated rows are a GPU-sized model in shape mode, labelled so; 2 GPUs halve the
+    # per-GPU batch of a compute-bound step
+    emu = sorted((r for r in out["records"] if r["mode"] == "emulated"), key=lambda r: r["world_size"])
+    assert [r["world_size"] for r in emu] == [1, 2]
+    assert all(r["shape"] and r["config"]["model"] == "gpt2-124m" for r in emu)
+    assert "shape mode gpt2-124m" in table
+    assert 1.5 < emu[1]["tokens_per_s"] / emu[0]["tokens_per_s"] <= 2.0
 
 
 def test_update_readme_replaces_only_the_block(tmp_path):

@@ -111,12 +111,17 @@ def idle_split(record: dict) -> dict | None:
 
     - **imbalance** ``Σ_r (max b - b_r)``: the slowest stage paces the others; they idle for
       the work they do not have (uneven layers, the embedding, the head and the loss);
-    - **schedule** ``p · max b · β / (1 - β)``: the fill and drain the schedule needs even with
-      every stage as slow as the slowest, ``β`` the simulator's bubble for this schedule with
-      the run's own mean forward/backward costs and free messages — ``(p-1)/(m+p-1)`` for
-      GPipe and 1F1B;
+    - **schedule** ``p · max b · β / (1 - β) · u``: the fill and drain the schedule needs with
+      free messages, ``β`` the simulator's bubble for this schedule with the run's own mean
+      forward/backward costs — ``(p-1)/(m+p-1)`` for GPipe and 1F1B — and
+      ``u = (Σ b - max b) / ((p-1) · max b)`` for uneven stages: a micro-batch fills and drains
+      the line through every stage once, the faster ones quicker than the slowest (``u = 1``
+      when they are equal). For GPipe and 1F1B this is ``p · (Σ b - max b) / m``, the idle time
+      of "identical jobs through a line of stations" (`costmodel.gpt_step`);
     - **p2p** — the rest, ``I - imbalance - schedule``: messages' latency and the waits they
-      cause (on a launch-bound GPU, also the host issuing each send and receive).
+      cause (on a launch-bound GPU, also the host issuing each send and receive). A few
+      percent below zero means the fill and drain went faster than a line of identical jobs
+      would (1F1B interleaves forwards with backwards of uneven stages).
 
     Returned as fractions of ``p·S`` (they add up to the bubble fraction) and in seconds.
     None when the record is not a pipeline's."""
@@ -150,7 +155,10 @@ def idle_split(record: dict) -> dict | None:
                         cost_w=per_kind["bwd_weight"] if split else None).bubble_fraction
         idle = p * span - sum(busy)
         imbalance = sum(max(busy) - b for b in busy)
-        schedule = p * max(busy) * beta / (1 - beta) if beta < 1 else idle - imbalance
+        # fill and drain: a micro-batch passes every stage once, the fast ones in less time than
+        # the slowest — (Σ b - max b) / m instead of (p - 1)·max b / m (equal stages: the same)
+        uneven = (sum(busy) - max(busy)) / ((p - 1) * max(busy)) if p > 1 and max(busy) > 0 else 1.0
+        schedule = p * max(busy) * beta / (1 - beta) * uneven if beta < 1 else idle - imbalance
         rows.append({"span": span, "idle": idle, "schedule": schedule, "imbalance": imbalance,
                      "p2p": idle - imbalance - schedule, "busy": busy})
     if not rows:

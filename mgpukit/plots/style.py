@@ -99,12 +99,18 @@ def source_label(record: Record) -> str:
     'measured (cpu)'
     >>> source_label({"mode": "emulated", "profile": "h100-nvlink"})
     'emulated (virtual clock, profile h100-nvlink)'
+    >>> source_label({"mode": "emulated", "profile": "h100-nvlink", "shape": True,
+    ...               "config": {"model": "gpt2-124m"}})
+    'emulated (virtual clock, profile h100-nvlink, shape mode gpt2-124m)'
     """
     kind = source_kind(record)
     if kind == "measured":
         return f"measured ({record['mode']})"
     if kind == "emulated":
-        return f"emulated (virtual clock, profile {record.get('profile') or 'unknown'})"
+        # shape mode (fake tensors at real scale) says so, with the model: its numbers are of a
+        # model this machine never held
+        shape = f", shape mode {record.get('config', {}).get('model', '?')}" if record.get("shape") else ""
+        return f"emulated (virtual clock, profile {record.get('profile') or 'unknown'}{shape})"
     return PREDICTED
 
 

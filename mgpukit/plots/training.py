@@ -61,7 +61,7 @@ def _parity_notes(records: Sequence[Record]) -> list[str]:
     notes = []
     for rec, name in zip(records, series_names(records, with_source=False)):
         parity = rec.get("parity")
-        if not parity:
+        if not isinstance(parity, dict):  # none, or "n/a (shape mode)"
             continue
         diff = parity.get("max_abs_diff", parity.get("losses_max_abs_diff"))
         verdict = "ok" if parity.get("ok") else "FAILED"

@@ -5,8 +5,9 @@
   run at that ratio and overlays its loss curve on the fp32 reference's. Headless (CI), it
   draws its first figure once and launches nothing.
 - `plot_bytes_vs_ratio`, `plot_step_time`, `plot_step_time_vs_bandwidth`: the figures it and
-  the notebook use. Like `mgpukit.plots`, they take data, return a plotly Figure, and say in
-  the title whether the numbers are predicted, measured or emulated.
+  the notebook use (`step_time_curves` and `breakeven_label`: the numbers behind the last
+  one). Like `mgpukit.plots`, they take data, return a plotly Figure, and say in the title
+  whether the numbers are predicted, measured or emulated.
 """
 from __future__ import annotations
 
@@ -84,17 +85,17 @@ def plot_step_time(records: list[dict], *, skip: int = 2) -> go.Figure:
                            "speed-up relative to fp32 ddp on the same source")
 
 
-def plot_step_time_vs_bandwidth(fast: list[dict], link: Link, *, alpha: float | None = None,
-                                betas=None, points=None, skip: int = 2) -> go.Figure:
-    """Predicted step time vs link bandwidth β for each method, from one emulated run per method.
+DEFAULT_BETAS = [10 ** (8 + 4 * i / 120) for i in range(121)]  # 100 MB/s .. 1 TB/s
+
+
+def step_time_curves(fast: list[dict], link: Link, *, alpha: float | None = None, betas=None,
+                     skip: int = 2) -> dict[str, list[float]]:
+    """{strategy: predicted step seconds at each β of `betas`}, from one emulated run per method.
 
     Each method's compute (forward, backward, optimizer, compress, decompress) is its emulated
-    step time on the fast profile minus its predicted exchange time on that profile's `link`;
-    the curve adds the alpha-beta time of its exchange on a link (`alpha`, β). `points`
-    [(record, β)] — runs emulated on other profiles — are drawn as ◆ at their β. The subtitle
-    gives, for each method, the bandwidth below which it beats the fp32 `ddp` record.
-    """
-    betas = betas or [10 ** (8 + 4 * i / 120) for i in range(121)]  # 100 MB/s .. 1 TB/s
+    step time on `link` minus its predicted exchange time there; the curve adds the alpha-beta
+    time of its exchange on a link (`alpha`, β)."""
+    betas = betas or DEFAULT_BETAS
     alpha = link.alpha if alpha is None else alpha
     curves = {}
     for rec in fast:
@@ -104,24 +105,38 @@ def plot_step_time_vs_bandwidth(fast: list[dict], link: Link, *, alpha: float | 
         compute = median_step_time(rec, skip=skip) - theory.plan_time(plan, n, link)
         curves[rec["strategy"]] = [compute + theory.plan_time(plan, n, Link(alpha=alpha, beta=b))
                                    for b in betas]
+    return curves
+
+
+def plot_step_time_vs_bandwidth(fast: list[dict], link: Link, *, alpha: float | None = None,
+                                betas=None, points=None, skip: int = 2) -> go.Figure:
+    """Predicted step time vs link bandwidth β for each method, from one emulated run per method
+    (`step_time_curves`). `points` [(record, β)] — runs emulated on other profiles — are drawn
+    as ◆ at their β. The subtitle gives, for each method, the bandwidth below which it beats the
+    fp32 `ddp` record."""
+    betas = betas or DEFAULT_BETAS
+    alpha = link.alpha if alpha is None else alpha
+    curves = step_time_curves(fast, link, alpha=alpha, betas=betas, skip=skip)
+    scale = 1e6 if max(max(ys) for ys in curves.values()) < 1e-3 else 1e3
+    unit = "µs" if scale == 1e6 else "ms"
     fig = go.Figure()
     for i, (name, ys) in enumerate(curves.items()):
         fig.add_trace(go.Scatter(
-            x=[b / 1e9 for b in betas], y=[y * 1e6 for y in ys], mode="lines", name=name,
+            x=[b / 1e9 for b in betas], y=[y * scale for y in ys], mode="lines", name=name,
             line=dict(color=series_color(i)), legendgroup=name,
-            hovertemplate="β %{x:.3g} GB/s<br>%{y:.3g} µs per step<extra>" + name + "</extra>"))
+            hovertemplate=f"β %{{x:.3g}} GB/s<br>%{{y:.3g}} {unit} per step<extra>" + name + "</extra>"))
     names = list(curves)
     for rec, beta in points or []:
         i = names.index(rec["strategy"])
         fig.add_trace(go.Scatter(
-            x=[beta / 1e9], y=[median_step_time(rec, skip=skip) * 1e6], mode="markers",
+            x=[beta / 1e9], y=[median_step_time(rec, skip=skip) * scale], mode="markers",
             marker=dict(symbol="diamond", size=11, color=series_color(i)),
             legendgroup=rec["strategy"], showlegend=False,
-            hovertemplate=f"{rec['strategy']}: {source_label(rec)}<br>%{{y:.3g}} µs<extra></extra>"))
-    pays = ", ".join(f"{k} {_breakeven(curves[k], curves.get('ddp'), betas)}" for k in names if k != "ddp")
+            hovertemplate=f"{rec['strategy']}: {source_label(rec)}<br>%{{y:.3g}} {unit}<extra></extra>"))
+    pays = ", ".join(f"{k} {breakeven_label(curves[k], curves.get('ddp'), betas)}" for k in names if k != "ddp")
     fig.update_layout(
         xaxis=dict(title="link bandwidth β (GB/s, per GPU, one direction)", type="log"),
-        yaxis=dict(title="step time (µs)", type="log"),
+        yaxis=dict(title=f"step time ({unit})", type="log"),
     )
     return finish(fig, title=f"Step time vs link bandwidth — {PREDICTED} from emulated compute"
                              + ("; ◆ emulated runs" if points else ""),
@@ -137,7 +152,9 @@ def breakeven_bandwidth(times, dense_times, betas, *, margin: float = 0.1) -> fl
     return max(wins) if wins else None
 
 
-def _breakeven(times, dense_times, betas) -> str:
+def breakeven_label(times, dense_times, betas=None) -> str:
+    """`breakeven_bandwidth` in words: "12.3 GB/s", "never" or "at every β shown"."""
+    betas = betas or DEFAULT_BETAS
     if dense_times is None:
         return "?"
     b = breakeven_bandwidth(times, dense_times, betas)

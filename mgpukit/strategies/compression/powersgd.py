@@ -29,6 +29,10 @@ hook continues (synchronous, in the backward thread), so the hook's communicatio
 overlap the rest of backward — on gpt-tiny DDP has a single bucket, so there was nothing
 left to overlap anyway. Accelerate's `comm_hook` path would be the production choice.
 
+Shape mode (`mgpukit.measure.shape`): torch's DDP is built over a fake process group as `ddp`
+does there (`shape_ddp_module`), the same hook on the same recorded group: P and Q have their
+shapes, so the bytes are the real run's (tests/test_shape_mode.py).
+
 Collectives: none in forward; in backward, per bucket, three all-reduces (uncompressed,
 P, Q) — 2(n-1)/n · 4(Σ r(rows + cols) + uncompressed) bytes per rank.
 Lossy: the loss curve is compared with the fp32 reference at `LOSS_RTOL`, not elementwise.
@@ -92,6 +96,8 @@ class PowerSgdSync:
         self.mark = track_step_bytes(rec)
 
     def no_sync(self):
+        if self.accelerator is None:  # shape mode: DDP without Accelerate
+            return self.model.no_sync()
         return self.accelerator.no_sync(self.model)
 
     def sync(self, step: int) -> None:
@@ -100,13 +106,22 @@ class PowerSgdSync:
 
 def apply_powersgd(module, ctx, rec, cfg):
     """The applier: DDP (through Accelerate) with torch's PowerSGD hook on a recorded group."""
-    from accelerate import Accelerator
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
-    # the layout's dtype, not ACCELERATE_MIXED_PRECISION's (see ddp)
-    accelerator = Accelerator(mixed_precision=accelerate_precision(cfg.layout.dtype))
-    rec.extra["mixed_precision"] = accelerator.mixed_precision
-    model = accelerator.prepare(module)
+    if rec.shape:  # fake tensors: torch's DDP over a fake group, as `ddp` does in shape mode
+        from mgpukit.strategies.data_parallel.ddp import shape_ddp_module
+
+        if cfg.layout.dtype != "fp32":
+            raise ValueError("dp-powersgd in shape mode trains in fp32 only (Accelerate's autocast is not applied).")
+        rec.extra["mixed_precision"] = "no"
+        accelerator, model = None, shape_ddp_module(module)
+    else:
+        from accelerate import Accelerator
+
+        # the layout's dtype, not ACCELERATE_MIXED_PRECISION's (see ddp)
+        accelerator = Accelerator(mixed_precision=accelerate_precision(cfg.layout.dtype))
+        rec.extra["mixed_precision"] = accelerator.mixed_precision
+        model = accelerator.prepare(module)
     if hasattr(model, "register_comm_hook"):  # DDP-wrapped (more than one worker)
         state = PowerSGDState(process_group=RecordedGroup(rec), matrix_approximation_rank=
                               knobs_of("powersgd", cfg.options)["rank"],

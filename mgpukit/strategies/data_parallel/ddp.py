@@ -59,11 +59,11 @@ class DdpSync:
 def apply_ddp(module, ctx, rec, cfg):
     """The applier: `Accelerator.prepare` wraps `module` in DDP over the launched group, with
     the recorder as its communication hook."""
+    if rec.shape:  # before importing Accelerate, which shape mode does not use (~1.5 s per rank)
+        return _shape_ddp(module, ctx, rec, cfg)
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs
 
-    if rec.shape:
-        return _shape_ddp(module, ctx, rec, cfg)
     # explicit: `accelerate launch --mixed_precision bf16` exports ACCELERATE_MIXED_PRECISION, and
     # Accelerator() would silently run forward in autocast while the record says fp32; the
     # layout's dtype is the one policy (`strategies.policies.precision` autocasts the pieces too)
@@ -78,19 +78,25 @@ def apply_ddp(module, ctx, rec, cfg):
 
 def _shape_ddp(module, ctx, rec, cfg):
     """Shape mode: torch's DDP over a fake process group (module docstring)."""
+    if cfg.layout.dtype != "fp32":
+        raise ValueError("ddp in shape mode trains in fp32 only (Accelerate's autocast is not applied).")
+    rec.extra["mixed_precision"] = "no"
+    model = shape_ddp_module(module, bucket_mb=STRATEGY.option(cfg, "bucket_mb"))
+    model.register_comm_hook(rec, recorder_hook)
+    return model, DdpSync(rec, None, model)
+
+
+def shape_ddp_module(module, *, bucket_mb: float = 25):
+    """torch's DDP for shape mode: over a fake process group, no initial sync, buckets never
+    rebuilt (module docstring). The caller registers the comm hook that does the timed traffic."""
     from torch.nn.parallel import DistributedDataParallel
 
     from mgpukit.measure.shape import fake_group
 
-    if cfg.layout.dtype != "fp32":
-        raise ValueError("ddp in shape mode trains in fp32 only (Accelerate's autocast is not applied).")
-    rec.extra["mixed_precision"] = "no"
-    cap = STRATEGY.option(cfg, "bucket_mb")
-    model = DistributedDataParallel(module, process_group=fake_group(), bucket_cap_mb=cap,
-                                    bucket_cap_mb_list=[cap], init_sync=False)  # steady-state buckets
-    model.register_comm_hook(rec, recorder_hook)
+    model = DistributedDataParallel(module, process_group=fake_group(), bucket_cap_mb=bucket_mb,
+                                    bucket_cap_mb_list=[bucket_mb], init_sync=False)  # steady-state buckets
     model.reducer = _KeepBuckets(model.reducer)
-    return model, DdpSync(rec, None, model)
+    return model
 
 
 class _KeepBuckets:
