@@ -21,17 +21,21 @@ from mgpukit.training.building import Batches, build_model, build_optimizer, los
 H100 = load_profile("h100-nvlink").kernels_only()  # the closed form counts kernels only
 
 
-@pytest.mark.parametrize("model", ["gpt-tiny", "gpt-small"])
-def test_closed_form_charges_what_the_clock_charges_for_the_real_gpt(model):
+def _gpt_ops(model):
+    """The model's config and the closed form's kernels for a batch of 2 sequences."""
+    mcfg = RunConfig(model=model).model_config()
+    return mcfg, stage_ops(mcfg, 2, layers=mcfg.n_layer, embed=True, head=True)
+
+
+def _clocked_step(model, profile):
+    """Forward, backward and optimizer seconds of the real GPT's second training step (gradients
+    and momentum buffers exist by then) on a virtual clock of `profile`."""
     cfg = RunConfig(model=model, global_batch=2)
-    net, mcfg = build_model(cfg), cfg.model_config()
+    net = build_model(cfg)
     optimizer = build_optimizer(cfg, net.parameters())
     x, y = Batches(cfg)(0)
-    ops = stage_ops(mcfg, 2, layers=mcfg.n_layer, embed=True, head=True)
-    assert ops["params"] == sum(p.numel() for p in net.parameters()) == sum(
-        gpt_params(mcfg)[k] * (mcfg.n_layer if k == "layer" else 1) for k in gpt_params(mcfg))
-    for _ in range(2):  # the second step: gradients and momentum buffers exist
-        clock = VirtualClock(H100, 0)
+    for _ in range(2):
+        clock = VirtualClock(profile, 0)
         with clock.counting():
             loss = loss_fn(cfg)(net(x), y)
         fwd = clock.now()
@@ -41,9 +45,18 @@ def test_closed_form_charges_what_the_clock_charges_for_the_real_gpt(model):
         with clock.counting():
             optimizer.step()
             optimizer.zero_grad(set_to_none=False)
+    return fwd, bwd, clock.now() - fwd - bwd
+
+
+@pytest.mark.parametrize("model", ["gpt-tiny", "gpt-small"])
+def test_closed_form_charges_what_the_clock_charges_for_the_real_gpt(model):
+    mcfg, ops = _gpt_ops(model)
+    assert ops["params"] == sum(p.numel() for p in build_model(RunConfig(model=model)).parameters()) == sum(
+        gpt_params(mcfg)[k] * (mcfg.n_layer if k == "layer" else 1) for k in gpt_params(mcfg))
+    fwd, bwd, opt = _clocked_step(model, H100)
     assert fwd == pytest.approx(sum(op.seconds(H100) for op in ops["fwd"]), rel=1e-3)
     assert bwd == pytest.approx(sum(op.seconds(H100) for op in ops["bwd"]), rel=1e-3)
-    assert clock.now() - fwd - bwd == pytest.approx(9 * 4 * ops["params"] / H100.memory_bandwidth, rel=1e-9)
+    assert opt == pytest.approx(9 * 4 * ops["params"] / H100.memory_bandwidth, rel=1e-9)
 
 
 # h100-nvlink's minimum kernel time (2 µs) without host dispatch: the stream never waits for
@@ -58,26 +71,12 @@ def test_closed_form_lists_the_clock_kernels_one_by_one(model):
     accumulation as one op) would be short by hundreds of kernels: backward and the optimizer
     (four kernels per parameter tensor) agree exactly; forward up to one kernel, the copy that
     makes the strided target slice contiguous for the loss, not in the closed form."""
-    cfg = RunConfig(model=model, global_batch=2)
-    net, mcfg = build_model(cfg), cfg.model_config()
-    optimizer = build_optimizer(cfg, net.parameters())
-    x, y = Batches(cfg)(0)
-    ops = stage_ops(mcfg, 2, layers=mcfg.n_layer, embed=True, head=True)
+    _, ops = _gpt_ops(model)
     assert MIN_KERNEL.min_kernel_time > 0
-    for _ in range(2):  # the second step: gradients and momentum buffers exist
-        clock = VirtualClock(MIN_KERNEL, 0)
-        with clock.counting():
-            loss = loss_fn(cfg)(net(x), y)
-        fwd = clock.now()
-        with clock.counting():
-            loss.backward()
-        bwd = clock.now() - fwd
-        with clock.counting():
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=False)
+    fwd, bwd, opt = _clocked_step(model, MIN_KERNEL)
     assert fwd - sum(op.seconds(MIN_KERNEL) for op in ops["fwd"]) == pytest.approx(MIN_KERNEL.min_kernel_time)
     assert bwd == pytest.approx(sum(op.seconds(MIN_KERNEL) for op in ops["bwd"]), rel=1e-9)
-    assert clock.now() - fwd - bwd == pytest.approx(sgd_seconds(ops["tensors"], MIN_KERNEL), rel=1e-9)
+    assert opt == pytest.approx(sgd_seconds(ops["tensors"], MIN_KERNEL), rel=1e-9)
     assert sgd_seconds(ops["tensors"], MIN_KERNEL) > 4 * len(ops["tensors"]) * MIN_KERNEL.min_kernel_time * 0.99
 
 

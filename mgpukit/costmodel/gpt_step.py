@@ -221,26 +221,18 @@ def ddp_buckets(cfg, *, first_bytes: float = DDP_FIRST_BUCKET_BYTES,
                 bucket_bytes: float = DDP_BUCKET_BYTES) -> list[float]:
     """Bytes of each DDP bucket, in the order backward fills them (DDP's rebuilt buckets:
     parameters in gradient-ready order; a bucket closes once it reaches its cap)."""
-    order = param_tensors(cfg, layers=cfg.n_layer, embed=True, head=True)
-    buckets, current = [], 0.0
-    for numel in order:
-        current += FP32 * numel
-        if current >= (first_bytes if not buckets else bucket_bytes):
+    return [FP32 * sum(bucket) for bucket in _bucket_members(cfg, first_bytes, bucket_bytes)]
+
+
+def _bucket_members(cfg, first_bytes: float, bucket_bytes: float) -> list[list[int]]:
+    """The parameter tensors (element counts, backward order) of each DDP bucket."""
+    buckets, current = [], []
+    for numel in param_tensors(cfg, layers=cfg.n_layer, embed=True, head=True):
+        current.append(numel)
+        if FP32 * sum(current) >= (first_bytes if not buckets else bucket_bytes):
             buckets.append(current)
-            current = 0.0
+            current = []
     return buckets + ([current] if current else [])
-
-
-def _bucket_tensors(tensors: list[int], buckets: list[float]) -> list[int]:
-    """How many of `tensors` (backward order) each of `buckets` (`ddp_buckets`) holds."""
-    counts, i = [], 0
-    for nbytes in buckets:
-        n, acc = 0, 0.0
-        while acc < nbytes and i < len(tensors):
-            acc += FP32 * tensors[i]
-            i, n = i + 1, n + 1
-        counts.append(n)
-    return counts
 
 
 def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProfile,
@@ -258,7 +250,8 @@ def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProf
     ops = stage_ops(cfg, b, layers=cfg.n_layer, embed=True, head=True)
     P = ops["params"]
     link = link_for_ranks(range(workers), profile)
-    buckets = ddp_buckets(cfg, first_bytes=first_bucket_bytes, bucket_bytes=bucket_bytes)
+    members = _bucket_members(cfg, first_bucket_bytes, bucket_bytes)
+    buckets = [FP32 * sum(bucket) for bucket in members]
     times = [allreduce_time(nbytes, workers, link) for nbytes in buckets]
     backward = _seconds(ops["bwd"], profile)
     # Earlier buckets run while backward goes on, from when the first is ready (the head's
@@ -271,12 +264,11 @@ def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProf
     tensors = ops["tensors"]
     copy_in = _seconds(_per_tensor(tensors, 2 * FP32), profile)
     divide = _seconds([_mem(2 * nbytes) for nbytes in buckets], profile)
-    last = _bucket_tensors(tensors, buckets)[-1]  # the tensors of the last bucket
-    copy_back_last = _seconds(_per_tensor(tensors[-last:], 2 * FP32), profile)
     copy_back = _seconds(_per_tensor(tensors, 2 * FP32), profile)
     # The reducer finalises bucket by bucket (wait on its future, copy it back): the buckets
     # already reduced are copied back while the last one's all-reduce is still on the wire.
-    exposed = max(0.0, sum(times[:-1]) - window) + max(0.0, times[-1] - (copy_back - copy_back_last))
+    copy_back_others = _seconds(_per_tensor([p for bucket in members[:-1] for p in bucket], 2 * FP32), profile)
+    exposed = max(0.0, sum(times[:-1]) - window) + max(0.0, times[-1] - copy_back_others)
     out = {
         "forward_s": _seconds(ops["fwd"], profile),
         "backward_s": backward,
