@@ -163,18 +163,8 @@ def balanced_split(cfg, profiles, link_profile) -> tuple[int, ...]:
     """Rows per rank minimising the slowest rank's predicted compute: hand out the global
     batch one micro-batch (`cfg.micro_batches` rows) at a time to the rank that would then
     finish soonest. Every rank gets at least one micro-batch."""
-    k, n = cfg.micro_batches, len(profiles)
-    if cfg.global_batch % k or cfg.global_batch < n * k:
-        raise ValueError(f"global_batch={cfg.global_batch} cannot give {n} ranks whole micro-batches of {k}.")
-    split = [k] * n
-    for _ in range((cfg.global_batch - n * k) // k):
-        trial = []
-        for i in range(n):
-            s = split.copy()
-            s[i] += k
-            trial.append(rank_times(cfg, s, profiles, link_profile)[i]["before_s"])
-        split[min(range(n), key=trial.__getitem__)] += k
-    return tuple(split)
+    return _hand_out(cfg.global_batch, len(profiles), cfg.micro_batches, "whole micro-batches of {k}",
+                     lambda i, s: rank_times(cfg, s, profiles, link_profile)[i]["before_s"])
 
 
 def split_by_speed(global_batch: int, seconds_per_row, unit: int = 1) -> tuple[int, ...]:
@@ -182,13 +172,24 @@ def split_by_speed(global_batch: int, seconds_per_row, unit: int = 1) -> tuple[i
     for about `b_i · seconds_per_row[i]`): the same greedy hand-out as `balanced_split`, `unit`
     rows at a time (a multiple of `micro_batches`) to the rank that would finish soonest,
     every rank at least one unit."""
-    k, n = unit, len(seconds_per_row)
-    if global_batch % k or global_batch < n * k:
-        raise ValueError(f"global_batch={global_batch} cannot give {n} ranks whole units of {k} rows.")
     if any(not s > 0 for s in seconds_per_row):
         raise ValueError(f"seconds_per_row={seconds_per_row!r}: every rank needs a positive time per row.")
+    return _hand_out(global_batch, len(seconds_per_row), unit, "whole units of {k} rows",
+                     lambda i, s: s[i] * seconds_per_row[i])
+
+
+def _hand_out(global_batch: int, n: int, k: int, what: str, finish) -> tuple[int, ...]:
+    """Every rank starts with `k` rows; the rest go `k` at a time to the rank `i` whose
+    `finish(i, split with k more rows on i)` is least (the slowest rank's time, minimised)."""
+    if global_batch % k or global_batch < n * k:
+        raise ValueError(f"global_batch={global_batch} cannot give {n} ranks {what.format(k=k)}.")
     split = [k] * n
+
+    def trial(i: int) -> float:
+        s = split.copy()
+        s[i] += k
+        return finish(i, s)
+
     for _ in range((global_batch - n * k) // k):
-        i = min(range(n), key=lambda j: (split[j] + k) * seconds_per_row[j])
-        split[i] += k
+        split[min(range(n), key=trial)] += k
     return tuple(split)
