@@ -111,10 +111,7 @@ def apply_powersgd(module, ctx, rec, cfg):
     if rec.shape:  # fake tensors: torch's DDP over a fake group, as `ddp` does in shape mode
         from mgpukit.strategies.data_parallel.ddp import shape_ddp_module
 
-        if cfg.layout.dtype != "fp32":
-            raise ValueError("dp-powersgd in shape mode trains in fp32 only (Accelerate's autocast is not applied).")
-        rec.extra["mixed_precision"] = "no"
-        accelerator, model = None, shape_ddp_module(module)
+        accelerator, model = None, shape_ddp_module(module, rec, cfg, "dp-powersgd")
     else:
         from accelerate import Accelerator
 

@@ -78,20 +78,22 @@ def apply_ddp(module, ctx, rec, cfg):
 
 def _shape_ddp(module, ctx, rec, cfg):
     """Shape mode: torch's DDP over a fake process group (module docstring)."""
-    if cfg.layout.dtype != "fp32":
-        raise ValueError("ddp in shape mode trains in fp32 only (Accelerate's autocast is not applied).")
-    rec.extra["mixed_precision"] = "no"
-    model = shape_ddp_module(module, bucket_mb=STRATEGY.option(cfg, "bucket_mb"))
+    model = shape_ddp_module(module, rec, cfg, "ddp", bucket_mb=STRATEGY.option(cfg, "bucket_mb"))
     model.register_comm_hook(rec, recorder_hook)
     return model, DdpSync(rec, None, model)
 
 
-def shape_ddp_module(module, *, bucket_mb: float = 25):
+def shape_ddp_module(module, rec, cfg, strategy: str, *, bucket_mb: float = 25):
     """torch's DDP for shape mode: over a fake process group, no initial sync, buckets never
-    rebuilt (module docstring). The caller registers the comm hook that does the timed traffic."""
+    rebuilt (module docstring); fp32 only. The caller registers the comm hook that does the
+    timed traffic."""
     from torch.nn.parallel import DistributedDataParallel
 
     from mgpukit.measure.shape import fake_group
+
+    if cfg.layout.dtype != "fp32":
+        raise ValueError(f"{strategy} in shape mode trains in fp32 only (Accelerate's autocast is not applied).")
+    rec.extra["mixed_precision"] = "no"
 
     model = DistributedDataParallel(module, process_group=fake_group(), bucket_cap_mb=bucket_mb,
                                     bucket_cap_mb_list=[bucket_mb], init_sync=False)  # steady-state buckets
