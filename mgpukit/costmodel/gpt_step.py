@@ -84,20 +84,25 @@ after another, so a link is a station of the line too.
 Rank 0 (whose times the record reports) ends the step with the last backward, then steps its
 optimizer over its own stage's parameters.
 
-Not in this form: the host's per-op dispatch time (`op_overhead` by context, and
-`collective_launch`). On a CPU worker the emulator adds it to every op; on a GPU profile the
-host issues kernels ahead of the device and only its excess shows — nothing for models whose
-kernels outlast their launches (gpt2-350m DDP on 8 emulated H100: the host is busy ~41 ms of a
-~90 ms step, `mgpukit bench shape`), nearly everything for the tiny GPTs (launch-bound; compare
-on `profile.kernels_only()` there, as `mgpukit bench emulation` does).
+**The host** (one convention with the emulator, `mgpukit.measure.vclock`): every op above
+carries its context (forward with autograd, backward, no_grad), and the host pays the
+profile's dispatch for it (`HardwareProfile.dispatch_overhead`, scaled by
+``model_code_factor``: these are the model's and the trainer's ops) before its kernel can start.
+On a GPU profile the host runs ahead of the device and a kernel starts when the stream is free
+*and* it has been issued (`Stream`, the clock's rule op by op), so a model of small kernels
+comes out launch-bound and a large one kernel-bound, as the emulator has it; on a CPU profile
+the two add. ``profile.kernels_only()`` drops the host on both sides: kernels alone, labelled so.
+GEMMs and the fused attention kernel are timed by their shapes where the profile has a
+``[gemm]`` table (`costmodel.kernels`), as the emulator times them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mgpukit.costmodel.comm import allreduce_time, link_for_ranks, p2p_time
 from mgpukit.costmodel.hardware import HardwareProfile
+from mgpukit.costmodel.kernels import attention_seconds, gemm_seconds, has_gemm_table
 
 FP32 = 4  # bytes per element: the kit trains in fp32
 ID = 8  # bytes per token id (int64)
@@ -107,34 +112,59 @@ DDP_FIRST_BUCKET_BYTES = 2**20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 
 @dataclass(frozen=True)
 class Op:
-    """One kernel: its FLOPs and the bytes it reads + writes."""
+    """One kernel: its FLOPs and the bytes it reads + writes; ``gemm`` ``(m, n, k, batch)`` or
+    ``attention`` ``(batch·heads, queries, keys, head_dim, backward)`` when it has a shape the
+    profile times (`costmodel.kernels`, as the emulator does); ``context`` (`vclock.op_context`)
+    sets what the host pays to issue it."""
 
     kind: str  # "matmul" | "memory"
     flops: float
     bytes: float
+    gemm: tuple | None = None
+    attention: tuple | None = None
+    context: str = "forward"
 
     def seconds(self, profile: HardwareProfile) -> float:
-        rate = profile.flops("fp32") * profile.compute_efficiency
-        return max(self.flops / rate, self.bytes / profile.memory_bandwidth, profile.min_kernel_time)
+        """The kernel's time on the stream (no host)."""
+        floor = max(self.bytes / profile.memory_bandwidth, profile.min_kernel_time)
+        if self.gemm is not None and has_gemm_table(profile, "fp32"):
+            m, n, k, batch = self.gemm
+            return max(gemm_seconds(m, n, k, profile, dtype="fp32", batch=batch), floor)
+        if self.attention is not None and has_gemm_table(profile, "fp32"):
+            bh, q, kv, hd, backward = self.attention
+            return max(attention_seconds(bh, q, kv, hd, profile, dtype="fp32", causal=True, backward=backward,
+                                         nbytes=self.bytes), floor)
+        return max(self.flops / (profile.flops("fp32") * profile.compute_efficiency), floor)
+
+    def host_seconds(self, profile: HardwareProfile) -> float:
+        """What the host pays to issue it (every op here is the model's or the trainer's code)."""
+        return profile.dispatch_overhead(self.context, model_code=True)
 
 
-def _mem(nbytes: float) -> Op:
-    return Op("memory", 0.0, nbytes)
+def _mem(nbytes: float, context: str = "forward") -> Op:
+    return Op("memory", 0.0, nbytes, context=context)
+
+
+def _in(context: str, ops: list[Op]) -> list[Op]:
+    return [replace(op, context=context) for op in ops]
 
 
 def _linear(n: int, d_in: int, d_out: int, *, bias: bool, e: int = FP32) -> tuple[list[Op], list[Op]]:
-    """(forward ops, backward ops) of one linear on ``n`` tokens."""
+    """(forward ops, backward ops) of one linear on ``n`` tokens (``addmm``; backward
+    ``dX = dY·W`` an ``n × d_in`` GEMM over ``d_out``, ``dW = Xᵀ·dY`` a ``d_in × d_out`` one over
+    the ``n`` tokens, as torch's addmm backward computes them)."""
     flops = 2.0 * n * d_in * d_out
     io = e * (n * d_in + d_in * d_out + n * d_out)
-    fwd = [Op("matmul", flops, io + e * d_out * bias)]
-    bwd = [Op("matmul", flops, io), Op("matmul", flops, io)]  # dX = dY·W, dW = dYᵀ·X
+    fwd = [Op("matmul", flops, io + e * d_out * bias, gemm=(n, d_out, d_in, 1))]
+    bwd = [Op("matmul", flops, io, gemm=(n, d_in, d_out, 1), context="backward"),
+           Op("matmul", flops, io, gemm=(d_in, d_out, n, 1), context="backward")]
     if bias:
-        bwd.append(_mem(e * (n * d_out + d_out)))  # db = column sum of dY
+        bwd.append(_mem(e * (n * d_out + d_out), "backward"))  # db = column sum of dY
     return fwd, bwd
 
 
 def _layer_norm(n: int, d: int, e: int = FP32) -> tuple[list[Op], list[Op]]:
-    return [_mem(e * (2 * n * d + 2 * d + 2 * n))], [_mem(e * (3 * n * d + 2 * n + 4 * d))]
+    return [_mem(e * (2 * n * d + 2 * d + 2 * n))], [_mem(e * (3 * n * d + 2 * n + 4 * d), "backward")]
 
 
 def gpt_params(cfg) -> dict[str, int]:
@@ -159,62 +189,112 @@ def param_tensors(cfg, *, layers: int, embed: bool, head: bool) -> list[int]:
     return [p for p in order if p]  # no bias: no tensor
 
 
-def _per_tensor(numels, bytes_per_element: float) -> list[Op]:
+def _per_tensor(numels, bytes_per_element: float, context: str = "no_grad") -> list[Op]:
     """One memory-bound kernel per tensor moving ``bytes_per_element`` bytes per element."""
-    return [_mem(bytes_per_element * p) for p in numels]
+    return [_mem(bytes_per_element * p, context) for p in numels]
 
 
 def stage_ops(cfg, batch: int, *, layers: int, embed: bool, head: bool) -> dict:
     """Forward and backward kernels of ``layers`` blocks (plus embedding / head + loss) on
-    ``batch`` sequences: ``{"fwd": [Op], "bwd": [Op], "params": int}`` (``bwd`` includes the
-    accumulation into ``.grad``)."""
+    ``batch`` sequences, in the order the program issues them, each with its op context:
+    ``{"fwd": [Op], "bwd": [Op], "params": int}`` (``bwd`` includes the accumulation into
+    ``.grad``)."""
     T, d, f, V, H, e = cfg.seq_len, cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_head, FP32
     n = batch * T
     fwd: list[Op] = []
     bwd: list[Op] = []
     params = 0
     if embed:
-        fwd += [_mem(e * (V * d + n * d) + ID * n), _mem(ID * T),  # token lookup, arange
+        fwd += [_mem(e * (V * d + n * d) + ID * n), _mem(ID * T, "no_grad"),  # token lookup, arange
                 _mem(e * 2 * T * d + ID * T), _mem(e * (2 * n * d + T * d))]  # position lookup, add
-        bwd += [_mem(e * (n * d + T * d)),  # position grad summed over the batch
-                _mem(e * (n * d + V * d) + ID * n), _mem(e * 2 * T * d + ID * T)]  # dense scatters
+        bwd += _in("backward", [_mem(e * (n * d + T * d)),  # position grad summed over the batch
+                                _mem(e * (n * d + V * d) + ID * n), _mem(e * 2 * T * d + ID * T)])  # dense scatters
         params += V * d + T * d
     attn = 4.0 * n * T * d  # QKᵀ and AV over all heads, not halved for causality
+    core = (batch * H, T, T, d // H)  # (batch · heads) problems of T queries, T keys
     for _ in range(layers):
         ln1, ln2 = _layer_norm(n, d), _layer_norm(n, d)
         qkvo = [_linear(n, d, d, bias=cfg.bias) for _ in range(4)]
         fc1, fc2 = _linear(n, d, f, bias=cfg.bias), _linear(n, f, d, bias=cfg.bias)
         residual = _mem(e * 3 * n * d)
+        residual_b = _mem(e * 3 * n * d, "backward")
         fwd += ln1[0] + [op for lin in qkvo[:3] for op in lin[0]]
-        fwd += [Op("matmul", attn, e * (4 * n * d + n * H))] + qkvo[3][0] + [residual]
+        fwd += [Op("matmul", attn, e * (4 * n * d + n * H), attention=(*core, False))] + qkvo[3][0] + [residual]
         fwd += ln2[0] + fc1[0] + [_mem(e * 2 * n * f)] + fc2[0] + [residual]
-        bwd += fc2[1] + [_mem(e * 3 * n * f)] + fc1[1] + ln2[1] + [residual]
-        bwd += qkvo[3][1] + [Op("matmul", 2.5 * attn, e * (8 * n * d + n * H))]
-        bwd += [op for lin in qkvo[:3] for op in lin[1]] + [residual] * 2 + ln1[1] + [residual]
+        bwd += fc2[1] + [_mem(e * 3 * n * f, "backward")] + fc1[1] + ln2[1] + [residual_b]
+        bwd += qkvo[3][1] + [Op("matmul", 2.5 * attn, e * (8 * n * d + n * H), attention=(*core, True),
+                                context="backward")]
+        bwd += [op for lin in qkvo[:3] for op in lin[1]] + [residual_b] * 2 + ln1[1] + [residual_b]
         params += gpt_params(cfg)["layer"]
     if head:
         ln_f = _layer_norm(n, d)
         lm = _linear(n, d, V, bias=False)
-        fwd += ln_f[0] + lm[0] + [_mem(e * 2 * n * V), _mem(e * (n * V + 2) + ID * n)]
-        bwd = ([_mem(e), _mem(e * (2 * n * V + 2) + ID * n), _mem(e * 3 * n * V)]  # dloss, nll, log-softmax
+        # the loss: the strided target slice is copied contiguous (`reshape`), log-softmax, NLL
+        fwd += ln_f[0] + lm[0] + [_mem(2 * ID * n, "no_grad"), _mem(e * 2 * n * V), _mem(e * (n * V + 2) + ID * n)]
+        bwd = ([_mem(e)] + _in("backward", [_mem(e * (2 * n * V + 2) + ID * n), _mem(e * 3 * n * V)])  # dloss, nll, log-softmax
                + lm[1] + ln_f[1] + bwd)
         params += gpt_params(cfg)["head"]
     tensors = param_tensors(cfg, layers=layers, embed=embed, head=head)
     assert sum(tensors) == params
-    bwd += _per_tensor(tensors, 3 * e)  # accumulate into .grad, one add_ per parameter tensor
+    bwd += _per_tensor(tensors, 3 * e, "backward")  # accumulate into .grad, one add_ per parameter tensor
     return {"fwd": fwd, "bwd": bwd, "params": params, "tensors": tensors}
 
 
 def _seconds(ops: list[Op], profile: HardwareProfile) -> float:
+    """The kernels' time alone, back to back (no host)."""
     return sum(op.seconds(profile) for op in ops)
 
 
-def sgd_seconds(params, profile: HardwareProfile) -> float:
-    """SGD with momentum, torch's per-parameter loop, then ``zero_grad(set_to_none=False)``:
-    four kernels per tensor (``mul_`` 2eP, ``add_`` 3eP, ``add_`` 3eP, ``zero_`` eP).
-    ``params``: the element count of each tensor (a list), or one number for one flat tensor."""
+class Stream:
+    """The host issuing ``ops`` onto the device stream, by the emulator's rule
+    (`measure.vclock.VirtualClock.run_op`): on a GPU profile the host pays each op's dispatch and
+    the kernel starts once the stream is free *and* the op is issued; on a CPU worker one core
+    dispatches then computes, so the two add. ``host`` and ``device`` are where each has got to."""
+
+    def __init__(self, profile: HardwareProfile):
+        self.profile = profile
+        self.host = self.device = 0.0
+
+    def run(self, ops: list[Op]) -> float:
+        """Issue `ops` in order; returns the device's time when the last one ends."""
+        p = self.profile
+        for op in ops:
+            if p.async_launch:
+                self.host += op.host_seconds(p)
+                self.device = max(self.device, self.host) + op.seconds(p)
+            else:
+                self.device += op.host_seconds(p) + op.seconds(p)
+                self.host = self.device
+        return self.device
+
+    def wait(self, until: float) -> None:
+        """The stream waits for something that ends at `until` (a collective); the host does not."""
+        self.device = max(self.device, until)
+
+    def sync(self) -> float:
+        """The step's end: the host waits for the device."""
+        self.host = self.device = max(self.host, self.device)
+        return self.device
+
+
+def stream_seconds(ops: list[Op], profile: HardwareProfile) -> float:
+    """Seconds from a synced start until `ops` have run and the host has caught up."""
+    stream = Stream(profile)
+    stream.run(ops)
+    return stream.sync()
+
+
+def sgd_ops(params) -> list[Op]:
+    """SGD with momentum, torch's per-parameter loop (``mul_`` 2eP, ``add_`` 3eP, ``add_`` 3eP per
+    tensor), then ``zero_grad(set_to_none=False)`` (``zero_`` eP per tensor): four no_grad kernels
+    per tensor. ``params``: the element count of each tensor (a list), or one number."""
     numels = [params] if isinstance(params, (int, float)) else list(params)
-    return _seconds([op for k in (2, 3, 3, 1) for op in _per_tensor(numels, k * FP32)], profile)
+    return [op for p in numels for k in (2, 3, 3) for op in _per_tensor([p], k * FP32)] + _per_tensor(numels, FP32)
+
+
+def sgd_seconds(params, profile: HardwareProfile) -> float:
+    """Kernel seconds of `sgd_ops` (no host)."""
+    return _seconds(sgd_ops(params), profile)
 
 
 def ddp_buckets(cfg, *, first_bytes: float = DDP_FIRST_BUCKET_BYTES,
@@ -253,35 +333,50 @@ def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProf
     members = _bucket_members(cfg, first_bucket_bytes, bucket_bytes)
     buckets = [FP32 * sum(bucket) for bucket in members]
     times = [allreduce_time(nbytes, workers, link) for nbytes in buckets]
-    backward = _seconds(ops["bwd"], profile)
-    # Earlier buckets run while backward goes on, from when the first is ready (the head's
-    # and the last fc2's gradients exist) to backward's end; what does not fit is exposed.
-    head = stage_ops(cfg, b, layers=0, embed=False, head=True)["bwd"]
-    fc2 = _linear(b * cfg.seq_len, cfg.d_ff, cfg.d_model, bias=cfg.bias)[1]
-    window = backward - _seconds(head + fc2, profile)
-    # DDP's copies (module docstring): each gradient into its bucket, each bucket divided by n,
-    # each bucket copied back into the gradients — one kernel per tensor / bucket.
+    # DDP's copies (module docstring): each gradient into its bucket and each bucket divided by
+    # n during backward; each bucket copied back into the gradients after it — one kernel per
+    # tensor / bucket. The reducer finalises bucket by bucket (wait on its future, copy it back):
+    # the buckets already reduced are copied back while the last one's all-reduce is on the wire.
     tensors = ops["tensors"]
-    copy_in = _seconds(_per_tensor(tensors, 2 * FP32), profile)
-    divide = _seconds([_mem(2 * nbytes) for nbytes in buckets], profile)
-    copy_back = _seconds(_per_tensor(tensors, 2 * FP32), profile)
-    # The reducer finalises bucket by bucket (wait on its future, copy it back): the buckets
-    # already reduced are copied back while the last one's all-reduce is still on the wire.
-    copy_back_others = _seconds(_per_tensor([p for bucket in members[:-1] for p in bucket], 2 * FP32), profile)
-    exposed = max(0.0, sum(times[:-1]) - window) + max(0.0, times[-1] - copy_back_others)
+    many = workers > 1
+    copy_in = _per_tensor(tensors, 2 * FP32, "backward") if many else []
+    divide = [_mem(2 * nbytes, "backward") for nbytes in buckets] if many else []
+    copy_back = _per_tensor(tensors, 2 * FP32, "backward") if many else []
+    copy_back_others = _per_tensor([p for bucket in members[:-1] for p in bucket], 2 * FP32)
+    # Earlier buckets run while backward goes on, from when the first is ready (the head's and
+    # the last fc2's gradients exist) to backward's end; what does not fit is exposed.
+    head = stage_ops(cfg, b, layers=0, embed=False, head=True)["bwd"][:-len(param_tensors(cfg, layers=0, embed=False, head=True))]
+    first = len(head) + len(_linear(b * cfg.seq_len, cfg.d_ff, cfg.d_model, bias=cfg.bias)[1])
+    stream = Stream(profile)
+    forward = stream.run(ops["fwd"])
+    first_ready = stream.run(ops["bwd"][:first])
+    backward_end = stream.run(ops["bwd"][first:] + copy_in + divide)
+    if many and profile.async_launch:  # the host issues each bucket's all-reduce
+        stream.host += len(buckets) * profile.collective_launch
+    exposed = (max(0.0, sum(times[:-1]) - (backward_end - first_ready))
+               + max(0.0, times[-1] - _seconds(copy_back_others, profile))) if many else 0.0
+    stream.wait(backward_end + exposed)
+    stream.run(copy_back)
+    optimizer = sgd_ops(tensors)
+    stream.run(optimizer)
+    every = ops["fwd"] + ops["bwd"] + copy_in + divide + copy_back + optimizer
     out = {
-        "forward_s": _seconds(ops["fwd"], profile),
-        "backward_s": backward,
-        "ddp_copies_s": (copy_in + divide + copy_back) if workers > 1 else 0.0,
+        "forward_s": forward,
+        "backward_s": backward_end - forward,
+        "ddp_copies_s": _seconds(copy_in + divide + copy_back, profile),
         "allreduce_s": sum(times),
         "exposed_comm_s": exposed,
-        "optimizer_s": sgd_seconds(tensors, profile),
+        "optimizer_s": _seconds(optimizer, profile),
+        "kernels_s": _seconds(every, profile),
+        "host_s": sum(op.host_seconds(profile) for op in every)
+                  + (len(buckets) * profile.collective_launch if many else 0.0),
         "buckets": len(buckets),
         "matmul_flops": sum(op.flops for op in ops["fwd"] + ops["bwd"]),
         "bytes": sum(op.bytes for op in ops["fwd"] + ops["bwd"]),
         "params": P,
+        "total_s": stream.sync(),
     }
-    out["total_s"] = sum(out[k] for k in ("forward_s", "backward_s", "ddp_copies_s", "exposed_comm_s", "optimizer_s"))
+    out["launch_bound"] = out["host_s"] / out["total_s"]
     return out
 
 
@@ -305,8 +400,9 @@ def pipeline_step_time(cfg, *, global_batch: int, micro_batches: int, stages: in
     p, m, mb = stages, micro_batches, global_batch // micro_batches
     per_stage = [stage_ops(cfg, mb, layers=cfg.n_layer // p, embed=s == 0, head=s == p - 1)
                  for s in range(p)]
-    fwd = [_seconds(o["fwd"], profile) for o in per_stage]
-    bwd = [_seconds(o["bwd"], profile) for o in per_stage]
+    # each stage's forward and backward of one micro-batch, the host issuing its ops (`Stream`)
+    fwd = [stream_seconds(o["fwd"], profile) for o in per_stage]
+    bwd = [stream_seconds(o["bwd"], profile) for o in per_stage]
     hop = p2p_time(FP32 * mb * cfg.seq_len * cfg.d_model, link_for_ranks([0, 1], profile))
     if schedule == "gpipe":  # a wave of forwards, then a wave of backwards
         pipeline = (sum(fwd) + (p - 1) * hop + (m - 1) * max(max(fwd), hop)
@@ -317,7 +413,7 @@ def pipeline_step_time(cfg, *, global_batch: int, micro_batches: int, stages: in
         # fill + drain + steady state, plus the round trips 1F1B cannot hide (see docstring)
         pipeline = (sum(fwd) + sum(bwd) + 2 * (p - 1) * hop
                     + (m - 1) * max(f + b for f, b in zip(fwd, bwd)) + 2 * hop * one_f_one_b_stalls(p, m))
-    opt = sgd_seconds(per_stage[0]["tensors"], profile)
+    opt = stream_seconds(sgd_ops(per_stage[0]["tensors"]), profile)
     return {"stage_fwd_s": fwd, "stage_bwd_s": bwd, "hop_s": hop, "pipeline_s": pipeline,
             "optimizer_s": opt, "total_s": pipeline + opt,
             "bubble_fraction": (p - 1) / (m + p - 1)}

@@ -82,10 +82,36 @@ class GemmModel:
     sms: int
     tiles: tuple[tuple[int, int], ...] = ((256, 128), (128, 128))
     k_half: float = 0.0  # reduction length at which a tile reaches half its rate (prologue/epilogue)
+    latency: float = 0.0  # seconds every GEMM kernel costs besides its tiles (ramp-up, tail)
+    # fp32 GEMMs (CUDA cores, no TF32) by the same model with their own figures ([gemm.fp32]);
+    # None: fp32 matmuls take the flat ``peak · compute_efficiency``
+    fp32: "GemmModel | None" = None
 
     def __post_init__(self) -> None:
         if not 0 < self.efficiency <= 1 or self.sms < 1 or not self.tiles:
             raise ValueError(f"[gemm] needs 0 < efficiency <= 1, sms >= 1 and some tiles; got {self}")
+        if not (math.isfinite(self.latency) and self.latency >= 0):
+            raise ValueError(f"[gemm] latency must be a finite number >= 0, got {self.latency}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionModel:
+    """How fast a fused attention kernel runs (`mgpukit.costmodel.kernels.attention_seconds`):
+    the ``[attention]`` table. Efficiencies are fractions of the dtype's peak on the FLOPs the
+    kernel really does: with a causal mask a flash-style kernel skips the tiles above the
+    diagonal, about half of them (Dao 2023, FlashAttention-2 §3.1), so ``causal_skip``."""
+
+    forward: float  # 16-bit kernels (flash / cuDNN)
+    backward: float
+    fp32_forward: float  # fp32 kernels (memory-efficient attention on CUDA cores)
+    fp32_backward: float
+    causal_skip: bool = True
+
+    def __post_init__(self) -> None:
+        for key in ("forward", "backward", "fp32_forward", "fp32_backward"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and 0 < value <= 1):
+                raise ValueError(f"[attention] {key} must be in (0, 1], got {value}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,14 +136,24 @@ class HardwareProfile:
     op_overhead: float = 0.0  # seconds of host dispatch per op (eager PyTorch; CPU workers: calibrated)
     # Per-op overhead by where the op runs (see `dispatch_overhead`); None: `op_overhead` for all.
     op_overhead_by_context: dict[str, float] | None = None
+    # How many times the forward/backward figures above an op of a *model* costs the host
+    # (`dispatch_overhead(..., model_code=True)`): the figures are measured on a chain of one op,
+    # a model's ops come with module calls, views and autograd nodes that launch nothing
+    model_code_factor: float = 1.0
     # GEMM time by shape (tile/wave quantisation); None: flat ``compute_efficiency`` for every matmul
     gemm: GemmModel | None = None
+    # fused attention kernels' rate ([attention]); None: their FLOPs at the GEMM rate
+    attention: AttentionModel | None = None
     # [launch]: True on GPUs — the host *issues* kernels onto a device stream and runs on while
     # they execute (False: CPU workers, where the same core dispatches and computes, so the
     # dispatch overhead adds to every op).
     async_launch: bool = False
     min_kernel_time: float = 0.0  # seconds: the shortest a kernel occupies the device stream
     collective_launch: float = 0.0  # host seconds to issue one collective or message (NCCL)
+    host_scalar_op: float = 0.0  # host seconds of an op on a CPU scalar (optimizer step counters): no launch
+    # [memory] blas_workspace: bytes cuBLAS holds per (handle, stream) from the caching allocator
+    # (`measure.allocator`: the forward thread and the autograd thread each have one)
+    blas_workspace: float = 0.0
 
     def __post_init__(self) -> None:
         # a negative bandwidth or a NaN memory size gives negative or NaN times, silently
@@ -128,21 +164,28 @@ class HardwareProfile:
                 raise ValueError(f"profile {self.name!r}: {key} must be a finite number > 0, got {value}")
         overheads = {"op_overhead": self.op_overhead, **{f"op_overhead_{c}": v for c, v in
                                                          (self.op_overhead_by_context or {}).items()},
-                     "launch.min_kernel": self.min_kernel_time, "launch.collective": self.collective_launch}
+                     "efficiency.model_code_factor": self.model_code_factor,
+                     "launch.min_kernel": self.min_kernel_time, "launch.collective": self.collective_launch,
+                     "launch.host_op": self.host_scalar_op}
         for key, value in overheads.items():
             if not (math.isfinite(value) and value >= 0):
-                table = "" if key.startswith("launch.") else "efficiency."
+                table = "" if key.startswith(("launch.", "efficiency.")) else "efficiency."
                 raise ValueError(f"profile {self.name!r}: {table}{key} must be a finite number >= 0, got {value}")
         if self.gpus_per_node < 1:
             raise ValueError(f"profile {self.name!r}: gpus_per_node must be >= 1, got {self.gpus_per_node}")
         if not 0 < self.compute_efficiency <= 1 or not 0 < self.usable_memory <= 1:
             raise ValueError(f"profile {self.name!r}: efficiencies must be in (0, 1]")
 
-    def dispatch_overhead(self, context: str) -> float:
+    def dispatch_overhead(self, context: str, *, model_code: bool = False) -> float:
         """Host seconds per op run in `context` (one of `OP_CONTEXTS`): "forward" (autograd
         records the op, Python module code around it), "backward" (the C++ autograd engine),
-        "no_grad" (optimizer updates, packing, anything that records nothing)."""
-        return (self.op_overhead_by_context or {}).get(context, self.op_overhead)
+        "no_grad" (optimizer updates, packing, anything that records nothing).
+
+        ``model_code``: the op is one a model's code issues (or its backward node), not one torch
+        issues from C++ on its own (autocast's casts, their backward): forward and backward
+        figures are then scaled by ``model_code_factor``."""
+        base = (self.op_overhead_by_context or {}).get(context, self.op_overhead)
+        return base * self.model_code_factor if model_code and context != "no_grad" else base
 
     def kernels_only(self) -> "HardwareProfile":
         """This profile without host costs (no dispatch, no launch, no minimum kernel time):
@@ -150,7 +193,7 @@ class HardwareProfile:
         which has no host) where a model's step is mostly launches."""
         return replace(self, name=f"{self.name}-kernels-only", op_overhead=0.0,
                        op_overhead_by_context=None, async_launch=False, min_kernel_time=0.0,
-                       collective_launch=0.0)
+                       collective_launch=0.0, host_scalar_op=0.0)
 
     def flops(self, dtype: str = "bf16") -> float:
         """Peak dense FLOP/s for ``dtype`` ("fp32", "tf32", "bf16", "fp16")."""
@@ -176,13 +219,15 @@ class HardwareProfile:
             "peak_flops": {d: getattr(self.peak_flops, d) for d in DTYPES},
             "intra_node": {"alpha": self.intra_node.alpha, "beta": self.intra_node.beta},
             "inter_node": {"alpha": self.inter_node.alpha, "beta": self.inter_node.beta},
-            **({"gemm": {"efficiency": self.gemm.efficiency, "sms": self.gemm.sms, "k_half": self.gemm.k_half,
-                         "tiles": [list(t) for t in self.gemm.tiles]}} if self.gemm else {}),
+            **({"gemm": _gemm_dict(self.gemm)} if self.gemm else {}),
+            **({"attention": dict(vars(self.attention))} if self.attention else {}),
             "efficiency": {"compute": self.compute_efficiency, "usable_memory": self.usable_memory,
                            "op_overhead": self.op_overhead,
+                           **({"model_code_factor": self.model_code_factor} if self.model_code_factor != 1.0 else {}),
                            **{f"op_overhead_{c}": v for c, v in (self.op_overhead_by_context or {}).items()}},
+            **({"memory": {"blas_workspace": self.blas_workspace}} if self.blas_workspace else {}),
             **({"launch": {"async": self.async_launch, "min_kernel": self.min_kernel_time,
-                           "collective": self.collective_launch}}
+                           "collective": self.collective_launch, "host_op": self.host_scalar_op}}
                if self.async_launch or self.min_kernel_time or self.collective_launch else {}),
         }
 
@@ -204,21 +249,36 @@ class HardwareProfile:
                 compute_efficiency=float(eff.get("compute", 0.5)),
                 usable_memory=float(eff.get("usable_memory", 0.9)),
                 op_overhead=float(eff.get("op_overhead", 0.0)),
+                model_code_factor=float(eff.get("model_code_factor", 1.0)),
                 op_overhead_by_context={c: float(eff[f"op_overhead_{c}"]) for c in OP_CONTEXTS
                                         if f"op_overhead_{c}" in eff} or None,
                 gemm=_gemm(d["gemm"]) if "gemm" in d else None,
+                attention=AttentionModel(**d["attention"]) if "attention" in d else None,
                 async_launch=bool(launch.get("async", False)),
                 min_kernel_time=float(launch.get("min_kernel", 0.0)),
                 collective_launch=float(launch.get("collective", 0.0)),
+                host_scalar_op=float(launch.get("host_op", 0.0)),
+                blas_workspace=float(d.get("memory", {}).get("blas_workspace", 0.0)),
             )
         except KeyError as e:
             raise ValueError(f"hardware profile {d.get('name', '?')!r} lacks the key {e.args[0]!r}") from None
 
 
-def _gemm(d: dict) -> GemmModel:
-    tiles = tuple((int(m), int(n)) for m, n in d.get("tiles", GemmModel.tiles))
-    return GemmModel(efficiency=float(d["efficiency"]), sms=int(d["sms"]), tiles=tiles,
-                     k_half=float(d.get("k_half", 0.0)))
+def _gemm(d: dict, parent: GemmModel | None = None) -> GemmModel:
+    """``[gemm]`` (or its ``[gemm.fp32]`` sub-table, which inherits what it does not set)."""
+    base = parent or GemmModel(efficiency=1.0, sms=1)
+    tiles = tuple((int(m), int(n)) for m, n in d.get("tiles", base.tiles))
+    g = GemmModel(efficiency=float(d["efficiency"]), sms=int(d.get("sms", base.sms)), tiles=tiles,
+                  k_half=float(d.get("k_half", 0.0)), latency=float(d.get("latency", base.latency)))
+    return replace(g, fp32=_gemm(d["fp32"], g)) if isinstance(d.get("fp32"), dict) else g
+
+
+def _gemm_dict(g: GemmModel) -> dict:
+    out = {"efficiency": g.efficiency, "sms": g.sms, "k_half": g.k_half, "latency": g.latency,
+           "tiles": [list(t) for t in g.tiles]}
+    if g.fp32 is not None:
+        out["fp32"] = _gemm_dict(g.fp32)
+    return out
 
 
 # ------------------------------------------------------------------------ files
@@ -291,8 +351,10 @@ def profile_toml(profile: HardwareProfile, *, comment: str = "") -> str:
             tables.append((key, value))
         else:
             lines.append(f"{key} = {_toml_value(value)}")
-    for key, table in tables:
-        lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    while tables:  # a table's sub-tables ([gemm.fp32]) follow it
+        key, table = tables.pop(0)
+        lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, dict)]
+        tables[:0] = [(f"{key}.{k}", v) for k, v in table.items() if isinstance(v, dict)]
     return "\n".join(lines) + "\n"
 
 

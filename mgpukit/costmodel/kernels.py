@@ -38,8 +38,16 @@ TENSOR_CORE_DTYPES = ("bf16", "fp16", "tf32")
 
 
 def _table(profile: HardwareProfile, dtype: str):
-    """The ``[gemm]`` table when it applies to ``dtype`` (tensor-core GEMMs), else None."""
-    return profile.gemm if dtype in TENSOR_CORE_DTYPES else None
+    """The ``[gemm]`` table for ``dtype``: the tensor-core one (bf16, fp16, tf32), its
+    ``[gemm.fp32]`` sub-table for fp32 (CUDA cores), else None (flat rate)."""
+    if profile.gemm is None:
+        return None
+    return profile.gemm if dtype in TENSOR_CORE_DTYPES else profile.gemm.fp32
+
+
+def has_gemm_table(profile: HardwareProfile, dtype: str) -> bool:
+    """Whether GEMMs of ``dtype`` are timed by shape on ``profile`` (else the flat roofline)."""
+    return _table(profile, dtype) is not None
 
 
 def wave_efficiency(m: int, n: int, profile: HardwareProfile, *, batch: int = 1, dtype: str = "bf16") -> float:
@@ -73,15 +81,60 @@ def matmul_rate(profile: HardwareProfile, dtype: str) -> float:
 
 def gemm_seconds(m: int, n: int, k: int, profile: HardwareProfile, *, dtype: str = "bf16",
                  batch: int = 1, extra_bytes: float = 0.0) -> float:
-    """Seconds of ``batch`` GEMMs ``(m × k)·(k × n)``: ``max(FLOPs / R, bytes / BW)`` with
-    ``R = peak · efficiency · η(m, n)`` (module docstring). ``extra_bytes`` adds traffic the
-    kernel also moves (an accumulator it reads, a fused epilogue)."""
+    """Seconds of ``batch`` GEMMs ``(m × k)·(k × n)``: ``latency + max(FLOPs / R, bytes / BW)``
+    with ``R = peak · efficiency · η(m, n) · k/(k + k_half)`` (module docstring). ``extra_bytes``
+    adds traffic the kernel also moves (an accumulator it reads, a fused epilogue)."""
     e = 2 if dtype in ("bf16", "fp16") else 4
     flops = 2.0 * m * n * k * batch
     nbytes = e * batch * (m * k + k * n + m * n) + extra_bytes
     rate = (matmul_rate(profile, dtype) * wave_efficiency(m, n, profile, batch=batch, dtype=dtype)
             * depth_efficiency(k, profile, dtype=dtype))
-    return max(flops / rate, nbytes / profile.memory_bandwidth)
+    g = _table(profile, dtype)
+    return (g.latency if g is not None else 0.0) + max(flops / rate, nbytes / profile.memory_bandwidth)
+
+
+ATTENTION_BLOCK = 128  # query rows per thread block of a flash-style kernel (FlashAttention-2 §3.2)
+
+
+def attention_flops(batch_heads: int, q_len: int, kv_len: int, head_dim: int, *, causal: bool,
+                    backward: bool = False) -> float:
+    """FLOPs a fused attention kernel *does*: ``4·BH·q·kv·hd`` forward (``Q·Kᵀ`` and ``A·V``),
+    ``2.5×`` that backward (it recomputes the scores: 5 matmuls), times the share of the
+    ``q × kv`` score tiles under a causal mask — query ``i`` sees keys up to ``i + kv − q`` — which
+    a flash-style kernel skips (``1 − q/(2·kv)``, about a half). torch's FLOP counter does not
+    halve for causality; the kernel does."""
+    flops = 4.0 * batch_heads * q_len * kv_len * head_dim * (2.5 if backward else 1.0)
+    return flops * (1.0 - q_len / (2.0 * kv_len)) if causal else flops
+
+
+def attention_seconds(batch_heads: int, q_len: int, kv_len: int, head_dim: int, profile: HardwareProfile,
+                      *, dtype: str = "bf16", causal: bool = True, backward: bool = False,
+                      nbytes: float = 0.0) -> float:
+    """Seconds of one fused attention kernel (SDPA's flash, cuDNN or memory-efficient kernel)
+    over ``batch_heads`` problems of ``q_len`` queries against ``kv_len`` keys.
+
+    With an ``[attention]`` table: the FLOPs it does (`attention_flops`: causal tiles skipped)
+    at ``peak · efficiency`` of the direction and dtype, times the wave efficiency of its
+    ``batch_heads · ⌈q/128⌉`` thread blocks over the SMs, plus the GEMM latency. Without one:
+    the old estimate, all ``q × kv`` scores at the GEMM rate of a ``q × head_dim`` output.
+    ``nbytes``: what it reads and writes (q, k, v, output, log-sum-exp), a floor by bandwidth."""
+    floor = nbytes / profile.memory_bandwidth
+    a, g = profile.attention, _table(profile, dtype)
+    if a is None or g is None:
+        flops = attention_flops(batch_heads, q_len, kv_len, head_dim, causal=False, backward=backward)
+        rate = (matmul_rate(profile, dtype) * wave_efficiency(q_len, head_dim, profile, batch=batch_heads, dtype=dtype)
+                * depth_efficiency(head_dim, profile, dtype=dtype))
+        return max(flops / rate, floor)
+    flops = attention_flops(batch_heads, q_len, kv_len, head_dim, causal=causal and a.causal_skip,
+                            backward=backward)
+    if dtype in TENSOR_CORE_DTYPES:
+        eff = a.backward if backward else a.forward
+    else:
+        eff = a.fp32_backward if backward else a.fp32_forward
+    blocks = batch_heads * math.ceil(q_len / ATTENTION_BLOCK)
+    waves = math.ceil(blocks / g.sms)
+    occupancy = batch_heads * q_len / (waves * g.sms * ATTENTION_BLOCK)
+    return g.latency + max(flops / (profile.flops(dtype) * eff * occupancy), floor)
 
 
 def memory_seconds(nbytes: float, profile: HardwareProfile) -> float:

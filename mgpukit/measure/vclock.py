@@ -75,7 +75,7 @@ from torch.utils._pytree import tree_flatten
 
 from mgpukit.costmodel import comm as cost
 from mgpukit.costmodel.hardware import HardwareProfile, load_profile
-from mgpukit.costmodel.kernels import TENSOR_CORE_DTYPES, depth_efficiency, gemm_seconds, matmul_rate, wave_efficiency
+from mgpukit.costmodel.kernels import attention_seconds, gemm_seconds, has_gemm_table
 from mgpukit.measure.shape import storage_key
 
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -84,6 +84,9 @@ _aten = torch.ops.aten
 _FREE = {_aten.detach.default, _aten.empty_like.default, _aten.empty.memory_format,
          _aten.empty_strided.default, _aten._unsafe_view.default, _aten.lift_fresh.default,
          _aten.alias.default}
+# Ops torch issues from C++ on its own, not the model's code: autocast's casts and their
+# backward (`HardwareProfile.dispatch_overhead`, model_code=False).
+_TORCH_INTERNAL = {_aten._to_copy.default}
 # Ops that overwrite their first argument without reading it.
 _OVERWRITE = {_aten.copy_, _aten.zero_, _aten.fill_}
 # Ops that read only the shape of their tensor arguments.
@@ -116,6 +119,8 @@ def op_cost(func, args, kwargs, out, profile: HardwareProfile) -> tuple[float, f
     if counter is not None:
         flops = float(counter(*args, **kwargs, out_val=out))
     outputs = _tensors(out)
+    if not outputs and _is_inplace_foreach(func):  # `_foreach_add_` returns nothing: it wrote its first list
+        outputs = _tensors(args[0])
     if packet in _SHAPE_ONLY:
         reads = []
     elif packet in _OVERWRITE:
@@ -125,7 +130,7 @@ def op_cost(func, args, kwargs, out, profile: HardwareProfile) -> tuple[float, f
     nbytes = float(sum(t.numel() * t.element_size() for t in reads + outputs))
     dtype = next((t.dtype for t in reads + outputs if t.is_floating_point()), torch.float32)
     name = _DTYPE_NAMES.get(dtype, "fp32")
-    shaped = _shaped_kernel(packet, args, name, flops, profile)
+    shaped = _shaped_kernel(func, args, kwargs, name, flops, nbytes, profile)
     if shaped is not None:
         return max(shaped, nbytes / profile.memory_bandwidth), flops, nbytes
     peak = profile.flops(name) * profile.compute_efficiency
@@ -140,12 +145,15 @@ _ATTENTION = {_aten._scaled_dot_product_flash_attention_for_cpu,
               _aten._scaled_dot_product_efficient_attention_backward}
 
 
-def _shaped_kernel(packet, args, dtype: str, flops: float, profile: HardwareProfile) -> float | None:
+def _shaped_kernel(func, args, kwargs, dtype: str, flops: float, nbytes: float,
+                   profile: HardwareProfile) -> float | None:
     """Seconds of a GEMM or a fused attention kernel by its shape, as the planner charges it
-    (`mgpukit.costmodel.kernels`: tile and wave quantisation, the reduction's depth) — only
-    where the profile has a ``[gemm]`` table for ``dtype`` (tensor-core GEMMs on a GPU);
-    None elsewhere, and the op takes the flat roofline (CPU profiles, fp32)."""
-    if profile.gemm is None or not flops or dtype not in TENSOR_CORE_DTYPES:
+    (`mgpukit.costmodel.kernels`: tile and wave quantisation, the reduction's depth, the
+    kernel's latency; attention: the causal tiles skipped) — only where the profile has a
+    ``[gemm]`` table for ``dtype`` (GPU profiles); None elsewhere, and the op takes the flat
+    roofline (CPU profiles)."""
+    packet = func._overloadpacket
+    if not flops or not has_gemm_table(profile, dtype):
         return None
     if packet in _GEMMS:
         ia, ib = _GEMMS[packet]
@@ -153,13 +161,38 @@ def _shaped_kernel(packet, args, dtype: str, flops: float, profile: HardwareProf
         batch = a.shape[0] if a.dim() == 3 else 1
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
         return gemm_seconds(m, n, k, profile, dtype=dtype, batch=batch)
-    if packet in _ATTENTION:  # one fused kernel: (batch · heads) problems of s queries
-        q = args[1] if "backward" in str(packet) else args[0]  # backward: (grad_out, q, k, v, ...)
-        batch, s, hd = q.shape[0] * q.shape[1], q.shape[2], q.shape[3]
-        rate = (matmul_rate(profile, dtype) * wave_efficiency(s, hd, profile, batch=batch, dtype=dtype)
-                * depth_efficiency(hd, profile, dtype=dtype))
-        return flops / rate
+    if packet in _ATTENTION:  # one fused kernel: (batch · heads) problems of q queries, kv keys
+        backward = "backward" in str(packet)
+        q, k = (args[1], args[2]) if backward else (args[0], args[1])  # backward: (grad_out, q, k, v, ...)
+        return attention_seconds(q.shape[0] * q.shape[1], q.shape[2], k.shape[2], q.shape[3], profile,
+                                 dtype=dtype, causal=_argument(func, args, kwargs, "is_causal", False),
+                                 backward=backward, nbytes=nbytes)
     return None
+
+
+def _argument(func, args, kwargs, name: str, default):
+    """The value of the argument called `name` in this call of aten op `func` (by its schema)."""
+    if kwargs and name in kwargs:
+        return kwargs[name]
+    for i, a in enumerate(func._schema.arguments):
+        if a.name == name:
+            return args[i] if i < len(args) else default
+    return default
+
+
+def _is_inplace_foreach(func) -> bool:
+    name = func._overloadpacket.__name__
+    return name.startswith("_foreach_") and name.endswith("_")
+
+
+def is_host_scalar_op(args, kwargs=None) -> bool:
+    """An op on 0-dim tensors that carry no autograd history and need none: on a GPU these are
+    the CPU scalars torch keeps beside the device tensors — the optimizers' step counters
+    (``state["step"]`` is a CPU tensor unless ``capturable`` or ``fused``; Adam's bias
+    corrections read it with ``.item()``) — so they run on the host: no kernel, no sync.
+    (The emulated run keeps every tensor on the CPU, so the rank is read from the shape.)"""
+    tensors = _tensors((args, kwargs or {}))
+    return bool(tensors) and all(t.dim() == 0 and not t.requires_grad and t.grad_fn is None for t in tensors)
 
 
 def op_context(args=(), kwargs=None) -> str:
@@ -214,8 +247,12 @@ class _CostMode(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if is_free(func):
             return out
+        context = op_context(args, kwargs)
+        if clock.launches and context == "no_grad" and is_host_scalar_op(args, kwargs):
+            clock.run_host(clock.profile.host_scalar_op)  # a CPU scalar beside the GPU: no kernel, no sync
+            return out
         seconds, flops, nbytes = op_cost(func, args, kwargs, out, clock.profile)
-        clock.run_op(seconds, clock.profile.dispatch_overhead(op_context(args, kwargs)))
+        clock.run_op(seconds, clock.profile.dispatch_overhead(context, model_code=func not in _TORCH_INTERNAL))
         clock.flops += flops
         clock.bytes_moved += nbytes
         if func is _aten._local_scalar_dense.default:  # `.item()`: the host reads the result
@@ -269,6 +306,11 @@ class VirtualClock:
         self.split["launch_wait"] += start - self.compute
         self.split["kernel"] += kernel
         self.compute = start + kernel
+
+    def run_host(self, seconds: float) -> None:
+        """Host work that issues no kernel (GPU profiles: an op on a CPU scalar)."""
+        self.split["host"] += seconds
+        self._host += seconds
 
     def sync(self) -> None:
         """The host waits for the device (`torch.cuda.synchronize`, `.item()`, a step's end);
