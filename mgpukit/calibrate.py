@@ -39,7 +39,6 @@ from pathlib import Path
 import torch
 
 from mgpukit.costmodel.comm import allreduce_time, fit_alpha_beta, ring_link
-from mgpukit.files import write_text
 from mgpukit.costmodel.hardware import (OP_CONTEXTS, THIS_MACHINE, HardwareProfile, PeakFlops, profile_toml,
                                        user_profile_dir)
 from mgpukit.files import write_text
@@ -305,6 +304,25 @@ def register(subparsers):
     p.add_argument("--quick", action="store_true", help="fewer sizes and repeats (a few seconds)")
     p.add_argument("--workers", type=int, default=2, help="CPU workers measuring at once (default 2)")
     p.add_argument("--out", metavar="PATH", default=None,
-                   help=f"where to write the profile (default {user_profile_dir() / 'this-machine.toml'})")
-    p.set_defaults(func=lambda args: calibrate(workers=args.workers, quick=args.quick, out=args.out) and 0)
+                   help=f"where to write the profile (default {user_profile_dir() / 'this-machine.toml'}; "
+                        f"on a GPU {user_profile_dir() / 'this-gpu.toml'})")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: the GPU when there is one (GEMMs and attention by shape, copy bandwidth, host cost "
+                        "per op, a launch-bound step: profile this-gpu), else this host's CPU workers (this-machine)")
+    p.set_defaults(func=_calibrate_command)
     return p
+
+
+def _calibrate_command(args) -> int:
+    import torch
+
+    gpu = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if gpu:
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda: no CUDA device is visible here; use --device cpu (or auto).")
+        from mgpukit.calibrate_gpu import calibrate_device
+
+        calibrate_device("cuda", quick=args.quick, out=args.out)
+        return 0
+    calibrate(workers=args.workers, quick=args.quick, out=args.out)
+    return 0

@@ -240,6 +240,10 @@ def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--workers", type=positive_int, default=None)
     p.add_argument("--repeats", type=positive_int, default=None)
     p.add_argument("--quick", action="store_true", help="smaller settings (used by the tests)")
+    p.add_argument("--real", action="store_true",
+                   help="emulation: also run gpt-tiny, gpt-small, GPT-2 124M for real on this GPU beside the emulated steps")
+    p.add_argument("--profile", metavar="PROFILE", default=None,
+                   help="emulation --real: the profile to emulate with (default: this-gpu if calibrated, else h100-nvlink)")
     p.add_argument("--json", metavar="FILE")
     p.set_defaults(func=_bench)
 

@@ -339,3 +339,40 @@ def test_emulated_timeline_is_identical_run_after_run_even_on_a_loaded_host():
     assert first["losses"] == second["losses"]
     comm = [e for e in first["timeline"] if e["stream"] == "comm"]
     assert comm and all(e["start"] >= 0 and e["end"] > e["start"] for e in comm)
+
+
+def test_inplace_foreach_charges_what_it_writes_and_cpu_scalars_run_on_the_host():
+    """`_foreach_add_(xs, ys)` returns nothing but writes its first list: read 2, write 1. Adam's
+    step counters are CPU scalars beside GPU tensors (`state["step"]` unless capturable/fused):
+    their ops and `.item()` cost the host `host_op` each, no kernel and no sync."""
+    xs, ys = [torch.ones(2**16) for _ in range(3)], [torch.ones(2**16) for _ in range(3)]
+    clock = VirtualClock(H100, 0)
+    with clock.counting():
+        torch._foreach_add_(xs, ys)
+    assert clock.bytes_moved == 3 * 3 * 2**16 * 4
+
+    gpu = load_profile(PROFILE)
+    steps = [torch.tensor(0.0) for _ in range(4)]
+    clock = VirtualClock(gpu, 0)
+    with clock.counting(), torch.no_grad():
+        torch._foreach_add_(steps, 1)
+        [s.item() for s in steps]
+    assert clock.split["kernel"] == 0.0 and clock.now() == 0.0  # the device never saw them
+    assert clock.host == pytest.approx(5 * gpu.host_scalar_op)
+
+
+def test_fp32_gemm_and_causal_attention_are_timed_by_shape_on_a_gpu_profile():
+    from mgpukit.costmodel.kernels import attention_seconds, gemm_seconds
+
+    gpu = load_profile(PROFILE).kernels_only()
+    a, b = torch.randn(512, 256), torch.randn(256, 384)
+    clock = VirtualClock(gpu, 0)
+    with clock.counting():
+        a @ b
+    assert clock.now() == pytest.approx(gemm_seconds(512, 384, 256, gpu, dtype="fp32"), rel=1e-12)
+    q = torch.randn(2, 4, 128, 16)
+    clock = VirtualClock(gpu, 0)
+    with clock.counting():
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    assert clock.now() == pytest.approx(attention_seconds(8, 128, 128, 16, gpu, dtype="fp32", causal=True,
+                                                          nbytes=clock.bytes_moved), rel=1e-9)

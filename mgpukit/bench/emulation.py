@@ -4,10 +4,12 @@ DESIGN.md §2, both links, measured in one run:
 1. **analytic ≈ emulated**, same profile (h100-nvlink). The analytic side is the closed form of
    `mgpukit.costmodel.gpt_step` (matmul FLOPs, memory traffic of every elementwise op, DDP's
    copies and buckets, alpha-beta collectives, the pipeline's fill/drain) — no program runs.
-   The emulated side runs the real program under the virtual clock. They share only the
-   profile's four figures, so agreement checks the clock's plumbing: start times of
-   collectives, joins, overlap, p2p arrival. Target: within 5%. The closed form counts
-   kernels and messages only, so both sides use the profile's `kernels_only()` variant.
+   The emulated side runs the real program under the virtual clock. Both sides charge the
+   same things — kernels, messages *and* the host's launches, overlapped with the device the
+   way the clock does (`gpt_step.Stream`; one convention, issue 24) — so agreement checks the
+   clock's plumbing: start times of collectives, joins, overlap, p2p arrival, the host running
+   ahead. Target: within 5%. `analytic_vs_emulated(kernels_only=True)` compares kernels alone
+   (`profile.kernels_only()` on both sides), labelled so.
 1b. **launch-bound**: the same gpt-tiny DDP job on one emulated H100 *with* the host's
    dispatch and launch costs (the shipped profile): its step, and the launch-bound fraction
    (host busy / step, `measure.breakdown`). Tiny kernels on a fast GPU: the host is the limit.
@@ -51,15 +53,18 @@ def _row(strategy: str, model: str, workers: int, analytic: float, emulated: flo
             "emulated_s": emulated, "ratio": ratio, "within_5pct": abs(ratio - 1) <= 0.05, "note": note}
 
 
-def analytic_vs_emulated(*, quick: bool = False) -> list[dict]:
+def analytic_vs_emulated(*, quick: bool = False, kernels_only: bool = False) -> list[dict]:
     """DDP on 2/4/8 workers (gpt-tiny; gpt-small too unless quick) and, when registered,
-    GPipe and 1F1B on 4 stages (gpt-small, 8 micro-batches): analytic vs emulated seconds."""
+    GPipe and 1F1B on 4 stages (gpt-small, 8 micro-batches): analytic vs emulated seconds, both
+    with the host's launches (`kernels_only`: both without)."""
     from mgpukit.config import RunConfig
     from mgpukit.costmodel.gpt_step import ddp_buckets, ddp_step_time, pipeline_step_time
     from mgpukit.costmodel.hardware import load_profile
     from mgpukit.strategies import available
 
-    profile = load_profile(PROFILE).kernels_only()  # the closed form has no host costs
+    profile = load_profile(PROFILE)
+    if kernels_only:
+        profile = profile.kernels_only()
     rows = []
     for model in ("gpt-tiny",) if quick else ("gpt-tiny", "gpt-small"):
         mcfg = RunConfig(model=model).model_config()
@@ -130,7 +135,7 @@ def _print_rows(rows: list[dict]) -> None:
 def bench_emulation(args=None) -> dict:
     quick = bool(getattr(args, "quick", False))
     print(f"1. analytic (closed form, costmodel.gpt_step) vs emulated (virtual clock) — same profile "
-          f"{PROFILE} kernels only, global batch {GLOBAL_BATCH}")
+          f"{PROFILE}, host launches included on both sides, global batch {GLOBAL_BATCH}")
     rows = analytic_vs_emulated(quick=quick)
     _print_rows(rows)
     print("   DDP: a bucket is all-reduced once every gradient in it exists; gpt-tiny's gradients "
@@ -151,5 +156,32 @@ def bench_emulation(args=None) -> dict:
           + ", ".join(f"{t * 1e3:.2f}" for t in vs["measured_runs_s"]) + " ms)")
     print(f"   emulated {vs['emulated_s'] * 1e3:8.2f} ms/step (virtual clock, this-machine)")
     print(f"   error {vs['error']:+.1%} — within 25%: {'yes' if vs['within_25pct'] else 'NO'}")
-    return {"profile": PROFILE, "analytic_vs_emulated": rows, "launch_bound": lb, "emulated_vs_measured": vs,
-            "all_within_5pct": all(r["within_5pct"] for r in rows)}
+    out = {"profile": PROFILE, "analytic_vs_emulated": rows, "launch_bound": lb, "emulated_vs_measured": vs,
+           "all_within_5pct": all(r["within_5pct"] for r in rows)}
+    if getattr(args, "real", False):
+        out["real_vs_emulated"] = real_on_this_gpu(getattr(args, "profile", None))
+    return out
+
+
+def real_on_this_gpu(profile: str | None = None, *, device: str = "cuda") -> list[dict]:
+    """3. gpt-tiny, gpt-small and GPT-2 124M at one GPU, for real and emulated (the plain loop
+    of `measure.plainstep` both ways, `calibrate_gpu.real_vs_emulated`): step time and peak
+    memory, and their ratios. `profile`: default ``this-gpu`` once `mgpukit calibrate` has
+    written it, else h100-nvlink."""
+    import torch
+
+    from mgpukit.calibrate_gpu import real_vs_emulated
+    from mgpukit.costmodel.hardware import list_profiles
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--real runs the models on this machine's GPU, and none is visible here; "
+                         "drop --real (the emulated rows above need no GPU).")
+    profile = profile or ("this-gpu" if "this-gpu" in list_profiles() else PROFILE)
+    rows = real_vs_emulated(profile, device=device)
+    print(f"\n3. real (this {device}) vs emulated (profile {profile}), the plain PyTorch loop, 1 GPU")
+    print(f"{'configuration':<25} {'real':>10} {'emulated':>10} {'ratio':>6}   {'peak real':>10} {'emulated':>9} {'ratio':>6}")
+    for r in rows:
+        mem = f"{r['measured_peak'] / 1e9:8.3f}GB {r['emulated_peak'] / 1e9:7.3f}GB {r['memory_ratio']:6.3f}" \
+            if r["memory_ratio"] else "         -         -      -"
+        print(f"{r['config']:<25} {r['measured_s'] * 1e3:8.2f}ms {r['emulated_s'] * 1e3:8.2f}ms {r['time_ratio']:6.3f}   {mem}")
+    return rows

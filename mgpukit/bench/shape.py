@@ -9,8 +9,9 @@ benchmark asks whether those figures can be believed:
    no program: `costmodel.gpt_step` (DDP, 1F1B: the emulator's roofline op by op), the
    planner's `step_time` for the interleaved pipeline (stages by their own cost) and TP, and
    `gpt_step`'s pieces plus the alpha-beta reduce-scatter / all-gather for ZeRO-1. Target 10%.
-2. **emulated peak memory per rank vs the cost model's** (`costmodel.memory`), per layout.
-   Target 5%.
+2. **emulated peak memory per rank vs the cost model's**: the caching allocator's high-water
+   mark on both sides (`measure.allocator` op by op; `costmodel.memory.allocator_peak` in closed
+   form), per layout. Target 5%.
 3. **wall time of one 8-rank emulated step of gpt2-1.3b** (ddp): target ≤ 60 s on this host.
 
 Each gap is printed with its reason, never tuned away.
@@ -55,17 +56,19 @@ def run_shape(strategy: str, *, model: str = MODEL, workers: int = WORKERS, step
 
 
 def _ops_seconds(cfg, batch, profile, **where):
-    from mgpukit.costmodel.gpt_step import _seconds, stage_ops
+    """Forward and backward seconds of `cfg`'s ops, the host issuing them (`gpt_step.Stream`)."""
+    from mgpukit.costmodel.gpt_step import stage_ops, stream_seconds
 
     ops = stage_ops(cfg, batch, **where)
-    return _seconds(ops["fwd"], profile), _seconds(ops["bwd"], profile), ops["params"]
+    return stream_seconds(ops["fwd"], profile), stream_seconds(ops["bwd"], profile), ops["params"]
 
 
 def analytic_step(strategy: str, cfg, record: dict, profile) -> tuple[float, str]:
     """(seconds, how) of one steady step of `record`'s layout, by a closed form."""
     from mgpukit.costmodel import Layout, step_time
     from mgpukit.costmodel.comm import allgather_time, link_for_ranks, reduce_scatter_time
-    from mgpukit.costmodel.gpt_step import ddp_step_time, gpt_params, pipeline_step_time, sgd_seconds
+    from mgpukit.costmodel.gpt_step import (_seconds, ddp_step_time, gpt_params, pipeline_step_time, sgd_ops,
+                                            stage_ops)
     from mgpukit.costmodel.shapes import ModelShape
 
     lay = record["layout"]
@@ -87,14 +90,19 @@ def analytic_step(strategy: str, cfg, record: dict, profile) -> tuple[float, str
         return (step_time(shape, Layout(tp=n, micro_batch=b, dtype="fp32"), profile)["total_s"],
                 "costmodel.step_time (planner)")
     if strategy == "zero1":
-        f, bw, params = _ops_seconds(cfg, b // n, profile, layers=cfg.n_layer, embed=True, head=True)
+        ops = stage_ops(cfg, b // n, layers=cfg.n_layer, embed=True, head=True)
+        params = ops["params"]
         link = link_for_ranks(range(n), profile)
         pieces = gpt_params(cfg)
         units = [pieces["embed"]] + [pieces["layer"]] * cfg.n_layer + [pieces["head"]]
         comm = sum(reduce_scatter_time(E * u, n, link) + allgather_time(E * u, n, link) for u in units)
         divide = 2 * E * params / n / profile.memory_bandwidth  # the shard's gradient / n
-        return (f + bw + comm + divide + sgd_seconds(params // n, profile),
-                "gpt_step ops + Σ units (reduce-scatter + all-gather) + SGD on 1/n")
+        every = ops["fwd"] + ops["bwd"] + sgd_ops(params // n)
+        device = _seconds(every, profile) + comm + divide
+        # the host issues every op and 2 collectives per unit, running ahead of the device
+        host = sum(op.host_seconds(profile) for op in every) + 2 * len(units) * profile.collective_launch
+        return (max(device, host) if profile.async_launch else device + host,
+                "gpt_step ops + Σ units (reduce-scatter + all-gather) + SGD on 1/n; host or device, the later")
     raise ValueError(strategy)
 
 
@@ -102,18 +110,19 @@ def analytic_step(strategy: str, cfg, record: dict, profile) -> tuple[float, str
 
 
 def predicted_memory(cfg, record: dict) -> float:
-    """Peak bytes on rank 0 by the cost model (`costmodel.memory.stage_memory`) for this run:
-    fp32, SGD with momentum (one state per parameter), fused attention (`Layout.flash_attention`,
-    the default: one log-sum-exp per row and head, no s² matrix kept)."""
+    """Peak bytes on rank 0 by the cost model for this run: the caching allocator's high-water
+    mark (`costmodel.memory.allocator_peak`: the categories, the loss's backward on the stage
+    that holds the head, two cuBLAS workspaces), fp32, SGD with momentum (one state per
+    parameter; the gradients stay between steps), fused attention (`Layout.flash_attention`)."""
+    from mgpukit.costmodel.hardware import load_profile
     from mgpukit.costmodel.layout import Layout
-    from mgpukit.costmodel.memory import model_state_bytes, stage_memory, stage_params
+    from mgpukit.costmodel.memory import allocator_peak
     from mgpukit.costmodel.shapes import ModelShape
 
     shape = ModelShape.from_gpt_config(cfg)
     lay = Layout(**record["layout"])
-    act = stage_memory(shape, lay, 0)["activations"]
-    states = model_state_bytes(stage_params(shape, lay, 0), lay, optimizer_states=1)
-    return states["params"] + states["grads"] + states["optimizer"] + act
+    return allocator_peak(shape, lay, stage=0, optimizer_states=1, ddp_buckets=record["strategy"] == "ddp",
+                          workspace=load_profile(PROFILE).blas_workspace)["peak"]
 
 
 # --------------------------------------------------------------------------------- bench

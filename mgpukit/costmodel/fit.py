@@ -79,6 +79,7 @@ def fit_gemm(rows: list[dict], *, peak: dict[str, float], sms: int) -> dict:
         fits, total = {}, 0.0
         for dt, rs in by_dtype.items():
             fitted = [r for r in rs if r["s"] > 1.05 * floor]
+            fitted = fitted if len(fitted) >= 2 else rs  # a quick run's shapes may all be small
             fits[dt] = min((_fit_efficiency(fitted, peak[dt], sms, kh, latency) for kh in K_HALF_GRID),
                            key=lambda f: f["rms"])
             total += fits[dt]["rms"] ** 2 * len(fitted)

@@ -341,7 +341,7 @@ def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProf
     many = workers > 1
     copy_in = _per_tensor(tensors, 2 * FP32, "backward") if many else []
     divide = [_mem(2 * nbytes, "backward") for nbytes in buckets] if many else []
-    copy_back = _per_tensor(tensors, 2 * FP32, "backward") if many else []
+    copy_back = _per_tensor(tensors, 2 * FP32, "no_grad") if many else []  # after the engine's last node
     copy_back_others = _per_tensor([p for bucket in members[:-1] for p in bucket], 2 * FP32)
     # Earlier buckets run while backward goes on, from when the first is ready (the head's and
     # the last fc2's gradients exist) to backward's end; what does not fit is exposed.
@@ -400,9 +400,17 @@ def pipeline_step_time(cfg, *, global_batch: int, micro_batches: int, stages: in
     p, m, mb = stages, micro_batches, global_batch // micro_batches
     per_stage = [stage_ops(cfg, mb, layers=cfg.n_layer // p, embed=s == 0, head=s == p - 1)
                  for s in range(p)]
-    # each stage's forward and backward of one micro-batch, the host issuing its ops (`Stream`)
-    fwd = [stream_seconds(o["fwd"], profile) for o in per_stage]
-    bwd = [stream_seconds(o["bwd"], profile) for o in per_stage]
+    # Each stage's forward and backward of one micro-batch. On a CPU worker the host's dispatch
+    # adds to every kernel (`stream_seconds`); on a GPU the host runs ahead of its stream and does
+    # not wait for the neighbours' messages (a recv is a stream wait), so the schedule below runs
+    # on the kernels alone and a stage's host, issuing all its micro-batches back to back, is a
+    # second bound: the step is the later of the two.
+    timed = stream_seconds if not profile.async_launch else _seconds
+    fwd = [timed(o["fwd"], profile) for o in per_stage]
+    bwd = [timed(o["bwd"], profile) for o in per_stage]
+    host = [m * sum(op.host_seconds(profile) for op in o["fwd"] + o["bwd"])
+            + 2 * m * profile.collective_launch * ((s > 0) + (s < p - 1))  # its sends and recvs
+            for s, o in enumerate(per_stage)] if profile.async_launch else [0.0] * p
     hop = p2p_time(FP32 * mb * cfg.seq_len * cfg.d_model, link_for_ranks([0, 1], profile))
     if schedule == "gpipe":  # a wave of forwards, then a wave of backwards
         pipeline = (sum(fwd) + (p - 1) * hop + (m - 1) * max(max(fwd), hop)
@@ -413,7 +421,8 @@ def pipeline_step_time(cfg, *, global_batch: int, micro_batches: int, stages: in
         # fill + drain + steady state, plus the round trips 1F1B cannot hide (see docstring)
         pipeline = (sum(fwd) + sum(bwd) + 2 * (p - 1) * hop
                     + (m - 1) * max(f + b for f, b in zip(fwd, bwd)) + 2 * hop * one_f_one_b_stalls(p, m))
+    pipeline = max(pipeline, max(host))
     opt = stream_seconds(sgd_ops(per_stage[0]["tensors"]), profile)
-    return {"stage_fwd_s": fwd, "stage_bwd_s": bwd, "hop_s": hop, "pipeline_s": pipeline,
+    return {"stage_fwd_s": fwd, "stage_bwd_s": bwd, "stage_host_s": host, "hop_s": hop, "pipeline_s": pipeline,
             "optimizer_s": opt, "total_s": pipeline + opt,
             "bubble_fraction": (p - 1) / (m + p - 1)}

@@ -50,6 +50,8 @@ fragmentation, communication buffers (the profile's ``usable_memory`` leaves roo
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.pipeline import microbatches_in_flight
 from mgpukit.costmodel.shapes import ModelShape, layer_param_split, param_breakdown
@@ -163,3 +165,67 @@ def memory_per_rank(shape: ModelShape, layout: Layout, *, micro_batch: int | Non
     ``micro_batch`` overrides ``layout.micro_batch``."""
     stages = range(layout.pp) if layout.stage_layers is not None else {0, layout.pp - 1}
     return max((stage_memory(shape, layout, s, micro_batch=micro_batch) for s in stages), key=lambda m: m["total"])
+
+
+def allocator_peak(shape: ModelShape, layout: Layout, *, stage: int = 0, micro_batch: int | None = None,
+                   optimizer_states: int = 2, grads_persist: bool = True, autocast: bool = False,
+                   workspace: float = 0.0, ddp_buckets: bool = False) -> dict[str, float]:
+    """The caching allocator's high-water mark on one GPU of pipeline ``stage`` — what
+    ``torch.cuda.max_memory_allocated`` reads, and what the emulator's allocator meter
+    (`mgpukit.measure.allocator`) counts — as a closed form: the categories of `stage_memory`
+    plus what is alive only at the worst moment, the start of backward:
+
+    - the loss's backward (last stage): NLL's gradient and log-softmax's gradient, each an fp32
+      ``s·b·V/t``, beside the saved log-probabilities (already counted), ``2·4·s·b·V/t``;
+    - ``autocast``: the kit trains bf16 with fp32 weights, gradients and optimizer states, and
+      autocast's 2-byte copy of each weight lives from its forward to its backward (``2Ψ``); off:
+      the Megatron policy of `model_state_bytes` (2-byte weights, fp32 master);
+    - ``grads_persist=False`` (``zero_grad(set_to_none=True)``): no gradient exists yet then;
+    - two cuBLAS workspaces (``workspace`` bytes each: the forward thread's, the autograd
+      thread's; the profile's ``[memory] blas_workspace``);
+    - ``ddp_buckets``: torch DDP's flat bucket buffers beside the gradients, one more fp32 copy
+      of them (``gradient_as_bucket_view=False``, its default; Li et al. 2020 §3.2.3).
+
+    ``optimizer_states``: fp32 tensors per parameter (AdamW 2, SGD with momentum 1, plain SGD 0).
+    Returns the categories, ``transient`` (the moment's extra) and ``peak``."""
+    b = micro_batch or layout.micro_batch
+    mem = stage_memory(shape, layout, stage, micro_batch=b)
+    psi = stage_params(shape, layout, stage)
+    if autocast:  # fp32 weights, gradients and states; 2-byte copies of the weights
+        fp32 = replace(layout, dtype="fp32")
+        mem.update(model_state_bytes(psi, fp32, optimizer_states=optimizer_states))
+        mem["params"] += 2 * psi / (layout.dp if layout.zero >= 3 else 1)
+        if layout.checkpointing == "none":
+            layers = layout.layers_of_stage(shape.n_layer, stage)
+            in_flight = microbatches_in_flight(layout.schedule, layout.pp, layout.num_micro_batches, layout.v, stage)
+            mem["activations"] += layers * in_flight * (
+                autocast_activation_bytes_per_layer(shape, micro_batch=b, tp=layout.tp)
+                - activation_bytes_per_layer(shape, micro_batch=b, tp=layout.tp, dtype_bytes=2,
+                                             flash_attention=layout.flash_attention)) / layout.cp
+    else:
+        mem.update(model_state_bytes(psi, layout, optimizer_states=optimizer_states))
+    if not grads_persist:
+        mem["grads"] = 0.0
+    transient = 2.0 * workspace
+    if ddp_buckets:
+        mem["grads"] += 4 * psi
+    if stage == layout.pp - 1:
+        transient += 2 * 4 * shape.seq_len * b * shape.vocab / layout.tp / layout.cp
+    mem["transient"] = transient
+    mem["peak"] = sum(mem[c] for c in CATEGORIES) + transient
+    mem["total"] = sum(mem[c] for c in CATEGORIES)
+    return mem
+
+
+def autocast_activation_bytes_per_layer(shape: ModelShape, *, micro_batch: int, tp: int = 1) -> float:
+    """Bytes one layer keeps for backward under ``torch.autocast`` (bf16) with fp32 weights — the
+    kit's mixed precision, not Megatron's: the residual stream stays fp32, so both norms save
+    fp32 inputs (``8sbh``); each linear casts its fp32 input itself, so q, k, v and fc1 keep four
+    2-byte copies of the norms' outputs (``8sbh``); q, k, v, the attention output and o's
+    (contiguous) input are 2-byte (``10sbh``), fc1's output and the activation's 2-byte
+    (``4sbf``), and the fused attention one fp32 log-sum-exp per row and head. Counted on the
+    kit's GPT under the emulator's allocator meter (tests/test_allocator.py)."""
+    s, b, h, f = shape.seq_len, micro_batch, shape.d_model, shape.d_ff
+    replicated = 16 * s * b * h
+    split = 2 * s * b * (3 * h + 2 * h) + 4 * s * b * f * (1.5 if shape.gated_mlp else 1) + 4 * s * b * shape.n_head
+    return replicated + split / tp

@@ -263,6 +263,11 @@ def step_time(
     psi = max(stage_params(shape, layout, s) for s in range(p))
     optimizer_s = ADAM_BYTES_PER_PARAM * psi / (layout.dp if layout.zero >= 1 else 1) / profile.memory_bandwidth
 
+    # the host (one convention with the emulator and `gpt_step`): each stage's host issues its
+    # micro-batches' ops back to back and does not wait for its neighbours (a recv is a stream
+    # wait), so it bounds the pipeline on its own; a step of small kernels is launch-bound
+    host = [layout.num_micro_batches * host_seconds_per_micro_batch(shape, layout, profile, s) for s in range(p)]
+    pipeline = max(pipeline, max(host))
     total = pipeline + dp_end + optimizer_s
     flops = flops_per_step(shape, layout.global_batch, checkpointing=layout.checkpointing)
     gpus = layout.world_size
@@ -276,12 +281,46 @@ def step_time(
         "bubble_s": pipeline - steady,
         "optimizer_s": optimizer_s,
         "total_s": total,
+        "host_s": max(host),
+        "launch_bound": max(host) / total,
         "bubble_fraction": (pipeline - steady) / pipeline,
         "mfu": flops["model"] / (total * gpus * peak),
         "hfu": flops["total"] / (total * gpus * peak),
         "tokens_per_s": layout.global_batch * shape.seq_len / total,
         "slowest_stage": slow_i,
     }
+
+
+# Ops an eager PyTorch GPT issues per layer and micro-batch (the kit's `models.gpt`, counted
+# under the virtual clock: `tests/test_planner_time.py`): forward — 2 norms, 4 linears (q, k, v,
+# o), attention, 2 residual adds, fc1, activation, fc2; backward — 3 kernels per linear (dX, dW,
+# the bias's column sum), the attention's, norms', activation's and 4 gradient adds, then one
+# accumulation per parameter tensor. Mixed precision adds autocast's casts: 16 per layer each
+# way (weights, biases, the four linears' fp32 inputs), issued by torch itself, not the model.
+FWD_OPS_PER_LAYER = 12
+BWD_OPS_PER_LAYER = 26
+CASTS_PER_LAYER = 16
+
+
+def host_seconds_per_micro_batch(shape: ModelShape, layout: Layout, profile: HardwareProfile, stage: int) -> float:
+    """Host seconds to issue one micro-batch's forward and backward on pipeline ``stage``
+    (`HardwareProfile.dispatch_overhead` by context, ``model_code_factor`` for the model's ops,
+    not for autocast's casts); 0 where the profile has no host figures. A gated MLP adds one
+    linear and one multiply; the embedding and the head + loss add their handful."""
+    if not profile.async_launch:
+        return 0.0
+    fwd, bwd = profile.dispatch_overhead("forward", model_code=True), profile.dispatch_overhead("backward", model_code=True)
+    gate = 1 if shape.gated_mlp else 0
+    tensors = 4 * (2 if shape.bias else 1) + (2 + gate) * (2 if shape.bias else 1) + 2 * (2 if shape.norm == "layernorm" else 1)
+    per_layer = (FWD_OPS_PER_LAYER + 2 * gate) * fwd + (BWD_OPS_PER_LAYER + 4 * gate + tensors) * bwd
+    if layout.dtype != "fp32":
+        per_layer += CASTS_PER_LAYER * (profile.dispatch_overhead("forward") + profile.dispatch_overhead("backward"))
+    host = layout.layers_of_stage(shape.n_layer, stage) * per_layer
+    if stage == 0:  # lookups and the position add; backward: their scatters, accumulation
+        host += 4 * fwd + 5 * bwd
+    if stage == layout.pp - 1:  # final norm, lm_head, target copy, log-softmax, NLL; backward
+        host += 5 * fwd + 9 * bwd
+    return host
 
 
 def _busy(stage: dict) -> float:

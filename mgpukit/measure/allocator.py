@@ -35,7 +35,7 @@ from torch.utils._pytree import tree_leaves
 
 import torch
 
-from mgpukit.measure.shape import storage_key
+from mgpukit.measure.shape import is_fake, storage_key
 
 BLOCK = 512  # bytes: the caching allocator rounds every block up to a multiple of this
 
@@ -52,9 +52,10 @@ class AllocatorMeter(TorchDispatchMode):
     ``workspace`` bytes are added once a GEMM has run on each of the forward and backward
     threads (pass the profile's figure; 0 on CPU workers)."""
 
-    def __init__(self, *, workspace: int = 0):
+    def __init__(self, *, workspace: int = 0, only_fake: bool = False):
         super().__init__()
         self.workspace = int(workspace)
+        self.only_fake = only_fake  # shape mode: real tensors are the run's bookkeeping, not the GPU's
         self.live = 0
         self.peak = 0
         self._blocks: dict[int, tuple[StorageWeakRef, int]] = {}
@@ -74,6 +75,8 @@ class AllocatorMeter(TorchDispatchMode):
 
     def _add(self, t: torch.Tensor) -> None:
         local = t.to_local() if hasattr(t, "to_local") else t
+        if self.only_fake and not is_fake(local):
+            return
         try:
             storage = local.untyped_storage()
         except (RuntimeError, NotImplementedError):
@@ -107,3 +110,20 @@ class AllocatorMeter(TorchDispatchMode):
 
 _aten = torch.ops.aten
 _GEMMS = {_aten.mm, _aten.addmm, _aten.bmm, _aten.baddbmm}
+
+
+def start_meter(rec, module, optimizer) -> AllocatorMeter | None:
+    """The meter for an emulated run (None when measured: a GPU reads its own allocator), with
+    what exists before the first step — parameters, gradients, buffers, optimizer state —
+    already counted. Enter it around the steps; `memory.memory_breakdown` reads its peak."""
+    clock = getattr(rec, "clock", None)
+    if not getattr(clock, "emulated", False):
+        return None
+    profile = clock.profile
+    meter = AllocatorMeter(workspace=int(profile.blas_workspace) if profile.async_launch else 0,
+                           only_fake=bool(getattr(rec, "shape", False)))
+    params = list(module.parameters())
+    state = [v for s in (optimizer.state.values() if optimizer is not None else ()) for v in s.values()
+             if isinstance(v, torch.Tensor) and v.dim() > 0]
+    meter.track(params + [p.grad for p in params if p.grad is not None] + list(module.buffers()) + state)
+    return meter

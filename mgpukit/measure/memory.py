@@ -176,8 +176,10 @@ def reset_device_peak(device=None) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def memory_breakdown(model, optimizer, meter: ActivationMeter | None, device=None) -> dict:
-    """Bytes by category on this rank; `peak` measured on GPUs, their sum on CPU workers."""
+def memory_breakdown(model, optimizer, meter: ActivationMeter | None, device=None, *, allocator=None) -> dict:
+    """Bytes by category on this rank; `peak` measured on GPUs, emulated (the caching
+    allocator's high-water mark, `measure.allocator`) when `allocator` followed the run, else
+    the sum of the categories (CPU workers)."""
     params = list(model.parameters())
     out = {
         "params": tensor_bytes(_local(p) for p in params),
@@ -188,6 +190,10 @@ def memory_breakdown(model, optimizer, meter: ActivationMeter | None, device=Non
     if device is not None and torch.device(device).type == "cuda":
         out["peak"] = int(torch.cuda.max_memory_allocated(device))
         out["source"] = "measured (CUDA allocator)"
+    elif allocator is not None:
+        out["peak"] = int(allocator.peak)
+        out["source"] = ("emulated allocator high-water mark (what is alive at the worst moment, "
+                         "512-byte blocks, cuBLAS workspaces)")
     else:
         out["peak"] = out["params"] + out["grads"] + out["optimizer"] + out["activations"]
         out["source"] = "measured tensor bytes (peak = sum of categories)"

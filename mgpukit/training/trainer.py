@@ -39,6 +39,7 @@ from collections.abc import Callable
 
 import torch.distributed as dist
 
+from mgpukit.measure.allocator import start_meter
 from mgpukit.measure.memory import memory_breakdown, reset_device_peak
 from mgpukit.training.backup import DropSlowest
 from mgpukit.training.building import grad_sq_norm
@@ -78,6 +79,12 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
         rec.extra["lr"] = []
     logs = ckpt.logs
     shape = getattr(rec, "shape", False)  # fake tensors: no values to log or check
+    # emulated: follow every allocation, for the caching allocator's high-water mark (on an
+    # error the worker ends, and the mode with it)
+    allocator = start_meter(rec, parts.module, optimizer)
+    metering = contextlib.ExitStack()
+    if allocator is not None:
+        metering.enter_context(allocator)
     for step in range(ckpt.start_step, cfg.steps):
         with rec.step(step):
             with rec.compute("data"):
@@ -116,6 +123,7 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
                     contribution(ctx, parts, float(loss) / scale if loss is not None else None, sq_norm))
         if ckpt.on_step_end is not None:
             ckpt.on_step_end(step)
+    metering.close()
     if ckpt.start_step:  # the record's step times cover only the steps this run ran
         rec.extra["resumed_from_step"] = ckpt.start_step
     # shape mode: the bookkeeping below makes small real tensors (fake mode unset)
@@ -125,7 +133,7 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
                 rec.log(None)
         else:
             log_steps(rec, ctx, logs)
-        rec.memory = memory_breakdown(parts.module, optimizer, parts.engine.meter, ctx.device)
+        rec.memory = memory_breakdown(parts.module, optimizer, parts.engine.meter, ctx.device, allocator=allocator)
         if getattr(parts.engine, "memory_note", None):
             rec.memory["source"] += "; " + parts.engine.memory_note
         if shape:
