@@ -266,11 +266,17 @@ def emulated_vs_predicted(*, workers: int = 2, steps: int = 3, global_batch: int
         launched, record = (run("ddp", workers=workers, mode="emulated", profile=p, steps=steps,
                                 global_batch=global_batch, parity=False) for p in (hw, hw.kernels_only()))
     emulated = steady(record)
-    planner = plan(shape, workers, hw, layout)
+    planner = plan(shape, workers, hw.kernels_only(), layout)  # kernels, as the clock it is set beside
     closed = ddp_step_time(cfg.model_config(), global_batch=global_batch, workers=workers,
-                           profile=hw.kernels_only())["total_s"]  # kernels, as the clock it is set beside
+                           profile=hw.kernels_only())["total_s"]
+    # and with the host's launches on both sides (one convention: the closed forms charge them too)
+    closed_launched = ddp_step_time(cfg.model_config(), global_batch=global_batch, workers=workers,
+                                    profile=hw)["total_s"]
     return {"workers": workers, "profile": profile, "layout": layout.describe(), "record": record,
             "with_launches_s": steady(launched), "emulated_s": emulated,
             "planner_s": planner.step_time_s, "closed_form_s": closed,
             "planner_vs_emulated": planner.step_time_s / emulated, "closed_form_vs_emulated": closed / emulated,
+            "closed_form_with_launches_s": closed_launched,
+            "closed_form_vs_emulated_with_launches": closed_launched / steady(launched),
+            "planner_with_launches_s": plan(shape, workers, hw, layout).step_time_s,
             "planner": planner}
