@@ -164,12 +164,16 @@ def link_table() -> list[dict]:
     return [{"link": k, "alpha_s": tp_link(k).alpha, "beta": tp_link(k).beta} for k in LINKS]
 
 
-def predicted_step(model: str, tp: int, link: str, *, global_batch: int = 8, sp: bool = False) -> dict:
-    """The analytic step time (`costmodel.step_time`) of `tp` ranks over `link` (a LINKS key)."""
+def predicted_step(model: str, tp: int, link: str, *, global_batch: int = 8, sp: bool = False,
+                   kernels_only: bool = True) -> dict:
+    """The analytic step time (`costmodel.step_time`) of `tp` ranks over `link` (a LINKS key).
+    ``kernels_only`` (default, as `emulated_run`'s): kernels and messages alone; False: the
+    host's launches too (``launch_bound`` in the result says how much of the step they set)."""
     from mgpukit.config import RunConfig
     from mgpukit.costmodel import Layout, get_shape, step_time
 
     hw = link_profile(link)
+    hw = hw.kernels_only() if kernels_only else hw
     try:
         shape = ModelShape.from_gpt_config(RunConfig(model=model).model_config())
     except ValueError:
