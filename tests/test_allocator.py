@@ -39,7 +39,7 @@ def test_meter_counts_what_is_alive_together_and_views_once():
         d = a + 1  # b's block is back before d is made
         e = d.add_(1)  # in place: nothing new
     assert meter.peak == 2 * 4096
-    assert meter.live == 2 * 4096 and e is d
+    assert meter.live_now == 2 * 4096 and e is d
 
 
 def test_workspace_counted_once_per_thread_that_runs_gemms():

@@ -68,25 +68,37 @@ class AllocatorMeter(TorchDispatchMode):
                 self._add(t)
         self.peak = max(self.peak, self.live)
 
+    @property
+    def live_now(self) -> int:
+        """Bytes alive now (what `live` counts once the dead are swept)."""
+        self._sweep()
+        return self.live
+
     def reset_peak(self) -> None:
         """`torch.cuda.reset_peak_memory_stats`: the peak starts again from what is alive now."""
         self._sweep()
         self.peak = self.live
 
-    def _add(self, t: torch.Tensor) -> None:
+    def _new_block(self, t: torch.Tensor):
+        """``(key, weak ref, bytes)`` of `t`'s storage if the meter does not hold it yet."""
         local = t.to_local() if hasattr(t, "to_local") else t
         if self.only_fake and not is_fake(local):
-            return
+            return None
         try:
             storage = local.untyped_storage()
         except (RuntimeError, NotImplementedError):
-            return
+            return None
         key = storage_key(storage)
         if not key or key in self._blocks:
-            return
-        nbytes = block_bytes(storage.nbytes())
-        self._blocks[key] = (StorageWeakRef(storage), nbytes)
-        self.live += nbytes
+            return None
+        return key, StorageWeakRef(storage), block_bytes(storage.nbytes())
+
+    def _add(self, t: torch.Tensor) -> None:
+        block = self._new_block(t)
+        if block is not None:
+            key, ref, nbytes = block
+            self._blocks[key] = (ref, nbytes)
+            self.live += nbytes
 
     def _sweep(self) -> None:
         dead = [key for key, (ref, _) in self._blocks.items() if ref.expired()]
@@ -94,18 +106,28 @@ class AllocatorMeter(TorchDispatchMode):
             self.live -= self._blocks.pop(key)[1]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self._sweep()  # what died since the last op is back in the pool before this op allocates
         out = func(*args, **(kwargs or {}))
-        if self.workspace and func._overloadpacket in _GEMMS:
-            thread = "backward" if torch._C._current_autograd_node() is not None else "forward"
-            if thread not in self._threads:
-                self._threads.add(thread)
-                self.live += self.workspace
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self._add(t)
+        new = self.workspace if self.workspace and func._overloadpacket in _GEMMS and self._thread() else 0
+        blocks = [b for t in tree_leaves(out) if isinstance(t, torch.Tensor) for b in [self._new_block(t)] if b]
+        new += sum(nbytes for _, _, nbytes in blocks)
+        if new and self.live + new > self.peak:
+            # only an allocation can make a new peak, and `live` (not swept since) is an upper
+            # bound: sweep what died before this op — its blocks were back in the pool — only
+            # when the bound could pass the peak
+            self._sweep()
+        for key, ref, nbytes in blocks:
+            self._blocks[key] = (ref, nbytes)
+        self.live += new
         self.peak = max(self.peak, self.live)
         return out
+
+    def _thread(self) -> bool:
+        """True the first time a GEMM runs on this thread kind (its cuBLAS workspace appears)."""
+        thread = "backward" if torch._C._current_autograd_node() is not None else "forward"
+        if thread in self._threads:
+            return False
+        self._threads.add(thread)
+        return True
 
 
 _aten = torch.ops.aten
