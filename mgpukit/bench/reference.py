@@ -82,13 +82,30 @@ def check_rows(profile="h200", *, reference: dict | None = None) -> list[dict]:
         emulated = emulate_plain_steps(profile=profile, **kwargs)
         time_ratio = emulated["step_s"] / (real["median_ms"] * 1e-3)
         memory_ratio = emulated["peak_bytes"] / real["peak_bytes"]
+        predicted = predicted_peak(profile=profile, **kwargs)
         rows.append({"config": key, "role": "fit" if key == FIT_ROW else "check",
                      "measured_s": real["median_ms"] * 1e-3, "measured_min_s": real["min_ms"] * 1e-3,
                      "emulated_s": emulated["step_s"], "time_ratio": time_ratio,
                      "measured_peak": real["peak_bytes"], "emulated_peak": emulated["peak_bytes"],
                      "memory_ratio": memory_ratio, "split": emulated["split"],
+                     "predicted_peak": predicted, "predicted_memory_ratio": predicted / real["peak_bytes"],
                      "within": abs(time_ratio - 1) <= TARGET and abs(memory_ratio - 1) <= TARGET})
     return rows
+
+
+def predicted_peak(*, model: str, batch: int, dtype: str, optimizer: str, profile="h200") -> float:
+    """The plain loop's peak by the closed form (`costmodel.memory.allocator_peak`): no gradient
+    at the worst moment (``set_to_none=True``), SGD without momentum or AdamW, autocast in bf16."""
+    from mgpukit.costmodel.hardware import load_profile
+    from mgpukit.costmodel.layout import Layout
+    from mgpukit.costmodel.memory import allocator_peak
+    from mgpukit.costmodel.shapes import ModelShape
+    from mgpukit.measure.plainstep import model_config
+
+    shape = ModelShape.from_gpt_config(model_config(model))
+    return allocator_peak(shape, Layout(micro_batch=batch, dtype=dtype), optimizer_states=0 if optimizer == "sgd" else 2,
+                          grads_persist=False, autocast=dtype == "bf16",
+                          workspace=load_profile(profile).blas_workspace)["peak"]
 
 
 def _print_fit(fit: dict, profile) -> None:
@@ -108,13 +125,14 @@ def _print_fit(fit: dict, profile) -> None:
 
 def _print_rows(rows: list[dict], profile: str) -> None:
     head = (f"{'configuration':<25} {'role':<5} {'measured':>10} {'emulated':>10} {'ratio':>6}   "
-            f"{'peak meas.':>10} {'emulated':>9} {'ratio':>6}  within 10%")
+            f"{'peak meas.':>10} {'emulated':>9} {'ratio':>6} {'predicted':>9} {'ratio':>6}  within 10%")
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r['config']:<25} {r['role']:<5} {r['measured_s'] * 1e3:8.2f}ms {r['emulated_s'] * 1e3:8.2f}ms "
               f"{r['time_ratio']:6.3f}   {r['measured_peak'] / 1e9:8.3f}GB {r['emulated_peak'] / 1e9:7.3f}GB "
-              f"{r['memory_ratio']:6.3f}  {'yes' if r['within'] else 'NO'}")
+              f"{r['memory_ratio']:6.3f} {r['predicted_peak'] / 1e9:7.3f}GB {r['predicted_memory_ratio']:6.3f}  "
+              f"{'yes' if r['within'] else 'NO'}")
 
 
 @bench("reference", help="the h200 / h100-nvlink profiles against the real H200 reference: fit, check (10%)")

@@ -89,8 +89,13 @@ class AllocatorMeter(TorchDispatchMode):
         except (RuntimeError, NotImplementedError):
             return None
         key = storage_key(storage)
-        if not key or key in self._blocks:
+        if not key:
             return None
+        held = self._blocks.get(key)
+        if held is not None:
+            if not held[0].expired():
+                return None  # a storage the meter holds already (a view, an in-place op)
+            self.live -= self._blocks.pop(key)[1]  # a dead one whose address was handed out again
         return key, StorageWeakRef(storage), block_bytes(storage.nbytes())
 
     def _add(self, t: torch.Tensor) -> None:
