@@ -200,7 +200,9 @@ GPU_HOUR_CLAIMS = (  # (model, low, high): "training a 7B model takes 100-500 GP
 def rule_gpu_hours(model: str, low: float, high: float, *, profile: str = "h100-ib", gpus: int = 64,
                    global_batch: int = 1024) -> dict:
     """A "model X takes low-high GPU-hours" claim against 6·N·D at the planner's MFU (best layout on
-    `gpus` GPUs): the token budget the claim implies, and what real budgets cost."""
+    `gpus` GPUs): the token budget the claim implies, and what real budgets cost — with the
+    planner's own step-by-step GPU-hours and their range from its error bar. The one home of
+    this check: notebook 10's list of the articles' claims should quote the same figures."""
     shape, hw = get_shape(model), load_profile(profile)
     n = param_count(shape)
     best = search(shape, gpus, hw, global_batch=global_batch, top=1)[0]
@@ -208,8 +210,12 @@ def rule_gpu_hours(model: str, low: float, high: float, *, profile: str = "h100-
     implied = [tokens_for_gpu_hours(h, n, peak_flops=peak, mfu=mfu) for h in (low, high)]
     budgets = {"Chinchilla-optimal (20 tokens/parameter)": CHINCHILLA_TOKENS_PER_PARAM * n,
                "Llama 2's 2T tokens": 2e12}
-    costs = {name: {"tokens": d, **six_nd(n, d, peak_flops=peak, mfu=mfu),
-                    "planner_gpu_hours": time_to_train(best, d)["gpu_hours"]} for name, d in budgets.items()}
+    costs = {}
+    for name, d in budgets.items():
+        planned = time_to_train(best, d)
+        costs[name] = {"tokens": d, **six_nd(n, d, peak_flops=peak, mfu=mfu),
+                       "planner_gpu_hours": planned["gpu_hours"],
+                       "planner_gpu_hours_range": planned["ranges"]["gpu_hours"]}
     chin = costs["Chinchilla-optimal (20 tokens/parameter)"]
     verdict = (f"holds only for {implied[0] / 1e9:.3g}-{implied[1] / 1e9:.3g} B tokens "
                f"({implied[0] / n:.2g}-{implied[1] / n:.2g} tokens per parameter): a fine-tuning budget. "

@@ -44,9 +44,9 @@ from mgpukit.costmodel.validation import LLAMA3_STAGE_LAYERS, llama3_layout
 
 
 def llama1_65b() -> ModelShape:
-    """LLaMA 65B [L1, Table 2]: 80 layers, d 8192, 64 heads, SwiGLU d_ff 22016, vocab 32000, 2k context."""
-    return ModelShape(name="llama-65b", n_layer=80, d_model=8192, n_head=64, d_ff=22016, vocab=32000,
-                      seq_len=2048, gated_mlp=True, bias=False, norm="rmsnorm", learned_pos=False)
+    """LLaMA 65B [L1, Table 2]: ``data/models/llama-65b.toml`` (80 layers, d 8192, 64 heads, SwiGLU
+    d_ff 22016, vocab 32000, 2k context)."""
+    return get_shape("llama-65b")
 
 
 def llama3_405b_layout(dp: int, **kw) -> Layout:
