@@ -30,7 +30,6 @@ from mgpukit.costmodel.hardware import list_profiles
 from mgpukit.costmodel.shapes import list_shapes
 from mgpukit.costmodel.training_cost import format_duration, format_money, parse_tokens, time_to_train
 from mgpukit.lessons.planning import GPU_COUNTS, TIME_PARTS, explain, speedup_curve
-from mgpukit.plots.layout import finish
 from mgpukit.plots.style import MEMORY_CATEGORIES, MEMORY_COLORS, PREDICTED, series_color
 from mgpukit.widgets.output import errors_shown_in, show
 
@@ -54,10 +53,21 @@ def plot_memory(pl) -> go.Figure:
                              line=dict(color="black", dash="dash")))
     fig.update_layout(barmode="stack", height=400, yaxis_title="GB per GPU",
                       xaxis=dict(showticklabels=False, range=[-0.6, 0.6]),
-                      title=dict(text=f"memory per GPU: {mem['total'] / GB:.1f} of {limit / GB:.0f} GB usable "
-                                      f"{'✓ fits' if pl.fits else '✗ does not fit'}",
-                                 subtitle=dict(text=f"fullest GPU, by category — {PREDICTED}")))
+                      **_titled(f"memory per GPU: {mem['total'] / GB:.1f} of {limit / GB:.1f} GB usable "
+                                f"{'✓ fits' if pl.fits else '✗ does not fit'}",
+                                f"fullest GPU, by category — {PREDICTED}"))
     return fig
+
+
+def _titled(title: str, subtitle: str) -> dict:
+    """Layout keys for a title with a smaller grey line under it, pinned to the top-left of the
+    figure. The subtitle is a second line of the title (``<br><sup>``), not plotly's
+    ``title.subtitle``: a FigureWidget in JupyterLab drew that one on top of, or above, the title
+    (notebook 09's explorer, seen in Chromium), a plain figure below it. One line each: a long
+    title is cut short rather than wrapped under a subtitle."""
+    return {"title": dict(text=f"{title}<br><sup style='color:#555'>{subtitle}</sup>", x=0.01, xanchor="left",
+                          xref="container", y=0.97, yanchor="top", yref="container", font=dict(size=15)),
+            "margin": dict(t=80)}
 
 
 def plot_step_time(pl) -> go.Figure:
@@ -66,11 +76,12 @@ def plot_step_time(pl) -> go.Figure:
     fig = go.Figure([go.Bar(y=["step"], x=[t[key]], name=name, orientation="h", marker_color=color,
                             hovertemplate=f"{name} %{{x:.3g}} s<extra></extra>")
                      for (name, key), color in zip(TIME_PARTS, TIME_COLORS)])
-    fig.update_layout(barmode="stack", xaxis_title="seconds per step")
-    return finish(fig, title=f"one step: {pl.step_time_s:.3g} s · MFU {pl.mfu:.1%} · bubble "
-                             f"{t['bubble_fraction']:.1%} · {t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU",
-                  subtitle=f"GEMMs, memory-bound kernels, exposed communication per axis, bubble — {PREDICTED}",
-                  legend="right")
+    fig.update_layout(barmode="stack", xaxis_title="seconds per step", height=330,
+                      legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"),
+                      **_titled(f"one step: {pl.step_time_s:.3g} s · MFU {pl.mfu:.1%} · bubble "
+                                f"{t['bubble_fraction']:.1%} · {t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU",
+                                f"GEMMs, memory-bound kernels, exposed communication per axis, bubble — {PREDICTED}"))
+    return fig
 
 
 def plot_speedup(rows: list[dict], *, title: str = "") -> go.Figure:
@@ -87,8 +98,8 @@ def plot_speedup(rows: list[dict], *, title: str = "") -> go.Figure:
     ])
     fig.update_layout(height=400, xaxis=dict(title="GPUs", type="log", tickvals=list(GPU_COUNTS)),
                       yaxis=dict(title="speedup over 1 GPU", type="log"),
-                      title=dict(text=title or "speedup at the same global batch",
-                                 subtitle=dict(text=f"over one GPU running the whole step — {PREDICTED}")))
+                      **_titled(title or "speedup at the same global batch",
+                                f"over one GPU running the whole step — {PREDICTED}"))
     return fig
 
 
