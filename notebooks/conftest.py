@@ -3,6 +3,11 @@ files under `~/.cache/mgpukit` (user profiles, calibrations — what every later
 dropdowns would list) and under the repository, outside temporary directories.
 
 A notebook that needs a file writes it under `tempfile.mkdtemp()` / `TemporaryDirectory()`.
+
+Hidden answers: the notebook nbmake has just executed (outputs and all, kept in memory) is read
+by `mgpukit.exercises.leaks.find_leaks` — no exercise's answer may be on screen before its
+check cell, no debugging quiz's table may single out its broken variant. The notebook runs
+once; the reading costs milliseconds.
 """
 from __future__ import annotations
 
@@ -10,6 +15,9 @@ import os
 from pathlib import Path
 
 import pytest
+from nbmake.nb_run import NotebookRun
+
+from mgpukit.exercises.leaks import find_leaks
 
 REPO = Path(__file__).resolve().parents[1]
 _SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".git", ".venv", "venv",
@@ -43,14 +51,51 @@ def changes(before: dict[str, float], after: dict[str, float]) -> list[str]:
                   + [f"changed: {p}" for p in after.keys() & before.keys() if after[p] != before[p]])
 
 
+# Leaks notebooks 05–10 still had when the check landed (issue 27; their cells are being fixed):
+# tolerated exactly as listed. A new leak fails the notebook, and so does a listed one that is
+# gone — delete its entry then, so the list only ever shrinks.
+KNOWN_LEAKS = {
+    "06_sharding.ipynb": {"06.volume", "06.offload"},
+    "08_hybrid_3d.ipynb": {"08.dp-bytes"},
+    "10_beyond.ipynb": {"10.local-bytes"},
+}
+
+
+def leak_report(name: str, leaks: list[str]) -> str | None:
+    """What is wrong with notebook `name`'s leaks against `KNOWN_LEAKS`, or None."""
+    known = KNOWN_LEAKS.get(name, set())
+    new = [line for line in leaks if line.split(":")[0] not in known]
+    gone = sorted(known - {line.split(":")[0] for line in leaks})
+    if new:
+        return (f"{name} shows exercise answers before they are asked (mgpukit.exercises.leaks):\n  "
+                + "\n  ".join(new))
+    if gone:
+        return f"{name} no longer leaks {', '.join(gone)}: delete it from KNOWN_LEAKS in notebooks/conftest.py"
+    return None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     if not str(item.path).endswith(".ipynb"):
         return (yield)
     before = snapshot()
-    result = yield  # a failing notebook raises here and is reported as it is
+    executed = []
+    run = NotebookRun.execute
+
+    def keep(self):  # nbmake's run, with the executed notebook kept for the leak check
+        executed.append(run(self))
+        return executed[-1]
+
+    NotebookRun.execute = keep
+    try:
+        result = yield  # a failing notebook raises here and is reported as it is
+    finally:
+        NotebookRun.execute = run
     left = changes(before, snapshot())
     if left:
         raise AssertionError(f"{item.path.name} left files behind (a notebook writes only under a "
                              "temporary directory):\n  " + "\n  ".join(left[:20]))
+    wrong = leak_report(item.path.name, find_leaks(executed[-1].nb)) if executed else None
+    if wrong:
+        raise AssertionError(wrong)
     return result
