@@ -53,7 +53,7 @@ def memory_explorer(*, model: str = "7b", gpus: int = 8, capacity_gb: float = 80
                                 checkpointing=ckpt_w.value, dtype=dtype_w.value)
             fits = [r["layout"] for r in rows if r["fits"]]
             refused = [f"{r['layout']}: {r['error']}" for r in rows if "error" in r]
-            text = (f"{model_w.value} on {gpus_w.value} × {capacity_gb:.0f} GB ({PREDICTED}): "
+            text = (f"{model_w.value} on {gpus_w.value} × {capacity_gb:.0f} GB — {PREDICTED}: "
                     + (f"fits with {', '.join(fits)}" if fits else "no candidate layout fits")
                     + "".join(f"\n  cannot run {x}" for x in refused))
             show(out, text, plot_memory_breakdown(rows, title=f"{model_w.value}, {gpus_w.value} GPUs"))
