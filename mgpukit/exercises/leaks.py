@@ -32,6 +32,7 @@ leaks. String answers other than the quizzes' letters are not searched (a word s
 """
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
@@ -183,6 +184,12 @@ def _question(nb: dict, i: int) -> str:
 
 # ---------------------------------------------------------------- the two kinds of leak
 
+@functools.lru_cache(maxsize=None)
+def _expected(name: str):
+    """An exercise's expected value, computed once per process (some build a model to count)."""
+    return get(name).expected()
+
+
 def _flat(value):
     return [x for v in value for x in _flat(v)] if isinstance(value, (list, tuple)) else [value]
 
@@ -190,7 +197,7 @@ def _flat(value):
 def number_leak(name: str, seen: list[tuple[int, str]], question: str) -> str | None:
     """Where the reader already saw exercise `name`'s numeric answer, or None."""
     ex = get(name)
-    want = [v for v in _flat(ex.expected())
+    want = [v for v in _flat(_expected(name))
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v]
     given = {s.value for s in numbers(question)}
     informative = [v for v in want
@@ -245,7 +252,7 @@ def singled_out(rows: dict[str, list[str]], broken: str) -> str | None:
 
 def quiz_leak(name: str, seen: list[tuple[int, str]]) -> str | None:
     """A debugging quiz whose printed table gives its broken variant away, or None."""
-    broken = get(name).expected()
+    broken = _expected(name)
     rows: dict[str, list[str]] = {}
     for _, text in seen:
         found = variant_table(text)
