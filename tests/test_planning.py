@@ -181,3 +181,52 @@ def test_steps_of_the_exercise_agree_with_time_to_train():
 
     pl = plan("7b", 64, "h100-ib", Layout.from_global_batch(global_batch=1024, dp=64, zero=1))
     assert time_to_train(pl, 2e12)["steps"] == expected_value("09.steps")
+
+
+def test_a_billion_gpus_are_searched_by_their_divisors_not_one_by_one():
+    """`plan --gpus 1000000000 --search` used to try every number up to a billion as a degree
+    (minutes); the divisors come in pairs up to sqrt(n) now. Counted, not timed: the trial
+    divisions of `divisors(10^9)`, stopped at a million."""
+    from mgpukit.costmodel import layout
+
+    class Counted(int):
+        trials = 0
+
+        def __mod__(self, other):
+            Counted.trials += 1
+            if Counted.trials > 10**6:
+                raise AssertionError("more than a million trial divisions for 10^9")
+            return int(self) % other
+    found = layout.divisors(Counted(10**9))
+    assert Counted.trials <= 31_623  # isqrt(10^9)
+    assert len(found) == 100 and found[:6] == [1, 2, 4, 5, 8, 10] and found[-1] == 10**9  # 2^9 · 5^9
+    assert layout.divisors(1_000) == [d for d in range(1, 1_001) if 1_000 % d == 0]
+
+
+def test_a_plan_for_a_million_gpus_does_not_list_them():
+    """Memory used to grow ~50 B per GPU (the dp group's ranks were listed to find its link)."""
+    import tracemalloc
+
+    from mgpukit.costmodel.hardware import load_profile
+    from mgpukit.costmodel.layout import Layout
+    from mgpukit.costmodel.planner import plan
+
+    tracemalloc.start()
+    plan("7b", 10**6, load_profile("h100-nvlink"), Layout(dp=10**6))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 5e6, f"{peak / 1e6:.0f} MB for one plan"
+
+
+def test_group_link_counts_members_per_node_without_listing_them():
+    from dataclasses import replace
+
+    from mgpukit.costmodel.comm import group_link, link_for_ranks
+    from mgpukit.costmodel.hardware import load_profile
+
+    base = load_profile("h100-ib")
+    for g in (1, 3, 4, 8):
+        p = replace(base, gpus_per_node=g)
+        for size in range(1, 25):
+            for stride in range(1, 25):
+                assert group_link(p, size, stride) == link_for_ranks(range(0, size * stride, stride), p)

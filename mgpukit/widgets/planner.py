@@ -117,6 +117,7 @@ class PlannerExplorer:
         import ipywidgets as w
 
         profiles = [p for p in list_profiles() if not p.startswith("this-machine")]
+        wide = {"description_width": "initial"}  # the label in full ("v (interleaved)", "global batch")
         self.controls = c = {
             "model": w.Dropdown(options=[s for s in list_shapes() if s != "gpt-tiny"], value=model, description="model"),
             "gpus": w.Dropdown(options=list(GPU_COUNTS) + [2048, 4096], value=gpus, description="GPUs"),
@@ -124,16 +125,16 @@ class PlannerExplorer:
             "tp": w.Dropdown(options=[1, 2, 4, 8, 16], value=tp, description="tp"),
             "pp": w.Dropdown(options=[1, 2, 4, 5, 8, 10, 16, 20, 32], value=pp, description="pp"),
             "schedule": w.Dropdown(options=list(SCHEDULES), value=schedule, description="schedule"),
-            "v": w.IntSlider(value=v, min=2, max=8, description="v (interleaved)", continuous_update=False),
+            "v": w.IntSlider(value=v, min=2, max=8, description="v (interleaved)", continuous_update=False, style=wide),
             "zero": w.ToggleButtons(options=[0, 1, 2, 3], value=zero, description="ZeRO"),
             "checkpointing": w.ToggleButtons(options=["none", "selective", "full"], value=checkpointing,
-                                             description="checkpointing"),
+                                             description="checkpointing", style=wide),
             "dtype": w.ToggleButtons(options=["bf16", "fp32"], value=dtype, description="precision"),
-            "micro_batch": w.Dropdown(options=[1, 2, 4, 8], value=micro_batch, description="micro-batch"),
+            "micro_batch": w.Dropdown(options=[1, 2, 4, 8], value=micro_batch, description="micro-batch", style=wide),
             "global_batch": w.Dropdown(options=[256, 512, 1024, 2048, 4096], value=global_batch,
-                                       description="global batch"),
+                                       description="global batch", style=wide),
             "tokens": w.Text(value=tokens, description="tokens", continuous_update=False),
-            "price": w.BoundedFloatText(value=price, min=0, max=1e4, step=0.1, description="$/GPU-hour"),
+            "price": w.BoundedFloatText(value=price, min=0, max=1e4, step=0.1, description="$/GPU-hour", style=wide),
         }
         self.dp_label = w.HTML()
         self.sentence = w.HTML()
