@@ -51,22 +51,9 @@ def changes(before: dict[str, float], after: dict[str, float]) -> list[str]:
                   + [f"changed: {p}" for p in after.keys() & before.keys() if after[p] != before[p]])
 
 
-# Leaks notebooks 05–10 still had when the check landed (issue 27; their cells are being fixed):
-# tolerated exactly as listed. A new leak fails the notebook, and so does a listed one that is
-# gone — delete its entry then, so the list only ever shrinks.
-KNOWN_LEAKS = {
-    "08_hybrid_3d.ipynb": {"08.dp-bytes"},
-    "10_beyond.ipynb": {"10.local-bytes"},
-}
-
-
-# Notebooks that still print a raw library warning (issue 27: "no raw warning" — a reader sees a
-# pink block of stderr); same rule as KNOWN_LEAKS: the list only shrinks.
-KNOWN_WARNINGS = {"08_hybrid_3d.ipynb"}
-
-
 def raw_warnings(nb) -> list[str]:
-    """'cell N: <first line>' for every warning a code cell printed to stderr."""
+    """'cell N: <first line>' for every warning a code cell printed to stderr (issue 27: a reader
+    sees a raw library warning as a pink block; catch it and say it in a sentence instead)."""
     found = []
     for i, cell in enumerate(nb["cells"]):
         for out in cell.get("outputs", []) if cell["cell_type"] == "code" else []:
@@ -75,26 +62,18 @@ def raw_warnings(nb) -> list[str]:
     return found
 
 
-def warning_report(name: str, found: list[str]) -> str | None:
-    if found and name not in KNOWN_WARNINGS:
-        return (f"{name} shows raw warnings (catch the warning and say it in a sentence, or change the "
-                "call):\n  " + "\n  ".join(found))
-    if not found and name in KNOWN_WARNINGS:
-        return f"{name} no longer prints a raw warning: delete it from KNOWN_WARNINGS in notebooks/conftest.py"
-    return None
-
-
-def leak_report(name: str, leaks: list[str]) -> str | None:
-    """What is wrong with notebook `name`'s leaks against `KNOWN_LEAKS`, or None."""
-    known = KNOWN_LEAKS.get(name, set())
-    new = [line for line in leaks if line.split(":")[0] not in known]
-    gone = sorted(known - {line.split(":")[0] for line in leaks})
-    if new:
-        return (f"{name} shows exercise answers before they are asked (mgpukit.exercises.leaks):\n  "
-                + "\n  ".join(new))
-    if gone:
-        return f"{name} no longer leaks {', '.join(gone)}: delete it from KNOWN_LEAKS in notebooks/conftest.py"
-    return None
+def reader_report(name: str, nb) -> str | None:
+    """What a reader of executed notebook `name` should not see, or None."""
+    parts = []
+    leaks = find_leaks(nb)
+    if leaks:
+        parts.append(f"{name} shows exercise answers before they are asked (mgpukit.exercises.leaks):\n  "
+                     + "\n  ".join(leaks))
+    warned = raw_warnings(nb)
+    if warned:
+        parts.append(f"{name} shows raw warnings (catch the warning and say it in a sentence, or change "
+                     "the call):\n  " + "\n  ".join(warned))
+    return "\n".join(parts) or None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -118,10 +97,7 @@ def pytest_runtest_call(item):
     if left:
         raise AssertionError(f"{item.path.name} left files behind (a notebook writes only under a "
                              "temporary directory):\n  " + "\n  ".join(left[:20]))
-    if executed:
-        nb = executed[-1].nb
-        wrong = [w for w in (leak_report(item.path.name, find_leaks(nb)),
-                             warning_report(item.path.name, raw_warnings(nb))) if w]
-        if wrong:
-            raise AssertionError("\n".join(wrong))
+    wrong = reader_report(item.path.name, executed[-1].nb) if executed else None
+    if wrong:
+        raise AssertionError(wrong)
     return result

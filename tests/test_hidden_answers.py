@@ -176,24 +176,10 @@ def test_nbmake_fails_a_notebook_that_prints_an_answer_before_its_check(tmp_path
     assert "1 failed, 1 passed" in out and "leaky.ipynb shows exercise answers" in out and "'1.875'" in out, out
 
 
-def test_known_leaks_only_shrink():
+def test_a_raw_warning_on_stderr_fails_a_notebook_a_sentence_on_stdout_does_not():
     sys.path.insert(0, str(ROOT / "notebooks"))
     try:
-        from conftest import KNOWN_LEAKS, leak_report
-    finally:
-        sys.path.remove(str(ROOT / "notebooks"))
-    name, known = next(iter(KNOWN_LEAKS.items()))
-    lines = [f"{n}: the answer is on screen" for n in sorted(known)]
-    assert leak_report(name, lines) is None
-    assert "shows exercise answers" in leak_report(name, lines + ["00.ring-bytes: the answer is on screen"])
-    assert "no longer leaks" in leak_report(name, lines[1:]) if len(lines) > 1 else leak_report(name, [])
-    assert all(not n.startswith(("00", "01", "02", "03", "04")) for n in KNOWN_LEAKS)
-
-
-def test_a_raw_warning_on_stderr_is_found_and_known_ones_only_shrink():
-    sys.path.insert(0, str(ROOT / "notebooks"))
-    try:
-        from conftest import KNOWN_WARNINGS, raw_warnings, warning_report
+        from conftest import raw_warnings, reader_report
     finally:
         sys.path.remove(str(ROOT / "notebooks"))
     cell = _code("run()", "ok\n")
@@ -202,6 +188,5 @@ def test_a_raw_warning_on_stderr_is_found_and_known_ones_only_shrink():
     found = raw_warnings(_nb(_md("text"), cell))
     assert found == ["cell 1: /x/experiment.py:173: OversubscribedWarning: 3 CPU workers on 2 cores"]
     assert raw_warnings(_nb(_code("run()", "Warning: printed on stdout is a sentence, not a raw warning"))) == []
-    assert "shows raw warnings" in warning_report("00_start_here.ipynb", found)
-    known = next(iter(KNOWN_WARNINGS))
-    assert warning_report(known, found) is None and "no longer" in warning_report(known, [])
+    assert "shows raw warnings" in reader_report("x.ipynb", _nb(_md("text"), cell))
+    assert reader_report("x.ipynb", _nb(_md("text"), _code("run()", "ok\n"))) is None
