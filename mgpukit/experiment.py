@@ -82,7 +82,7 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
         raise ValueError(f"workers={workers!r}: use a positive number of workers.")
     if cfg.layout is not None:  # a full layout given: its fields are the overrides
         layout = {**{k: getattr(cfg.layout, k) for k in ("dp", "tp", "pp", "schedule", "v",
-                                                         "checkpointing", "dtype")},
+                                                         "checkpointing", "dtype", "stage_layers")},
                   **(layout or {})}
     resolved = resolve_layout(strat, cfg, workers, layout)
     workers = resolved.world_size

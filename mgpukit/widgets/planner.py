@@ -231,7 +231,7 @@ class PlannerExplorer:
                 f"({format_duration(r['seconds'][0])} … {format_duration(r['seconds'][1])}), "
                 f"{b['gpu_hours']:,.0f} GPU-hours, {format_money(b['cost'])} "
                 f"({format_money(r['cost'][0])} … {format_money(r['cost'][1])}) at ${b['price_per_gpu_hour']:.2f}/GPU-hour "
-                f"({PREDICTED}; ranges: the planner's {pl.error_bar.describe()})")
+                f"— {PREDICTED}; ranges: the planner's {pl.error_bar.describe()}")
 
 
 def planner_explorer(**kw) -> PlannerExplorer:
