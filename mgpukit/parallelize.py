@@ -129,7 +129,8 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
     #    activation checkpointing (its recomputation replays the autocast state)
     apply_mixed_precision(model, layout.dtype, ctx.device.type)
     apply_checkpointing(model, layout.checkpointing)
-    scaler = LossScaler(rec, _world(ctx)) if layout.dtype == "fp16" else None
+    scaler = (LossScaler(rec, _world(ctx), init_scale=float(cfg.options.get("loss_scale_init", 2.0 ** 16)))
+              if layout.dtype == "fp16" else None)
     loss = tp.loss if tp is not None else loss_fn(cfg)
     # unequal batches per dp rank: each loss weighted n·b_i/B, so the plain average is exact
     loss = weighted(loss, loss_weight(cfg, ctx.coords["dp"], ctx.size("dp")))

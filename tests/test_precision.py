@@ -91,6 +91,21 @@ def test_loss_scaler_skips_an_overflowing_step_and_backs_off():
     assert scaler.scale == 8.0  # doubled after growth_interval clean steps
 
 
+def test_fp16_run_that_overflows_skips_the_step_and_halves_the_scale():
+    """A real fp16 run started at a scale too large for fp16's range (max 65,504): the scaled
+    gradients overflow, the step is skipped on every rank and S halves until they fit
+    (notebook 07 shows this run)."""
+    rec = mgpukit.run("dp-naive", workers=2, steps=4, layout={"dtype": "fp16"}, parity=False,
+                      options={"loss_scale_init": 2.0 ** 20})
+    for rank in ("0", "1"):
+        ls = rec["extra"][rank]["loss_scale"]
+        history = ls["history"]
+        assert ls["skipped_steps"] >= 1 and not history[0]["applied"], ls
+        for now, nxt in zip(history, history[1:]):
+            assert nxt["scale"] == (now["scale"] / 2 if not now["applied"] else now["scale"]), history
+        assert history[-1]["applied"] and ls["final"] < 2.0 ** 20
+
+
 def test_cli_takes_dtype():
     assert main(["run", "dp-naive", "--dtype", "bf16", "--steps", "3", "--workers", "2"]) == 0
 
@@ -104,7 +119,7 @@ def test_notebook_07_answers_come_from_the_cost_model():
     shape = get_shape("7b")
     assert lab.activations_per_layer_gb("7b", checkpointing="full") == pytest.approx(
         2 * shape.seq_len * shape.d_model / 1e9)
-    assert lab.smallest_zero_stage_that_fits("7b", 8) == 1  # DDP: 16Ψ ≈ 108 GB > 72 GB usable
+    assert lab.smallest_zero_stage_that_fits("7b", 8) == 1  # DDP: 16Ψ ≈ 108 GB > 77.0 GB usable (the profile's)
     rows = {r["layout"]: r for r in lab.memory_table("70b", 64)}
     assert not rows["DDP"]["fits"] and rows["tp 8 × pp 8"]["fits"]
 

@@ -121,13 +121,20 @@ def model_state_bytes(psi: float, layout: Layout, *, gather_bytes: float = 0.0,
     }
 
 
-def offload_traffic_bytes(psi: float, layout: Layout) -> float:
+def offload_traffic_bytes(psi: float, layout: Layout, *, shard_bytes: int = 4) -> float:
     """Bytes crossing the host link per GPU per step under ZeRO-3 with CPU offload (PyTorch
     FSDP2's ``CPUOffloadPolicy``; the idea of Ren et al. 2021, "ZeRO-Offload", §4): the
     sharded parameters, gradients and optimizer states live in host memory and the optimizer
-    steps there, so each step copies this GPU's parameter shard to the device before its
-    forward and its backward all-gather (``2·Ψ/N``) and its gradient shard back (``Ψ/N``)."""
-    return 3 * psi * layout.dtype_bytes / layout.dp
+    steps there. Per micro-batch, this GPU's parameter shard is copied to the device before its
+    forward and its backward all-gather (``2·Ψ/N``) and its gradient shard back (``Ψ/N``).
+
+    The shards cross as fp32 (``shard_bytes`` = 4), whatever the compute precision: in torch
+    2.13 FSDP2 copies the fp32 shard to the device and casts it to the 16-bit dtype there
+    (`FSDPParam.all_gather_inputs`: ``.to(device)`` then ``_to_dtype_if_needed``), and casts
+    the reduce-scattered gradient back to fp32 before copying it out (`foreach_reduce`). So
+    ``3·4Ψ/N`` per micro-batch, × ``num_micro_batches`` per step (each micro-batch gathers and
+    reduces again unless gradient sync is switched off between them)."""
+    return 3 * psi * shard_bytes / layout.dp * layout.num_micro_batches
 
 
 def stage_memory(shape: ModelShape, layout: Layout, stage: int, *, micro_batch: int | None = None) -> dict[str, float]:

@@ -269,12 +269,12 @@ def _zero3_volume_ratio() -> float:
             / predicted_model_states(1e9, dp=8, zero=0)["comm_bytes"])
 
 
-def _offload_70b_gb() -> float:
+def _offload_gb(model: str = "13b", dp: int = 32) -> float:
     from mgpukit.costmodel import get_shape, param_count
     from mgpukit.costmodel.layout import Layout
     from mgpukit.costmodel.memory import offload_traffic_bytes
 
-    return offload_traffic_bytes(param_count(get_shape("70b")), Layout(dp=64, zero=3, dtype="bf16")) / 1e9
+    return offload_traffic_bytes(param_count(get_shape(model)), Layout(dp=dp, zero=3, dtype="bf16")) / 1e9
 
 
 _add("06.zero2", _zero2_13b_gb, hint="2Ψ (weights) + (2 + 12)Ψ / N (gradients and optimizer states sharded)",
@@ -282,9 +282,13 @@ _add("06.zero2", _zero2_13b_gb, hint="2Ψ (weights) + (2 + 12)Ψ / N (gradients 
 _add("06.volume", _zero3_volume_ratio,
      hint="two all-gathers and one reduce-scatter of Ψ, against one all-reduce (= reduce-scatter + all-gather)",
      why="ZeRO-3 gathers the parameters again for backward: 3 half-all-reduces instead of 2.")
-_add("06.offload", _offload_70b_gb,
-     hint="the parameter shard in twice (forward, backward) and the gradient shard out once: 3·2Ψ/N bytes",
-     why="offload trades GPU memory for traffic on the host link, every step.")
+_add("06.offload", _offload_gb,
+     hint="the parameter shard in twice (forward, backward) and the gradient shard out once — and the "
+          "shards cross as the host holds them, fp32",
+     why="3·4Ψ/N per micro-batch: FSDP2 copies the fp32 shard and casts it on the GPU, and casts the gradient "
+         "back to fp32 before copying it out; offload trades GPU memory for this traffic, every micro-batch.",
+     mistakes=((lambda: _offload_gb() / 2, "that counts 16-bit shards: FSDP2 moves the fp32 master shard and "
+                "casts it after the copy"),))
 
 
 # ---- 07 memory and precision

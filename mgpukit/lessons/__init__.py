@@ -1,7 +1,8 @@
 """The stable facade the notebooks import: studies, labs and drivers built on the library.
 
-Notebooks import from here (and from `plots`, `widgets`, `exercises`), never private helpers,
-so the modules underneath can move without a notebook noticing.
+Notebooks import from here (and from `mgpukit` itself, `plots`, `widgets`, `exercises`), never
+from the layers underneath, so those can move without a notebook noticing
+(`tests/test_notebook_imports.py` holds every notebook to this).
 
 - `launch`         notebook 00: the tiny GPT launch-bound on one emulated H100
 - `data_parallel`  notebook 01's studies: strategies compared, scaling, the learning-rate rule
@@ -26,6 +27,41 @@ from mgpukit.lessons import tensor_parallel
 from mgpukit.lessons.sharding import (model_state_table, offload_trade, sharding_study,
                                       step_time_ratio)
 
+
+# The library pieces a notebook names directly, re-exported so a notebook's imports never reach
+# past this facade. Grouped by the layer they come from; the notebook that uses each is noted.
+from mgpukit.config import RunConfig  # 00, 01, 03, 04, 07
+from mgpukit.costmodel import allreduce_time  # 01
+from mgpukit.costmodel import comm as comm_cost  # noqa: F401  (02 uses it as a module: `cost.…`)
+from mgpukit.costmodel import spot  # noqa: F401  (10 uses it as a module)
+from mgpukit.costmodel.comm import bus_factor  # 00
+from mgpukit.costmodel.gpt_step import ddp_step_time, pipeline_step_time  # 01, 03, 04
+from mgpukit.costmodel.hardware import Link, load_profile  # 01-04, 09
+from mgpukit.costmodel.layout import Layout  # 06, 07
+from mgpukit.costmodel.memory import model_state_bytes, offload_traffic_bytes  # 06, 07
+from mgpukit.costmodel.schedules import build_schedule, describe  # 04
+from mgpukit.costmodel.shapes import get_shape, param_count  # 01, 02, 06, 07, 09
+from mgpukit.costmodel.simulate import bubble_formula  # 04
+from mgpukit.costmodel.training_cost import format_duration, format_money, six_nd, time_to_train  # 09
+from mgpukit.measure.idle import predicted_from_costs  # 04
+from mgpukit.measure.recorder import Recorder  # 02
+from mgpukit.models import gpt_tiny  # 08
+from mgpukit.runtime.hardware import default_mode, default_workers, env_info  # 00
+from mgpukit.strategies.communication import collectives  # noqa: F401  (02 uses it as a module: `C.…`)
+from mgpukit.strategies.communication.bandwidth import bandwidth_table, compare_bandwidth, predicted_busbw  # 02
+from mgpukit.strategies.compression import theory as compression_theory  # noqa: F401  (03: `theory.…`)
+from mgpukit.strategies.compression.common import steady_bytes_per_step  # 03
+from mgpukit.strategies.data_parallel.theory import dp_theory, predicted_speedup  # 00, 01
+from mgpukit.strategies.sharding.theory import predicted_model_states  # 06
+
 __all__ = ["launch_bound_study", "run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
            "lr_scaling_study", "warm_parent", "run_lab", "tensor_parallel", "sharding_study",
-           "step_time_ratio", "model_state_table", "offload_trade", "syllabus", "stragglers"]
+           "step_time_ratio", "model_state_table", "offload_trade", "syllabus", "stragglers",
+           # re-exported from the layers underneath
+           "RunConfig", "Layout", "allreduce_time", "comm_cost", "spot", "bus_factor", "ddp_step_time",
+           "pipeline_step_time", "Link", "load_profile", "model_state_bytes", "offload_traffic_bytes",
+           "build_schedule", "describe", "get_shape", "param_count", "bubble_formula", "format_duration",
+           "format_money", "six_nd", "time_to_train", "predicted_from_costs", "Recorder", "gpt_tiny",
+           "default_mode", "default_workers", "env_info", "collectives", "bandwidth_table",
+           "compare_bandwidth", "predicted_busbw", "compression_theory", "steady_bytes_per_step",
+           "dp_theory", "predicted_speedup", "predicted_model_states"]

@@ -137,19 +137,21 @@ def candidate_layouts(gpus: int, *, checkpointing: str = "selective", dtype: str
     return out
 
 
-def memory_table(model: str | ModelShape, gpus: int, *, capacity_gb: float = 80.0, seq_len: int | None = None,
+def memory_table(model: str | ModelShape, gpus: int, *, profile: str = "h100-nvlink", seq_len: int | None = None,
                  **layout_kw) -> list[dict]:
-    """Predicted bytes per GPU by category for each candidate layout, and whether it fits in
-    `capacity_gb` × the usable fraction of an H100's memory (the profile's 90 %)."""
+    """Predicted bytes per GPU by category for each candidate layout, and whether it fits in the
+    profile's usable memory (`HardwareProfile.usable_memory_bytes`: 90 % of an H100's 85.5 GB,
+    77.0 GB — the line the planner of notebook 09 and the stages of notebook 06 draw too)."""
     import dataclasses
 
+    from mgpukit.costmodel.hardware import load_profile
     from mgpukit.costmodel.layout import LayoutError, check_layout
     from mgpukit.costmodel.shapes import get_shape
 
     shape = get_shape(model) if isinstance(model, str) else model
     if seq_len:
         shape = dataclasses.replace(shape, seq_len=seq_len)
-    usable = capacity_gb * 1e9 * 0.9
+    usable = load_profile(profile).usable_memory_bytes
     rows = []
     for name, layout in candidate_layouts(gpus, **layout_kw).items():
         try:
@@ -163,10 +165,10 @@ def memory_table(model: str | ModelShape, gpus: int, *, capacity_gb: float = 80.
     return rows
 
 
-def smallest_zero_stage_that_fits(model: str, gpus: int, *, capacity_gb: float = 80.0, **layout_kw) -> int | None:
+def smallest_zero_stage_that_fits(model: str, gpus: int, *, profile: str = "h100-nvlink", **layout_kw) -> int | None:
     """Exercise answer: the lowest ZeRO stage (0 = plain DDP) whose predicted memory fits."""
     names = {"DDP": 0, "ZeRO-1": 1, "ZeRO-2": 2, "ZeRO-3": 3}
-    for row in memory_table(model, gpus, capacity_gb=capacity_gb, **layout_kw):
+    for row in memory_table(model, gpus, profile=profile, **layout_kw):
         if row["layout"] in names and row["fits"]:
             return names[row["layout"]]
     return None

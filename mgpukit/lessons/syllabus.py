@@ -214,16 +214,19 @@ FRAMEWORKS = [
      "02_communication", "mgpukit/strategies/communication/collectives.py"),
     ("NVIDIA Apex (amp)", "mixed precision with loss scaling (now in PyTorch)", "`torch.amp` autocast, dtype=bf16/fp16 + loss scaler",
      "07_memory_and_precision", "mgpukit/strategies/policies/precision.py"),
-    ("DeepSpeed", "ZeRO stages 1-3, offload (on GPUs through Accelerate)", "`zero1`/`zero2`/`zero3` by hand, `fsdp2`",
-     "06_sharding", "mgpukit/strategies/sharding/"),
+    ("DeepSpeed", "Microsoft's training engine: ZeRO stages 1-3, ZeRO-Offload, its own launcher",
+     "the kit never runs DeepSpeed: its ideas are `zero1`/`zero2`/`zero3` written by hand and PyTorch's "
+     "`fsdp2` (with CPU offload)", "06_sharding", "mgpukit/strategies/sharding/"),
     ("NCCL vs gloo", "GPU collectives (NVLink/IB) vs CPU/TCP collectives", "same code: NCCL on GPUs, gloo on CPU workers",
      "02_communication", "mgpukit/runtime/launcher.py"),
-    ("GPipe / PipeDream", "micro-batched pipeline / 1F1B schedule", "`pp-gpipe`, `pp-1f1b`, interleaved, zero-bubble",
-     "04_pipeline_parallel", "mgpukit/strategies/pipeline/"),
+    ("GPipe / PipeDream", "GPipe: micro-batches, flush every step; PipeDream: 1F1B, asynchronous, with weight "
+     "stashing (several weight versions in flight, no flush)", "`pp-gpipe`; `pp-1f1b` is PipeDream-Flush "
+     "(synchronous 1F1B, one weight version); interleaved, zero-bubble", "04_pipeline_parallel",
+     "mgpukit/strategies/pipeline/"),
     ("TF MirroredStrategy", "synchronous data parallelism in TensorFlow", "DDP", "01_data_parallel",
      "mgpukit/strategies/data_parallel/ddp.py"),
-    ("TF TPUStrategy", "SPMD over a TPU mesh", "DeviceMesh + DTensor (tp-native, fsdp2)", "05_tensor_parallel",
-     "mgpukit/strategies/tensor_parallel/native.py"),
+    ("TF TPUStrategy", "synchronous data parallelism over TPU cores (all-reduce of gradients)", "DDP",
+     "01_data_parallel", "mgpukit/strategies/data_parallel/ddp.py"),
     ("Kubernetes / Slurm", "schedule and launch the workers of a job on many nodes", "the exported script under "
      "`torchrun --nnodes` or `accelerate launch --num_machines`, one per node from a Slurm batch script; "
      "the mesh knows the nodes", "02_communication", "scripts/slurm/train.sbatch"),

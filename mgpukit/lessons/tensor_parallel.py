@@ -139,15 +139,37 @@ LINKS = {"NVLink (h100-nvlink)": ("h100-nvlink", None), "PCIe (h100-pcie)": ("h1
          "InfiniBand across nodes (h100-ib, 1 GPU/node)": ("h100-ib", 1)}
 
 
-def predicted_step(model: str, tp: int, link: str, *, global_batch: int = 8, sp: bool = False) -> dict:
-    """The analytic step time (`costmodel.step_time`) of `tp` ranks over `link` (a LINKS key)."""
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel import Layout, get_shape, load_profile, step_time
+def link_profile(link: str):
+    """The hardware profile behind a LINKS key (h100-ib with one GPU per node: every tp group
+    crosses the network)."""
+    from mgpukit.costmodel import load_profile
 
     name, per_node = LINKS[link]
     hw = load_profile(name)
     if per_node:
-        hw = dataclasses.replace(hw, gpus_per_node=per_node)
+        hw = dataclasses.replace(hw, gpus_per_node=per_node, name=f"{name}, {per_node} GPU/node")
+    return hw
+
+
+def tp_link(link: str):
+    """The link a tp group of 2+ ranks runs on under `link` (`costmodel.comm.link_for_ranks`)."""
+    from mgpukit.costmodel.comm import link_for_ranks
+
+    return link_for_ranks((0, 1), link_profile(link))
+
+
+def link_table() -> list[dict]:
+    """Per LINKS key: the alpha (latency per message) and beta (bytes/s) a tp group gets, as the
+    profiles in `data/hardware/` give them — the numbers the figures below are made of."""
+    return [{"link": k, "alpha_s": tp_link(k).alpha, "beta": tp_link(k).beta} for k in LINKS]
+
+
+def predicted_step(model: str, tp: int, link: str, *, global_batch: int = 8, sp: bool = False) -> dict:
+    """The analytic step time (`costmodel.step_time`) of `tp` ranks over `link` (a LINKS key)."""
+    from mgpukit.config import RunConfig
+    from mgpukit.costmodel import Layout, get_shape, step_time
+
+    hw = link_profile(link)
     try:
         shape = ModelShape.from_gpt_config(RunConfig(model=model).model_config())
     except ValueError:
@@ -155,67 +177,170 @@ def predicted_step(model: str, tp: int, link: str, *, global_batch: int = 8, sp:
     return step_time(shape, Layout(tp=tp, sp=sp, micro_batch=global_batch, dtype="fp32"), hw)
 
 
-def emulated_steps(tps=(2, 4), profiles=("h100-nvlink", "h100-pcie"), steps: int = 2) -> list[dict]:
-    """`tp` on gpt-tiny under the virtual clock of each profile, for each tp degree."""
-    from mgpukit.experiment import run
+def emulated_run(tp: int, link: str, *, steps: int = 2, kernels_only: bool = True, model: str = "gpt-tiny") -> dict:
+    """One emulated run of `tp` (or `single` at tp = 1) on `model` under the virtual clock of
+    `link`'s profile. ``kernels_only`` (default) drops the host's kernel launches from the clock
+    (`HardwareProfile.kernels_only`): the cost model counts kernels and messages, not launches,
+    and gpt-tiny on a GPU is launch-bound (notebook 00), which would hide the link altogether."""
+    import warnings
 
-    return [run("tp", workers=t, mode="emulated", profile=p, steps=steps, parity=False)
-            for p in profiles for t in tps]
+    from mgpukit.experiment import run
+    from mgpukit.runtime.launcher import OversubscribedWarning
+
+    hw = link_profile(link)
+    hw = hw.kernels_only() if kernels_only else hw
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OversubscribedWarning)
+        rec = run("tp" if tp > 1 else "single", workers=tp, mode="emulated", profile=hw, steps=steps,
+                  parity=False, model=model)
+    rec["link"] = link
+    rec["kernels_only"] = kernels_only
+    return rec
+
+
+def steady_step(record: dict) -> float:
+    """A record's step time without its first (warm-up) step, median."""
+    import statistics
+
+    return statistics.median(record["step_time_s"][1:] or record["step_time_s"])
+
+
+def emulated_steps(tps=(2, 4), links=("NVLink (h100-nvlink)", "PCIe (h100-pcie)"), steps: int = 2,
+                   kernels_only: bool = True) -> list[dict]:
+    """`tp` on gpt-tiny under the virtual clock of each link, for each tp degree (`emulated_run`)."""
+    return [emulated_run(t, link, steps=steps, kernels_only=kernels_only) for link in links for t in tps]
 
 
 def plot_tp_scaling(model: str = "gpt-tiny", tps=(1, 2, 4), emulated: list[dict] = ()) -> go.Figure:
-    """Step time vs tp degree: the cost model per link (lines), emulated runs (markers)."""
-    import statistics
-
+    """Step time vs tp degree: the cost model per link (lines), emulated runs (markers, one
+    symbol per link, so markers that coincide still show)."""
     fig = go.Figure()
+    symbols = ("diamond", "square", "circle")
     for i, link in enumerate(LINKS):
         fig.add_trace(go.Scatter(x=list(tps), y=[predicted_step(model, t, link)["total_s"] * 1e6 for t in tps],
-                                 mode="lines", name=f"{link}, {PREDICTED}", line=dict(color=series_color(i))))
-    for i, prof in enumerate(("h100-nvlink", "h100-pcie")):
-        recs = [r for r in emulated if r["profile"] == prof]
+                                 mode="lines", name=f"{link.split(' (')[0]}, {PREDICTED}",
+                                 line=dict(color=series_color(i))))
+        recs = [r for r in emulated if r.get("link") == link]
         if recs:
+            clock = "kernels only" if recs[0].get("kernels_only") else "with host launches"
             fig.add_trace(go.Scatter(
-                x=[r["layout"]["tp"] for r in recs], y=[statistics.median(r["step_time_s"][1:] or r["step_time_s"]) * 1e6
-                                                        for r in recs],
-                mode="markers", marker=dict(size=11, symbol="diamond", color=series_color(i)),
-                name=f"{prof}, emulated (virtual clock)"))
+                x=[r["layout"]["tp"] for r in recs], y=[steady_step(r) * 1e6 for r in recs],
+                mode="markers", marker=dict(size=12 - 2 * i, symbol=symbols[i % 3], color=series_color(i),
+                                            line=dict(width=1, color="black")),
+                name=f"{link.split(' (')[0]}, emulated ({clock})"))
     fig.update_layout(xaxis=dict(title="tp degree", type="log", tickvals=list(tps)),
                       yaxis=dict(title="step time (µs)", type="log"))
-    return finish(fig, title=f"{model}: step time vs tensor-parallel degree", legend="below")
+    return finish(fig, title=f"{model}: step time vs tensor-parallel degree",
+                  subtitle="lines: cost model (kernels and messages); markers: the virtual clock on the same "
+                           "profile", legend="below")
+
+
+def measured_pairs(*, pairs: int = 2, steps: int = 4, tp: int = 2) -> list[dict]:
+    """`single` on 1 CPU worker and `tp` on `tp` workers, one thread each, measured, interleaved
+    `pairs` times: each run's median step after warm-up and its spread (min-max), and each
+    pair's ratio. On a shared machine the pairs disagree; that disagreement is the honest error
+    bar. (One thread per worker: a lone worker given both cores spin-waits in OpenMP whenever
+    another process holds one, and its steps swell many-fold — FACTS.md.)"""
+    import warnings
+
+    from mgpukit.experiment import run
+    from mgpukit.runtime.launcher import OversubscribedWarning
+
+    out = []
+    for _ in range(pairs):
+        row = {}
+        for name, workers in (("single", 1), ("tp", tp)):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", OversubscribedWarning)
+                rec = run(name, workers=workers, steps=steps, mode="cpu", parity=False, threads_per_worker=1)
+            st = rec["step_time_s"][1:] or rec["step_time_s"]
+            row[name] = {"median_s": steady_step(rec), "min_s": min(st), "max_s": max(st)}
+        row["ratio"] = row["tp"]["median_s"] / row["single"]["median_s"]
+        out.append(row)
+    return out
 
 
 def tp_explorer(model: str = "1.3b"):
-    """Widget: a model, a tp degree, a link — the predicted step split into compute and tp
-    communication (the cost model), redrawn at once."""
+    """Widget: a model, a tp degree — the predicted step split into compute and tensor-parallel
+    communication over each link (the cost model), redrawn at once."""
     import ipywidgets as w
-    from IPython.display import clear_output, display
+    from IPython.display import display
 
     from mgpukit.costmodel import list_shapes
+    from mgpukit.widgets.output import errors_shown_in, show
 
     models = w.Dropdown(options=list_shapes(), value=model, description="model")
     degree = w.SelectionSlider(options=[1, 2, 4, 8, 16, 32], value=8, description="tp")
     out = w.Output()
 
     def draw(_=None):
-        names = list(LINKS)
-        rows = [predicted_step(models.value, degree.value, link) for link in names]
-        fig = go.Figure()
-        for key, label, color in (("compute_s", "compute", "#4C78A8"), ("comm_tp_s", "tp communication", "#E45756")):
-            fig.add_trace(go.Bar(y=[n.split(" (")[0] for n in names], x=[r[key] * 1e3 for r in rows],
-                                 name=label, orientation="h", marker_color=color))
-        fig.update_layout(barmode="stack", height=300, title=f"{models.value}, tp={degree.value}: one step, "
-                          f"{PREDICTED}", xaxis_title="ms", legend=dict(orientation="h", y=-0.35),
-                          margin=dict(l=10, b=100))
-        with out:
-            clear_output(wait=True)
+        with errors_shown_in(out):
+            names = list(LINKS)
+            rows = [predicted_step(models.value, degree.value, link) for link in names]
+            fig = go.Figure()
+            for key, label, color in (("compute_s", "compute", "#4C78A8"), ("comm_tp_s", "tp communication",
+                                                                            "#E45756")):
+                fig.add_trace(go.Bar(y=[n.split(" (")[0] for n in names], x=[r[key] * 1e3 for r in rows],
+                                     name=label, orientation="h", marker_color=color))
+            fig.update_layout(barmode="stack", xaxis_title="ms")
+            finish(fig, title=f"{models.value}, tp={degree.value}: one step", subtitle=PREDICTED, legend="below")
             share = ", ".join(f"{n.split(' (')[0]} {r['comm_tp_s'] / r['total_s']:.0%}" for n, r in zip(names, rows))
-            print(f"share of the step spent in tp communication: {share}")
-            fig.show()
+            show(out, f"share of the step spent in tp communication ({PREDICTED}): {share}", fig)
 
     for c in (models, degree):
         c.observe(draw, names="value")
-    display(w.VBox([w.HBox([models, degree]), out]))
     draw()
+    box = w.VBox([w.HBox([models, degree]), out])
+    display(box)
+    return box
+
+
+def tp_run_lab(initial: dict | None = None):
+    """Widget: pick a tp degree and a link, press Run — gpt-tiny runs `tp` for real under that
+    link's virtual clock (emulated, 2 steps; `emulated_run`), and its step and timeline show
+    beside the cost model's prediction. `initial`: a record from `emulated_run` to show first."""
+    import ipywidgets as w
+    from IPython.display import display
+
+    from mgpukit.plots import plot_timeline
+    from mgpukit.widgets.output import errors_shown_in, show
+
+    degree = w.Dropdown(options=[1, 2, 4], value=2, description="tp")
+    link = w.Dropdown(options=list(LINKS), value=list(LINKS)[0], description="link",
+                      layout=w.Layout(width="420px"), style={"description_width": "initial"})
+    launches = w.Checkbox(value=False, description="charge host launches (as a GPU runs it)", indent=False)
+    button = w.Button(description="Run it (emulated)", icon="play", button_style="primary",
+                      layout=w.Layout(width="auto"))
+    out = w.Output()
+
+    def result(rec):
+        t, name = rec["layout"]["tp"], rec["link"]
+        emu, pred = steady_step(rec), predicted_step("gpt-tiny", t, name)["total_s"]
+        clock = "kernels only" if rec["kernels_only"] else "with host launches"
+        show(out, f"gpt-tiny, tp={t}, {name}: step emulated ({clock}) {emu * 1e6:,.1f} µs · "
+                  f"{PREDICTED} {pred * 1e6:,.1f} µs (kernels and messages; ratio {pred / emu:.2f})",
+             plot_timeline(rec, step=1))
+
+    def changed(*_):
+        show(out, f"press Run: tp={degree.value} over {link.value}, "
+                  f"{'with host launches' if launches.value else 'kernels only'} — about 5 s of this machine")
+
+    def run_it(*_):
+        show(out, f"launching {degree.value} emulated worker(s)…")
+        with errors_shown_in(out):
+            result(emulated_run(degree.value, link.value, kernels_only=not launches.value))
+
+    for c in (degree, link, launches):
+        c.observe(changed, names="value")
+    button.on_click(run_it)
+    if initial is not None:
+        degree.value, link.value, launches.value = initial["layout"]["tp"], initial["link"], not initial["kernels_only"]
+        result(initial)
+    else:
+        changed()
+    box = w.VBox([w.HBox([degree, link]), w.HBox([launches, button]), out])
+    display(box)
+    return box
 
 
 # --------------------------------------------------------------------------------- exercises

@@ -37,6 +37,8 @@ TRAINER_KNOBS = (
     Knob("checkpoint_dir", str, None, "folder for torch.distributed.checkpoint saves (training/checkpoint.py)"),
     Knob("checkpoint_every", int, 0, "save every k steps (0: only after the last step)", minimum=0),
     Knob("resume", bool, False, "start from the latest checkpoint in checkpoint_dir"),
+    Knob("loss_scale_init", float, 2.0 ** 16, "fp16: the loss scaler's starting scale S (policies/precision.py)",
+         minimum=1),
 )
 
 

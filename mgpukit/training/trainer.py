@@ -134,7 +134,8 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
             rec.extra.update(parts.engine.finish(cfg.steps))
         rec.extra.update(parts.extra)
         if parts.scaler is not None:
-            rec.extra["loss_scale"] = {"final": parts.scaler.scale, "skipped_steps": parts.scaler.skipped}
+            rec.extra["loss_scale"] = {"final": parts.scaler.scale, "skipped_steps": parts.scaler.skipped,
+                                       "history": parts.scaler.history}
     return None if shape else gather_weights(rec, ctx, parts)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from mgpukit.costmodel.memory import CATEGORIES
+from mgpukit.plots.layout import finish
 from mgpukit.plots.style import PREDICTED, series_color
 
 
@@ -24,17 +25,19 @@ def plot_memory_breakdown(rows: list[dict], *, title: str = "") -> go.Figure:
         fig.add_trace(go.Bar(x=names, y=[r[cat] / 1e9 for r in ok], name=cat, marker_color=series_color(i)))
     if ok:
         fig.add_hline(y=ok[0]["usable"] / 1e9, line_dash="dash",
-                      annotation_text=f"usable: {ok[0]['usable'] / 1e9:.0f} GB")
+                      annotation_text=f"usable: {ok[0]['usable'] / 1e9:.1f} GB")
     fig.update_layout(barmode="stack", title=f"{title} — {PREDICTED}", yaxis_title="GB per GPU",
                       legend_title="category")
     return fig
 
 
-def memory_explorer(*, model: str = "7b", gpus: int = 8, capacity_gb: float = 80.0):
-    """Controls -> the predicted breakdown of each candidate layout and which fit in `capacity_gb`."""
+def memory_explorer(*, model: str = "7b", gpus: int = 8, profile: str = "h100-nvlink"):
+    """Controls -> the predicted breakdown of each candidate layout and which fit in the
+    profile's usable memory."""
     import ipywidgets as widgets
     from IPython.display import display
 
+    from mgpukit.costmodel.hardware import load_profile
     from mgpukit.costmodel.shapes import list_shapes
     from mgpukit.lessons.memory import memory_table
     from mgpukit.widgets.output import errors_shown_in, show
@@ -49,11 +52,13 @@ def memory_explorer(*, model: str = "7b", gpus: int = 8, capacity_gb: float = 80
 
     def draw(*_):
         with errors_shown_in(out):
-            rows = memory_table(model_w.value, gpus_w.value, capacity_gb=capacity_gb, seq_len=seq_w.value,
+            rows = memory_table(model_w.value, gpus_w.value, profile=profile, seq_len=seq_w.value,
                                 checkpointing=ckpt_w.value, dtype=dtype_w.value)
             fits = [r["layout"] for r in rows if r["fits"]]
             refused = [f"{r['layout']}: {r['error']}" for r in rows if "error" in r]
-            text = (f"{model_w.value} on {gpus_w.value} × {capacity_gb:.0f} GB ({PREDICTED}): "
+            usable = load_profile(profile).usable_memory_bytes
+            text = (f"{model_w.value} on {gpus_w.value} GPUs, {usable / 1e9:.1f} GB usable each ({profile}; "
+                    f"{PREDICTED}): "
                     + (f"fits with {', '.join(fits)}" if fits else "no candidate layout fits")
                     + "".join(f"\n  cannot run {x}" for x in refused))
             show(out, text, plot_memory_breakdown(rows, title=f"{model_w.value}, {gpus_w.value} GPUs"))
@@ -100,9 +105,14 @@ def plot_checkpointing_trade(rows: list[dict]) -> go.Figure:
     fig = go.Figure()
     for i, r in enumerate(rows):
         fig.add_trace(go.Scatter(x=[r["time_vs_none"]], y=[r["activations_vs_none"]], mode="markers+text",
-                                 text=[r["checkpointing"]], textposition="top center",
-                                 marker=dict(size=14, color=series_color(i)), name=r["checkpointing"]))
-    fig.update_layout(title="checkpointing's trade — measured (1 CPU worker, wall clock)",
-                      xaxis_title="step time / step time without checkpointing",
-                      yaxis_title="activation peak / without checkpointing", showlegend=False)
-    return fig
+                                 text=[r["checkpointing"]], textposition="middle right", cliponaxis=False,
+                                 textfont=dict(size=13), marker=dict(size=14, color=series_color(i)),
+                                 name=r["checkpointing"]))
+    xs = [r["time_vs_none"] for r in rows]
+    ys = [r["activations_vs_none"] for r in rows]
+    pad_x = 0.15 * max(max(xs) - min(xs), 0.5)
+    fig.update_layout(xaxis=dict(title="step time / step time without checkpointing",
+                                 range=[min(xs) - pad_x, max(xs) + 2 * pad_x]),
+                      yaxis=dict(title="activation peak / without checkpointing",
+                                 range=[0, max(1.0, max(ys)) * 1.15]))
+    return finish(fig, title="checkpointing's trade — measured (1 CPU worker, wall clock)", legend="none")

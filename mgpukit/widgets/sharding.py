@@ -63,13 +63,15 @@ def plot_zero_stages(psi: float, *, dp: int = 8, dtype: str = "bf16", optimizer:
     """Predicted model-state bytes per GPU for ZeRO stages 0-3, with the GPU's usable memory."""
     hw = load_profile(profile)
     table = model_state_table(psi, dp=dp, dtype=dtype, optimizer=optimizer)
-    usable = hw.memory_bytes * hw.usable_memory
-    scale, unit = byte_unit(max(max(r["total"] for r in table), usable))
+    usable = hw.usable_memory_bytes
+    scale, unit = 1e9, "GB"  # decimal, as the text and the planner print them
     x = [f"ZeRO-{r['zero']}" if r["zero"] else "DDP" for r in table]
     fig = go.Figure([go.Bar(x=x, y=[r[c] / scale for r in table], name=c,
                             marker=dict(color=MEMORY_COLORS[c], pattern=dict(shape="/")))
                      for c in CATEGORIES])
-    fig.add_trace(go.Scatter(x=x, y=[usable / scale] * len(x), mode="lines", name=f"{profile} usable memory",
+    fig.add_trace(go.Scatter(x=x, y=[usable / scale] * len(x), mode="lines",
+                             name=f"{profile}: {usable / 1e9:.1f} GB usable ({hw.usable_memory:.0%} of "
+                                  f"{hw.memory_bytes / 1e9:.1f} GB)",
                              line=dict(color="black", dash="dash")))
     fig.update_layout(barmode="stack", yaxis_title=f"bytes per GPU ({unit})",
                       title=dict(text=f"{label or f'{psi / 1e9:.3g}B parameters'} on dp={dp}, {dtype}, "
@@ -83,7 +85,7 @@ def fits(psi: float, *, dp: int, dtype: str, optimizer: str, profile: str = "h10
     hw = load_profile(profile)
     table = model_state_table(psi, dp=dp, dtype=dtype, optimizer=optimizer)
     return [f"ZeRO-{r['zero']}" if r["zero"] else "DDP" for r in table
-            if r["total"] <= hw.memory_bytes * hw.usable_memory]
+            if r["total"] <= hw.usable_memory_bytes]
 
 
 def zero_explorer(*, model: str = "7b", dp: int = 8, dtype: str = "bf16", optimizer: str = "adamw"):
@@ -100,7 +102,9 @@ def zero_explorer(*, model: str = "7b", dp: int = 8, dtype: str = "bf16", optimi
     def draw(_=None):
         psi = param_count(get_shape(size.value))
         ok = fits(psi, dp=ranks.value, dtype=prec.value, optimizer=opt.value)
-        line = (f"{size.value}: Ψ = {psi / 1e9:.2f} B parameters; model states fit an 80 GB H100 with: "
+        usable = load_profile("h100-nvlink").usable_memory_bytes
+        line = (f"{size.value}: Ψ = {psi / 1e9:.2f} B parameters; model states fit an H100's {usable / 1e9:.1f} GB "
+                f"usable with: "
                 f"{', '.join(ok) if ok else 'none of them — add dp ranks, or tp / pp'} (predicted)")
         show(out, line, plot_zero_stages(psi, dp=ranks.value, dtype=prec.value, optimizer=opt.value,
                                          label=size.value))

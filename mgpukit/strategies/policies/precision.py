@@ -49,6 +49,7 @@ class LossScaler:
         self.rec, self.group = rec, group
         self.scale, self.growth_interval, self.growth, self.backoff = init_scale, growth_interval, growth, backoff
         self.clean_steps, self.skipped = 0, 0
+        self.history: list[dict] = []  # per step: the scale it ran with and whether it was applied
 
     def scaled(self, loss_fn):
         def loss(output, target):
@@ -70,6 +71,7 @@ class LossScaler:
         return inf == 0.0
 
     def update(self, finite: bool) -> None:
+        self.history.append({"scale": self.scale, "applied": finite})
         if not finite:
             self.scale *= self.backoff
             self.clean_steps = 0
