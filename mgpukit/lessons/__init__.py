@@ -43,7 +43,9 @@ from mgpukit.costmodel.schedules import build_schedule, describe  # 04
 from mgpukit.costmodel.shapes import get_shape, param_count  # 01, 02, 06, 07, 09
 from mgpukit.costmodel.simulate import bubble_formula  # 04
 from mgpukit.costmodel.training_cost import format_duration, format_money, six_nd, time_to_train  # 09
+from mgpukit.measure.bounds import check_larger_job, show_flags  # measured figures vs physical bounds
 from mgpukit.measure.idle import predicted_from_costs  # 04
+from mgpukit.measure.spread import format_spread, median_step  # a measured step: median with its spread
 from mgpukit.measure.recorder import Recorder  # 02
 from mgpukit.models import gpt_tiny  # 08
 from mgpukit.runtime.hardware import default_mode, default_workers, env_info  # 00
@@ -64,4 +66,5 @@ __all__ = ["launch_bound_study", "run_compressed", "fp32_reference", "compare_st
            "format_money", "six_nd", "time_to_train", "predicted_from_costs", "Recorder", "gpt_tiny",
            "default_mode", "default_workers", "env_info", "collectives", "bandwidth_table",
            "compare_bandwidth", "predicted_busbw", "compression_theory", "steady_bytes_per_step",
-           "dp_theory", "predicted_speedup", "predicted_model_states"]
+           "dp_theory", "predicted_speedup", "predicted_model_states", "check_larger_job", "show_flags",
+           "format_spread", "median_step"]
