@@ -41,8 +41,9 @@ def files(tmp_path):
         """The table [name] replaced by `name = value` at the top level (a wrong type)."""
         lines, out, skipping = text.splitlines(), [], False
         for line in lines:
-            if line.startswith("["):
-                skipping = line.split("]")[0].strip("[") == name
+            if line.startswith("["):  # the table and its sub-tables ([gemm.fp32])
+                table = line.split("]")[0].strip("[")
+                skipping = table == name or table.startswith(name + ".")
             if not skipping:
                 out.append(line)
         first = next(i for i, line in enumerate(out) if line.startswith("name ="))
