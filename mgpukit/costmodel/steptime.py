@@ -290,7 +290,8 @@ def step_time(
     # the host (one convention with the emulator and `gpt_step`): each stage's host issues its
     # micro-batches' ops back to back and does not wait for its neighbours (a recv is a stream
     # wait), so it bounds the pipeline on its own; a step of small kernels is launch-bound
-    host = [layout.num_micro_batches * host_seconds_per_micro_batch(shape, layout, profile, s) for s in range(p)]
+    host = [layout.num_micro_batches * host_seconds_per_micro_batch(shape, layout, profile, s)
+            for s in layout.distinct_stages(shape.n_layer)] if profile.async_launch else [0.0]
     pipeline = max(pipeline, max(host))
     total = pipeline + dp_end + optimizer_s
     flops = flops_per_step(shape, layout.global_batch, checkpointing=layout.checkpointing)
