@@ -43,11 +43,15 @@ _FREE = Link(alpha=0.0, beta=1e30)
 
 
 def free_p2p_profile(name: str = "h100-nvlink"):
-    """Profile ``name`` with free links (no latency, unlimited bandwidth) and kernels only
-    (no host dispatch or launches): compute only."""
+    """Profile ``name`` with free links (no latency, unlimited bandwidth), kernels only (no
+    host dispatch or launches) and every matmul at one flat rate (no GEMM-by-shape table): compute
+    only, so a stage's forward, input-gradient and weight-gradient passes cost what their FLOPs
+    say — the equal F = B = W the schedules' bubble formulas assume. (By shape, the weight
+    gradient's short reduction over a micro-batch's few rows runs slower, which is physics but
+    not this lab's lesson.)"""
     base = load_profile(name).kernels_only()
     return dataclasses.replace(base, name=f"{name} (kernels only, p2p free)", intra_node=_FREE,
-                               inter_node=_FREE)
+                               inter_node=_FREE, gemm=None, attention=None)
 
 
 def lab_layers(p: int, vs) -> int:
