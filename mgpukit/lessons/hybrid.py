@@ -344,7 +344,9 @@ def placement_lab(dims=(2, 2, 2), *, initial: dict | None = None, base: str = "h
         emu, pred = row["emulated_s"], row["predicted_s"]
         text = (f"{row['gpus_per_node']} GPU/node, {row['nodes']} node(s); axes crossing nodes: "
                 f"{', '.join(row['across_nodes']) or 'none'} · step emulated (kernels only) {emu * 1e6:,.1f} µs · "
-                f"{PREDICTED} {pred * 1e6:,.1f} µs")
+                f"{PREDICTED} {pred * 1e6:,.1f} µs (×{pred / emu:.2f}"
+                + ("; the cost model adds the pipeline's messages and the bubble end to end, the clock overlaps them)"
+                   if pred / emu > 1.05 else ")"))
         if row.get("warning"):
             text += f"\nthe kit warns: {row['warning']}"
         show(out, text, plot_timeline(row["record"], step=1))

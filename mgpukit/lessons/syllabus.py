@@ -111,7 +111,8 @@ def local_sgd_lab(*, initial: list[dict] | None = None):
         who = f"rank 1 ×{factor:g}" if factor > 1 else "no straggler"
         show(out, f"{who}: H=1 {one['emulated_s'] * 1e6:,.1f} µs per step, H={many['H']} "
                   f"{many['emulated_s'] * 1e6:,.1f} µs (emulated, kernels only) — ×{one['emulated_s'] / many['emulated_s']:.2f}; "
-                  f"the timeline of the H={many['H']} run: the fast rank waits only at the average",
+                  f"below, the H={many['H']} run's averaging step"
+                  + (": the fast rank waits for the slow one only there, once every H steps" if factor > 1 else ""),
              plot_timeline(many["record"], step=len(many["record"]["step_time_s"]) - 1))
 
     def changed(*_):
