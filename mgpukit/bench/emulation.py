@@ -1,5 +1,5 @@
 """`mgpukit bench emulation`: can emulated timings be trusted? The validation chain of
-DESIGN.md §2, both links, measured in one run:
+docs/ARCHITECTURE.md ("Four clocks"), both links, measured in one run:
 
 1. **analytic ≈ emulated**, same profile (h100-nvlink). The analytic side is the closed form of
    `mgpukit.costmodel.gpt_step` (matmul FLOPs, memory traffic of every elementwise op, DDP's

@@ -1,6 +1,6 @@
 """Exercises in notebooks: the reader writes an answer, the library checks it.
 
-The expected values live here (`answers.py`), not in the notebook, so an exercise cell holds
+The expected values live here (`registry.py`), not in the notebook, so an exercise cell holds
 only the reader's answer and a call — nothing to read off:
 
     answer = None

@@ -54,10 +54,10 @@ def _pipeline_worker(scale_losses: bool):
         from mgpukit.training.building import build_model, build_optimizer, loss_fn
         from mgpukit.training.trainer import train
 
-        m = cfg.layout.num_micro_batches
+        m = ctx.layout.num_micro_batches
         base = loss_fn(cfg)
         fn = base if scale_losses else (lambda out, y: m * base(out, y))  # the bug: 1/m undone
-        parts = apply_pipeline(ctx, rec, build_model(cfg), cfg.layout, fn)
+        parts = apply_pipeline(ctx, rec, build_model(cfg), ctx.layout, fn)
         return {"weights": train(ctx, rec, cfg, parts, build_optimizer(cfg, parts.params))}
     return worker
 

@@ -66,7 +66,7 @@ def axis_collectives(theory: dict) -> dict[str, str]:
 def theory_of(dims=(2, 2, 2), **overrides) -> dict:
     """The cost model's figures for a hybrid run at `(dp, tp, pp)` — what its record's
     ``theory`` will say — without running it (`mgpukit.experiment.prepare` checks the layout)."""
-    from mgpukit.experiment import prepare
+    from mgpukit.prepare import prepare
 
     d = dims_of(dims)
     p = prepare("hybrid", workers=d.world_size, layout=d.as_dict(), **overrides)
@@ -208,7 +208,7 @@ def placements(dims=(2, 2, 2), *, gpus_per_node=(8, 4, 2, 1), emulate=(4, 2, 1),
 
 
 def _layout_for(d: ParallelDims, model: str, shape: bool = False, profile: str = "h100-ib") -> Layout:
-    from mgpukit.experiment import prepare
+    from mgpukit.prepare import prepare
 
     where = dict(mode="emulated", profile=profile, shape=True) if shape else {}
     return prepare("hybrid", workers=d.world_size, layout=d.as_dict(), model=model, **where).cfg.layout

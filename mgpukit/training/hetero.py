@@ -70,9 +70,10 @@ def check(cfg, dims, mode: str) -> None:
         if sum(split) != cfg.global_batch:
             raise ValueError(f"batch_split={cfg.options['batch_split']!r} adds up to {sum(split)} rows; "
                              f"global_batch is {cfg.global_batch}.")
-        if any(r % cfg.micro_batches for r in split):
+        m = cfg.layout.num_micro_batches
+        if any(r % m for r in split):
             raise ValueError(f"batch_split={cfg.options['batch_split']!r}: each rank's rows must split "
-                             f"into micro_batches={cfg.micro_batches}.")
+                             f"into micro_batches={m}.")
     profiles = parse_profiles(cfg.options.get("rank_profiles"))
     if profiles is not None:
         if mode != "emulated":

@@ -41,7 +41,7 @@ def zero_theory(stage: int):
         from mgpukit.training.building import count_params
 
         n_params = count_params(cfg)  # on the meta device: no weights allocated
-        m = cfg.micro_batches if dims.pp == 1 else 1
+        m = cfg.layout.num_micro_batches if dims.pp == 1 else 1
         out = predicted_model_states(n_params // dims.pp, dp=dims.dp, zero=stage,
                                      optimizer=cfg.optimizer, micro_batches=m)
         return {"params": n_params, **out}

@@ -22,8 +22,8 @@ import contextlib
 import torch
 import torch.nn as nn
 
+from mgpukit.models.weights import to_device
 from mgpukit.strategies.tensor_parallel.apply import TensorParallel, check_divides
-from mgpukit.training.building import to_device
 
 
 def apply_tp_native(model: nn.Module, ctx, rec, *, sp: bool = False, count_comm: bool = True) -> TensorParallel:
