@@ -13,10 +13,18 @@ import sys
 import warnings
 
 from mgpukit.argtypes import key_value, nonnegative_int, positive_float, positive_int
+from mgpukit.costmodel import plan_cli
+from mgpukit.files import check_output
+
+# Every other mgpukit import in this file is made inside the function that needs it, on
+# purpose: `mgpukit plan` builds only its own subcommand and must never import torch
+# (tests/test_training_cost.py), and `mgpukit info` / `--help` should not pay for importing
+# every strategy. Each such import is marked "# lazy: start-up".
 
 
 def _info(args):
-    from mgpukit.runtime.hardware import cuda_device_count, default_mode, default_workers, env_info
+    from mgpukit.runtime.hardware import (cuda_device_count, default_mode,  # lazy: start-up
+                                          default_workers, env_info)
 
     env = env_info()
     print(f"mgpukit — torch {env['torch']}, accelerate {env['accelerate']}, python {env['python']}")
@@ -35,7 +43,7 @@ def _info(args):
 
 
 def _list(args):
-    from mgpukit.strategies import available
+    from mgpukit.strategies import available  # lazy: start-up
 
     rows = sorted(available(), key=lambda s: (s.family, s.name))
     width = max(len(s.name) for s in rows)
@@ -106,7 +114,7 @@ def layout_from_args(args) -> dict:
 
 
 def config_from_args(args):
-    from mgpukit.config import RunConfig
+    from mgpukit.config import RunConfig  # lazy: start-up
 
     fields = {k: v for k, v in {"steps": args.steps, "model": args.model,
                                 "global_batch": args.global_batch, "lr": args.lr,
@@ -134,7 +142,7 @@ def checkpoint_options(args, options: dict) -> dict:
 
 
 def _run(args):
-    from mgpukit.experiment import run
+    from mgpukit.experiment import run  # lazy: start-up
 
     mode = "emulated" if args.emulate else args.mode
     if getattr(args, "shape", False) and mode != "emulated":
@@ -165,8 +173,8 @@ def _run(args):
 
 def print_breakdown(record):
     """Emulated runs: where the step went; pipelines: why they idle."""
-    from mgpukit.measure.breakdown import describe_time_split, time_split
-    from mgpukit.measure.idle import describe_idle_split
+    from mgpukit.measure.breakdown import describe_time_split, time_split  # lazy: start-up
+    from mgpukit.measure.idle import describe_idle_split  # lazy: start-up
 
     split = time_split(record)
     if split is not None:
@@ -177,13 +185,13 @@ def print_breakdown(record):
 
 
 def print_summary(records):
-    from mgpukit.plots.summary import format_summary
+    from mgpukit.plots.summary import format_summary  # lazy: start-up
 
     print(format_summary(records))
 
 
 def _bench(args):
-    from mgpukit.bench import BENCHES, load_all
+    from mgpukit.bench import BENCHES, load_all  # lazy: start-up
 
     load_all()
     names = sorted(BENCHES) if args.name == "all" else [args.name]
@@ -195,7 +203,7 @@ def _bench(args):
         print(f"== bench {name} ==")
         results[name] = BENCHES[name][0](args)
     if args.json:
-        from mgpukit.measure.record import save_record
+        from mgpukit.measure.record import save_record  # lazy: start-up
 
         save_record(results, args.json)
     return 0
@@ -204,8 +212,6 @@ def _bench(args):
 def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
     """The whole CLI; ``only="plan"`` builds just ``plan``, which is pure arithmetic: it then
     never imports torch (4 s of the 5 s `mgpukit plan --search` used to take)."""
-    from mgpukit.costmodel import plan_cli
-
     parser = _Parser(prog="mgpukit", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True)  # subcommands are _Parsers too
@@ -213,7 +219,7 @@ def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
         plan_cli.register(sub)
         sub.choices["plan"].add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
         return parser
-    from mgpukit import calibrate, export, tour
+    from mgpukit import calibrate, export, tour  # lazy: start-up
 
     p = sub.add_parser("info", help="devices, versions, default mode and worker count")
     p.add_argument("--json", action="store_true")
@@ -252,7 +258,7 @@ def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
 
 def _error_message(e: BaseException) -> tuple[int, str] | None:
     """(exit code, message) for an error the user can act on; None for a bug (traceback)."""
-    from mgpukit.runtime.launcher import LaunchError, LaunchTimeout, WorkerError
+    from mgpukit.runtime.launcher import LaunchError, LaunchTimeout, WorkerError  # lazy: start-up
 
     if isinstance(e, (WorkerError, LaunchTimeout)):  # the run failed: the rank's traceback is the news
         return 1, str(e)
@@ -270,8 +276,6 @@ def main(argv=None) -> int:
     args = build_parser(only="plan" if command == "plan" else None).parse_args(argv)
     try:
         if isinstance(getattr(args, "json", None), str):  # run, bench, plan: checked before the work
-            from mgpukit.files import check_output
-
             check_output(args.json, what="--json file")
         return int(args.func(args) or 0)
     except KeyboardInterrupt:  # Ctrl-C: the launch already ended its workers

@@ -73,7 +73,7 @@ class RunConfig:
         return not self.model.startswith("mlp")  # the GPTs, and the Llama-sized GPT
 
     def model_config(self):
-        from mgpukit import models as m
+        from mgpukit import models as m  # lazy: a RunConfig is made without importing torch (the CLI's)
 
         return {"gpt-tiny": m.gpt_tiny, "gpt-small": m.gpt_small,
                 "mlp-tiny": m.mlp_tiny, "mlp-wide": m.mlp_wide,

@@ -33,6 +33,7 @@ import torch
 from mgpukit import strategies
 from mgpukit.config import RunConfig
 from mgpukit.files import atomic_path, check_output
+from mgpukit.measure.device_guard import DeviceGuard
 from mgpukit.measure.record import build_record, save_chrome_trace, save_record
 from mgpukit.measure.recorder import Recorder
 from mgpukit.measure.shape import maybe as maybe_fake
@@ -145,7 +146,6 @@ def run_rank(name: str, cfg: RunConfig):
 
 def _train(strat: Strategy, ctx, rec, cfg) -> dict | None:
     if ctx.options.get("device_guard"):  # factory calls without device= become meta tensors
-        from mgpukit.measure.device_guard import DeviceGuard
 
         with DeviceGuard():
             return _train_unguarded(strat, ctx, rec, cfg)

@@ -25,6 +25,9 @@ import torch
 import torch.distributed as dist
 
 from mgpukit.config import RunConfig
+from mgpukit.experiment import finish, run_rank
+from mgpukit.export import exportable
+from mgpukit.prepare import check_outputs, prepare
 from mgpukit.runtime import context as _context
 from mgpukit.runtime.nodes import NodeLayout, node_rank_from_env
 from mgpukit.runtime.peers import PeerLostError, PeerWatch
@@ -36,10 +39,6 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
                       json_path: str | None = None, parity: bool = True) -> Iterator[tuple[str, dict | None]]:
     """Yield `(strategy, record)` per strategy run (`record` on rank 0, None elsewhere)."""
     from accelerate import PartialState
-
-    from mgpukit.experiment import finish, run_rank
-    from mgpukit.prepare import check_outputs, prepare
-    from mgpukit.export import exportable
 
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import contextlib
 
+from mgpukit.experiment import run
 from mgpukit.strategies import registry
+from mgpukit.strategies.pipeline.engine import apply_pipeline
+from mgpukit.strategies.pipeline.pipeline_parallel import PARITY_TOLERANCE, pipeline_layout
+from mgpukit.training.building import build_model, build_optimizer, loss_fn
+from mgpukit.training.trainer import train
 
 
 class _Sync:
@@ -50,10 +55,6 @@ def _sync_with(bug: str | None):
 
 def _pipeline_worker(scale_losses: bool):
     def worker(ctx, rec, cfg):
-        from mgpukit.strategies.pipeline.engine import apply_pipeline
-        from mgpukit.training.building import build_model, build_optimizer, loss_fn
-        from mgpukit.training.trainer import train
-
         m = ctx.layout.num_micro_batches
         base = loss_fn(cfg)
         fn = base if scale_losses else (lambda out, y: m * base(out, y))  # the bug: 1/m undone
@@ -68,8 +69,6 @@ def _dp(bug):
 
 
 def _pp(scale):
-    from mgpukit.strategies.pipeline.pipeline_parallel import PARITY_TOLERANCE, pipeline_layout
-
     return ({"layout": pipeline_layout("1f1b"), "schedule": "1f1b", "worker": _pipeline_worker(scale)},
             {"tolerance": PARITY_TOLERANCE})
 
@@ -105,8 +104,6 @@ def _registered(strategies: dict):
 def mystery_runs(name: str, *, workers: int = 2, steps: int = 3, **overrides) -> dict:
     """Records of exercise `name`'s variants, keyed and labelled "variant A" … (their strategy
     names say nothing about the bug)."""
-    from mgpukit.experiment import run
-
     if name not in MYSTERIES:
         raise KeyError(f"no debugging exercise {name!r}; known: {', '.join(MYSTERIES)}")
     out = {}

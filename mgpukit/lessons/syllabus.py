@@ -13,11 +13,15 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from mgpukit.config import RunConfig
 from mgpukit.costmodel import spot
 from mgpukit.costmodel.comm import allreduce_time, link_for_ranks
+from mgpukit.costmodel.gpt_step import ddp_step_time
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.experiment import run
+import mgpukit.experiment as ex
 from mgpukit.runtime.failures import WorkerError
+from mgpukit.strategies.data_parallel.theory import predicted_speedup
 from mgpukit.training import hetero
 
 # ---------------------------------------------------------------- local SGD
@@ -54,9 +58,6 @@ def local_sgd_emulated(H=(1, 4), *, profile: str = "h100-ib", workers: int = 2, 
                        global_batch: int = 8) -> list[dict]:
     """Emulated step time of local SGD across nodes (one GPU per node of `profile`), beside
     its prediction: compute + (all-reduce + packing) / H, from the analytic model."""
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel.gpt_step import ddp_step_time
-
     hw = one_gpu_per_node(profile)
     cfg = RunConfig(global_batch=global_batch)
     t = ddp_step_time(cfg.model_config(), global_batch=global_batch, workers=workers, profile=hw)
@@ -85,9 +86,6 @@ def mixed_cluster_study(*, profiles=("a100-nvlink", "h100-nvlink"), links: str =
     kernels only (`HardwareProfile.kernels_only`): the closed form counts no host launches, and
     a tiny model's step on a GPU is nearly all launches (notebook 00) — the same for both kinds
     of GPU, which would hide the difference in compute this lesson is about."""
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel.hardware import load_profile
-
     cfg = RunConfig(global_batch=global_batch)
     n = len(profiles)
     splits = {"even": (global_batch // n,) * n, "balanced": hetero.balanced_split(cfg, profiles, links)}
@@ -140,8 +138,6 @@ def _preempting(at_steps, marks: Path):
     mark file remembers), before that step's checkpoint would be written."""
     import os
     import signal
-
-    import mgpukit.experiment as ex
 
     real = ex.checkpointing
 
@@ -253,8 +249,6 @@ def _gpu_hours(params: float, tokens: float, *, profile: str = "h100-nvlink", mf
 
 
 def _speedup(model: str, profile: str, n: int, micro_batch: int) -> float:
-    from mgpukit.strategies.data_parallel.theory import predicted_speedup
-
     return predicted_speedup(model, profile, (n,), micro_batch=micro_batch, dtype="bf16")[n]
 
 

@@ -10,13 +10,13 @@ import torch
 
 from mgpukit.config import RunConfig
 from mgpukit.data import get_batch, load_tokens, mlp_batch
+from mgpukit.models import GPT, MLP
+from mgpukit.models.gpt import lm_loss
 from mgpukit.training.hetero import parse_split
 
 
 def build_model(cfg: RunConfig) -> torch.nn.Module:
     """Identical weights on every rank (seeded init), no parallelism inside."""
-    from mgpukit.models import GPT, MLP
-
     mcfg = cfg.model_config()
     return GPT(mcfg, seed=cfg.seed) if cfg.is_gpt else MLP(mcfg, seed=cfg.seed)
 
@@ -71,8 +71,6 @@ class Batches:
 
 
 def loss_fn(cfg: RunConfig):
-    from mgpukit.models.gpt import lm_loss
-
     return lm_loss if cfg.is_gpt else torch.nn.functional.mse_loss
 
 

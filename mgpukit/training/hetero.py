@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from mgpukit.costmodel.gpt_step import ddp_step_time
 from mgpukit.costmodel.hardware import HardwareProfile, load_profile
 
 
@@ -137,8 +138,6 @@ def rank_times(cfg, split, profiles, link_profile) -> list[dict]:
     its kernels only (`HardwareProfile.kernels_only`: no host launches, no minimum kernel time),
     as the mixed-cluster lesson emulates it: a tiny model's launches, the same on both kinds of
     GPU, would hide the difference in compute the split is about."""
-    from mgpukit.costmodel.gpt_step import ddp_step_time
-
     base = load_profile(link_profile).kernels_only()
     n = len(split)
     out = []

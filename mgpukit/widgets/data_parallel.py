@@ -6,6 +6,10 @@ against bucketed (overlapped, as DDP) — for strong or weak scaling. Nothing is
 numbers are `mgpukit.costmodel.step_time` (see `strategies/data_parallel/theory.py`).
 """
 from __future__ import annotations
+from mgpukit.costmodel import list_profiles, list_shapes
+from mgpukit.plots import plot_speedup, retitle
+from mgpukit.strategies.data_parallel.theory import predicted_records
+from mgpukit.widgets.output import show as show_in
 
 
 def scaling_explorer(*, model: str = "125m", profile: str = "h100-ib", max_workers: int = 64,
@@ -16,11 +20,6 @@ def scaling_explorer(*, model: str = "125m", profile: str = "h100-ib", max_worke
     `show=False` returns the widget box without displaying it."""
     import ipywidgets as w
     from IPython.display import display
-
-    from mgpukit.costmodel import list_profiles, list_shapes
-    from mgpukit.plots import plot_speedup, retitle
-    from mgpukit.strategies.data_parallel.theory import predicted_records
-    from mgpukit.widgets.output import show as show_in
 
     counts = [n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if n <= max_workers]
     workers = w.SelectionSlider(options=counts, value=counts[-1], description="GPUs up to")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from mgpukit.measure.shape import fake_group
 from mgpukit.strategies.data_parallel.theory import dp_theory
 from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.policies.precision import accelerate_precision
@@ -88,8 +89,6 @@ def shape_ddp_module(module, ctx, rec, strategy: str, *, bucket_mb: float = 25):
     rebuilt (module docstring); fp32 only. The caller registers the comm hook that does the
     timed traffic."""
     from torch.nn.parallel import DistributedDataParallel
-
-    from mgpukit.measure.shape import fake_group
 
     if ctx.layout.dtype != "fp32":
         raise ValueError(f"{strategy} in shape mode trains in fp32 only (Accelerate's autocast is not applied).")

@@ -24,6 +24,7 @@ from mgpukit.measure.idle import measure_bubble
 from mgpukit.measure.shape import value_or_none
 from mgpukit.models.weights import full_state_dict, to_device
 from mgpukit.strategies.pipeline.executor import PipelineExecutor, PipelineMeter
+from mgpukit.strategies.pipeline.native import NativePipelineEngine
 from mgpukit.strategies.pipeline.p2p import StageLinks, plan_rounds
 from mgpukit.strategies.pipeline.stages import boundary_shape, split_model
 from mgpukit.training.parts import NoSync, Parts
@@ -86,8 +87,6 @@ def apply_pipeline(ctx, rec, model: nn.Module, layout, loss_fn, *, grad_sync=Non
     holder = nn.ModuleList(stages.values())  # this rank's share, for the optimizer and memory
     holder, sync = grad_sync(holder) if grad_sync is not None else (holder, NoSync())
     if runtime == "native":
-        from mgpukit.strategies.pipeline.native import NativePipelineEngine
-
         engine = NativePipelineEngine(ctx, rec, stages, schedule=layout.schedule,
                                       m=layout.num_micro_batches, v=layout.v, loss_fn=loss_fn)
     else:
