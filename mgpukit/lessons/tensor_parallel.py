@@ -231,7 +231,7 @@ def measured_pairs(*, pairs: int = 2, steps: int = 4, tp: int = 2) -> list[dict]
     `pairs` times: each run's median step after warm-up and its spread (min-max), and each
     pair's ratio. On a shared machine the pairs disagree; that disagreement is the honest error
     bar. (One thread per worker: a lone worker given both cores spin-waits in OpenMP whenever
-    another process holds one, and its steps swell many-fold — FACTS.md.)"""
+    another process holds one, and its steps swell many-fold.)"""
     import warnings
 
     out = []
