@@ -54,7 +54,8 @@ _TEXT_COLUMNS = {"strategy", "source", "source_label", "dims"}
 
 def write_records(records: Sequence[Record], out_dir: str | Path) -> Path:
     """Write the records as `out_dir/records.json` and return its path."""
-    return write_text(Path(out_dir) / "records.json", to_json(list(records), indent=1) + "\n")
+    return write_text(Path(out_dir) / "records.json", to_json(list(records), indent=1) + "\n",
+                      what="records")
 
 
 def write_report(
@@ -99,7 +100,7 @@ def write_report(
         "</body></html>",
     ]
 
-    return write_text(out / "index.html", "\n".join(parts))
+    return write_text(out / "index.html", "\n".join(parts), what="report")
 
 
 class _Contents:

@@ -27,6 +27,8 @@ import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from mgpukit.costmodel.profile_types import check_profile_types
+
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
 OP_CONTEXTS = ("forward", "backward", "no_grad")  # where an op runs, for its dispatch overhead
 THIS_MACHINE = "this-machine"
@@ -188,7 +190,9 @@ class HardwareProfile:
 
     @classmethod
     def from_dict(cls, d: dict) -> "HardwareProfile":
-        """Build a profile from the nested dict of a TOML file; says which key is missing."""
+        """Build a profile from the nested dict of a TOML file; says which key is missing, and
+        which has a value of the wrong type (`profile_types`: no silent coercion)."""
+        check_profile_types(d)
         try:
             eff = d.get("efficiency", {})
             launch = d.get("launch", {})

@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
+
+from mgpukit.files import OutputError, write_text
 
 from mgpukit.costmodel.hardware import list_profiles, load_profile
 from mgpukit.costmodel.actions import SCHEDULES
@@ -78,6 +79,10 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 _POSITIVE = ("gpus", "dp", "tp", "pp", "cp", "v", "micro_batch", "global_batch", "micro_batches", "top")
+# Beyond any cluster (the largest runs use ~10^5 GPUs) and far below where Python's integers stop
+# fitting the C doubles and sizes the arithmetic needs: refused in one line instead of an
+# OverflowError or a search that never ends.
+MAX_COUNT = 10**12
 
 
 def layout_from_args(args) -> Layout:
@@ -109,6 +114,23 @@ def _check_positive(args) -> None:
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} {value}: must be at least 1")
+        if value is not None and value > MAX_COUNT:
+            raise ValueError(f"--{name.replace('_', '-')} {value}: more than 10^12 is beyond any "
+                             f"cluster; give a realistic number")
+
+
+# the layout flags --search chooses itself, with the value that means "not given"
+_SEARCHED = {"dp": None, "tp": 1, "pp": 1, "cp": 1, "v": None, "micro_batches": None, "stage_layers": None}
+
+
+def _check_search_args(args) -> None:
+    """--search picks the layout; a layout flag beside it was silently ignored: refuse it."""
+    given = [f"--{k.replace('_', '-')} {getattr(args, k)}" for k, unset in _SEARCHED.items()
+             if getattr(args, k, unset) != unset]
+    if given:
+        raise ValueError(f"--search chooses the layout itself, so {', '.join(given)} would be ignored; "
+                         f"drop {'them' if len(given) > 1 else 'it'}, or drop --search to predict that "
+                         f"one layout")
 
 
 def _budget(args) -> "float | None":
@@ -130,6 +152,7 @@ def run(args) -> int:
         _check_positive(args)
         tokens, price = _budget(args), getattr(args, "price_per_gpu_hour", None)
         if args.search:
+            _check_search_args(args)
             gb = args.global_batch or SEARCH_GLOBAL_BATCH
             plans = search(shape, args.gpus, profile, global_batch=gb, top=args.top, include_unfit=True)
             print(format_search(plans, gpus=args.gpus, global_batch=gb))
@@ -148,10 +171,18 @@ def run(args) -> int:
                 result["training"] = time_to_train(result_plan, tokens, price_per_gpu_hour=price)
                 print(format_training(result["training"]))
     except ValueError as e:  # LayoutError and unknown names included: say what to change
-        print(f"mgpukit: error: {e}", file=sys.stderr)
+        if getattr(args, "debug", False):
+            raise
+        print(f"mgpukit: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        try:  # atomic: a full disk or `ulimit -f` leaves an older file whole (mgpukit.files)
+            write_text(args.json, json.dumps(result, indent=2) + "\n", what="plan (--json)")
+        except OutputError as e:
+            if getattr(args, "debug", False):
+                raise
+            print(f"mgpukit: error: {e}", file=sys.stderr)
+            return 2
         print(f"wrote {args.json}")
     return 0
 

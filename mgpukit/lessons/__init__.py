@@ -53,6 +53,7 @@ from mgpukit.strategies.compression import theory as compression_theory  # noqa:
 from mgpukit.strategies.compression.common import steady_bytes_per_step  # 03
 from mgpukit.strategies.data_parallel.theory import dp_theory, predicted_speedup  # 00, 01
 from mgpukit.strategies.sharding.theory import predicted_model_states  # 06
+from mgpukit.training.building import count_params  # 08
 
 __all__ = ["launch_bound_study", "run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
            "lr_scaling_study", "warm_parent", "run_lab", "tensor_parallel", "sharding_study",
@@ -64,4 +65,4 @@ __all__ = ["launch_bound_study", "run_compressed", "fp32_reference", "compare_st
            "format_money", "six_nd", "time_to_train", "predicted_from_costs", "Recorder", "gpt_tiny",
            "default_mode", "default_workers", "env_info", "collectives", "bandwidth_table",
            "compare_bandwidth", "predicted_busbw", "compression_theory", "steady_bytes_per_step",
-           "dp_theory", "predicted_speedup", "predicted_model_states"]
+           "dp_theory", "predicted_speedup", "predicted_model_states", "count_params"]
