@@ -31,6 +31,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from mgpukit.signals import ignore_file_size_limit
 
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -106,8 +107,6 @@ def atomic_path(path: str | os.PathLike, *, what: str = "file") -> Iterator[Path
     `path` in one rename (after an fsync), else it is deleted and `path` is left untouched.
     An OSError on the way (the block's own writes included) becomes an `OutputError` naming
     `what` and `path`."""
-    from mgpukit.signals import ignore_file_size_limit
-
     ignore_file_size_limit()  # a write past `ulimit -f` fails instead of killing us mid-file
     path = Path(path).expanduser()
     tmp = None

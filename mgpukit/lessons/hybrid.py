@@ -18,12 +18,14 @@ from mgpukit.costmodel.comm import link_for_ranks
 from mgpukit.costmodel.hardware import HardwareProfile, load_profile
 from mgpukit.costmodel.layout import Layout
 from mgpukit.experiment import run
+from mgpukit.plots import plot_timeline
 from mgpukit.plots.style import PREDICTED, time_unit
 from mgpukit.prepare import prepare
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.launcher import OversubscribedWarning
-from mgpukit.runtime.nodes import NodeLayoutWarning
+from mgpukit.runtime.nodes import NodeLayout, NodeLayoutWarning
 from mgpukit.strategies.hybrid.theory import predicted_step
+from mgpukit.widgets.output import errors_shown_in, show
 
 AXES = ("tp", "dp", "pp")
 AXIS_COLORS = {"tp": "#E45756", "dp": "#4C78A8", "pp": "#54A24B"}
@@ -222,8 +224,6 @@ def placements(dims=(2, 2, 2), *, gpus_per_node=(8, 4, 2, 1), emulate=(4, 2, 1),
 
 def _node_warning(d: ParallelDims, hw: HardwareProfile) -> str | None:
     """The kit's sentence about this placement (`runtime.nodes.NodeLayout.check`), or None."""
-    from mgpukit.runtime.nodes import NodeLayout
-
     return NodeLayout.uniform(d.world_size, hw.gpus_per_node).check(d)
 
 
@@ -325,9 +325,6 @@ def placement_lab(dims=(2, 2, 2), *, initial: dict | None = None, base: str = "h
     show first."""
     import ipywidgets as w
     from IPython.display import display
-
-    from mgpukit.plots import plot_timeline
-    from mgpukit.widgets.output import errors_shown_in, show
 
     d = dims_of(dims)
     per_node = w.Dropdown(options=[8, 4, 2, 1], value=4, description="GPUs per node",

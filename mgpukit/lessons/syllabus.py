@@ -20,9 +20,11 @@ from mgpukit.costmodel.gpt_step import ddp_step_time
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.experiment import run
 import mgpukit.experiment as ex
+from mgpukit.plots import plot_timeline
 from mgpukit.runtime.failures import WorkerError
 from mgpukit.strategies.data_parallel.theory import predicted_speedup
 from mgpukit.training import hetero
+from mgpukit.widgets.output import errors_shown_in, show
 
 # ---------------------------------------------------------------- local SGD
 
@@ -96,9 +98,6 @@ def local_sgd_lab(*, initial: list[dict] | None = None):
     and the H run's timeline show. `initial`: rows of `local_sgd_emulated` to show first."""
     import ipywidgets as w
     from IPython.display import display
-
-    from mgpukit.plots import plot_timeline
-    from mgpukit.widgets.output import errors_shown_in, show
 
     pick_h = w.Dropdown(options=[2, 4, 8], value=4, description="H")
     slow = w.Dropdown(options=[1.0, 2.0, 4.0], value=1.0, description="rank 1 slower ×",
