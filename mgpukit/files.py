@@ -31,6 +31,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
 from mgpukit.signals import ignore_file_size_limit
 
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
