@@ -66,7 +66,7 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
         raise ValueError(f"workers={workers!r}: use a positive number of workers.")
     if cfg.layout is not None:  # a full layout given: its fields are the overrides
         layout = {**{k: getattr(cfg.layout, k) for k in ("dp", "tp", "pp", "schedule", "v",
-                                                         "checkpointing", "dtype")},
+                                                         "checkpointing", "dtype", "stage_layers")},
                   **(layout or {})}
     resolved, dims = resolve_layout(strat, cfg, workers, layout)
     if dims.world_size < strat.min_workers:
@@ -147,7 +147,7 @@ def check_batch(cfg: RunConfig, ranks: int) -> None:
             f"(e.g. {good}), or change the number of workers or micro-batches.")
 
 
-LAYOUT_FIELDS = ("dp", "tp", "pp", "schedule", "v", "zero", "sp", "checkpointing", "dtype")
+LAYOUT_FIELDS = ("dp", "tp", "pp", "schedule", "v", "zero", "sp", "checkpointing", "dtype", "stage_layers")
 
 
 def resolve_layout(strat: Strategy, cfg: RunConfig, workers: int | None,
@@ -213,8 +213,18 @@ def resolve_layout(strat: Strategy, cfg: RunConfig, workers: int | None,
     if degrees["dp"] > 1 and strat.schedule is None and "dp" not in strat.composes:
         raise ValueError(f"{strat.name} runs on one replica; it cannot take dp={degrees['dp']}.")
     pp = degrees["pp"]
-    if pp > 1:
-        plan = plan_for(schedule, cfg, pp, degrees["dp"], overrides.get("v"))  # m, v, checked
+    stage_layers = overrides.get("stage_layers")
+    if stage_layers is not None:  # an uneven pipeline split, layers per stage
+        if pp == 1:
+            raise ValueError(f"stage_layers={stage_layers!r} splits a pipeline; it needs pp > 1.")
+        try:
+            parts = stage_layers.split(",") if isinstance(stage_layers, str) else stage_layers
+            stage_layers = tuple(int(x) for x in parts)
+        except (TypeError, ValueError):
+            raise ValueError(f"stage_layers={stage_layers!r}: give the layers of each pipeline stage as "
+                             f"whole numbers, e.g. (4, 4, 3, 1) or '4,4,3,1'.") from None
+    if pp > 1:  # m, v (and an uneven split) checked
+        plan = plan_for(schedule, cfg, pp, degrees["dp"], overrides.get("v"), stage_layers)
         m, v = plan.m, plan.v
     else:
         if "v" in overrides and overrides["v"] != 1:
@@ -225,7 +235,8 @@ def resolve_layout(strat: Strategy, cfg: RunConfig, workers: int | None,
     policies = {k: overrides[k] for k in ("checkpointing", "dtype") if k in overrides}
     knobs = strat.layout_knobs(cfg.options) if strat.layout_knobs else {}
     layout = dataclasses.replace(base, **degrees, schedule=schedule if pp > 1 else base.schedule, v=v,
-                                 sp=sp, micro_batch=rows, num_micro_batches=m, **policies, **knobs)
+                                 sp=sp, micro_batch=rows, num_micro_batches=m, stage_layers=stage_layers,
+                                 **policies, **knobs)
     check_checkpointing(layout.checkpointing, cfg, strat)
     check_precision(layout.dtype)
     if layout.dtype != "fp32" and strat.worker is not None:

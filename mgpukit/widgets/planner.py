@@ -224,7 +224,7 @@ class PlannerExplorer:
         self.state["training"] = b
         return (f"{tokens:.3g} tokens: {b['steps']:,} steps, {format_duration(b['seconds'])} on {pl.gpus} GPUs, "
                 f"{b['gpu_hours']:,.0f} GPU-hours, {format_money(b['cost'])} at ${b['price_per_gpu_hour']:.2f}/GPU-hour "
-                f"({PREDICTED})")
+                f"— {PREDICTED}")
 
 
 def planner_explorer(**kw) -> PlannerExplorer:
