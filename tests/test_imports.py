@@ -185,6 +185,8 @@ def test_the_cost_model_loads_without_torch():
     ("mgpukit.strategies", ("mgpukit.parallelize", "mgpukit.experiment", "mgpukit.lessons",
                             "mgpukit.plots", "mgpukit.widgets", "mgpukit.cli", "mgpukit.training.trainer")),
     ("mgpukit.runtime", ("mgpukit.strategies", "mgpukit.measure", "mgpukit.plots", "mgpukit.widgets")),
+    ("mgpukit.lessons", ("mgpukit.widgets", "mgpukit.exercises", "mgpukit.bench", "mgpukit.cli")),
+    ("mgpukit.prepare", ("mgpukit.experiment", "mgpukit.parallelize", "mgpukit.lessons")),
 ])
 def test_lower_layers_do_not_import_upper_ones(package, forbidden):
     graph = import_graph()

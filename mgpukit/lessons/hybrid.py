@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from mgpukit.costmodel.comm import link_for_ranks
 from mgpukit.costmodel.hardware import HardwareProfile, load_profile
 from mgpukit.costmodel.layout import Layout
+from mgpukit.display import errors_shown_in, show
 from mgpukit.experiment import run
 from mgpukit.plots import plot_timeline
 from mgpukit.plots.style import PREDICTED, time_unit
@@ -25,7 +26,6 @@ from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.launcher import OversubscribedWarning
 from mgpukit.runtime.nodes import NodeLayout, NodeLayoutWarning
 from mgpukit.strategies.hybrid.theory import predicted_step
-from mgpukit.widgets.output import errors_shown_in, show
 
 AXES = ("tp", "dp", "pp")
 AXIS_COLORS = {"tp": "#E45756", "dp": "#4C78A8", "pp": "#54A24B"}

@@ -18,13 +18,13 @@ from mgpukit.costmodel import spot
 from mgpukit.costmodel.comm import allreduce_time, link_for_ranks
 from mgpukit.costmodel.gpt_step import ddp_step_time
 from mgpukit.costmodel.hardware import load_profile
+from mgpukit.display import errors_shown_in, show
 from mgpukit.experiment import run
 import mgpukit.experiment as ex
 from mgpukit.plots import plot_timeline
 from mgpukit.runtime.failures import WorkerError
 from mgpukit.strategies.data_parallel.theory import predicted_speedup
 from mgpukit.training import hetero
-from mgpukit.widgets.output import errors_shown_in, show
 
 # ---------------------------------------------------------------- local SGD
 

@@ -17,6 +17,7 @@ from mgpukit.costmodel.comm import bus_factor, link_for_ranks
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.shapes import ModelShape
 from mgpukit.costmodel.tensor_parallel import tp_collectives
+from mgpukit.display import errors_shown_in, show
 from mgpukit.experiment import run
 from mgpukit.measure.memory import ActivationMeter
 from mgpukit.measure.recorder import Recorder
@@ -28,7 +29,6 @@ from mgpukit.runtime.context import current
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.launcher import OversubscribedWarning, launch
 from mgpukit.strategies.tensor_parallel.apply import apply_tp
-from mgpukit.widgets.output import errors_shown_in, show
 
 
 # ---------------------------------------------------------------------------- 1. by hand

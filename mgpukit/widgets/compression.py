@@ -17,13 +17,13 @@ import plotly.graph_objects as go
 
 from mgpukit.config import RunConfig
 from mgpukit.costmodel.hardware import Link
+from mgpukit.display import errors_shown_in, show
 from mgpukit.lessons import fp32_reference, run_compressed
 from mgpukit.plots import plot_loss_parity
 from mgpukit.plots.layout import finish
 from mgpukit.plots.style import PREDICTED, byte_unit, series_color, source_label
 from mgpukit.strategies.compression import theory
 from mgpukit.strategies.compression.common import steady_bytes_per_step
-from mgpukit.widgets.output import errors_shown_in, show
 
 # strategy name -> the method name of `theory.exchange_plan`
 METHOD_OF = {"ddp": "fp32", "dp-fp16": "fp16", "dp-bf16": "bf16", "dp-int8": "int8",

@@ -14,11 +14,11 @@ from mgpukit.config import RunConfig
 from mgpukit.costmodel import list_profiles, list_shapes
 from mgpukit.costmodel.gpt_step import ddp_step_time
 from mgpukit.costmodel.hardware import load_profile
+from mgpukit.display import show as show_in
 from mgpukit.experiment import run
 from mgpukit.plots import plot_speedup, retitle
 from mgpukit.runtime.launcher import OversubscribedWarning
 from mgpukit.strategies.data_parallel.theory import predicted_records
-from mgpukit.widgets.output import show as show_in
 
 
 def scaling_explorer(*, model: str = "125m", profile: str = "h100-ib", max_workers: int = 64,

@@ -14,10 +14,10 @@ import plotly.graph_objects as go
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.memory import CATEGORIES
 from mgpukit.costmodel.shapes import list_shapes
+from mgpukit.display import errors_shown_in, show
 from mgpukit.lessons.memory import memory_table
 from mgpukit.plots.layout import finish
 from mgpukit.plots.style import PREDICTED, series_color
-from mgpukit.widgets.output import errors_shown_in, show
 
 
 def plot_memory_breakdown(rows: list[dict], *, title: str = "") -> go.Figure:

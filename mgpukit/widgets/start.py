@@ -1,8 +1,8 @@
 """Widgets for the first notebook: launch a DDP run with the workers and mode you pick."""
 from __future__ import annotations
+from mgpukit.display import errors_shown_in, show
 from mgpukit.experiment import run
 from mgpukit.plots import format_time, plot_timeline, source_label
-from mgpukit.widgets.output import errors_shown_in, show
 
 
 def run_explorer(*, steps: int = 5, run_now: bool = True):
