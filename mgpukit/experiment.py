@@ -45,8 +45,10 @@ from mgpukit.runtime.context import current, worker_context
 from mgpukit.runtime.hardware import env_info
 from mgpukit.runtime.launcher import WorkerError, launch
 from mgpukit.strategies.registry import Strategy
+from mgpukit.threads import policy as thread_policy
 from mgpukit.training.building import build_model, build_optimizer
 from mgpukit.training.checkpoint import checkpointing, has_checkpoint
+from mgpukit.training.checkpoint_files import FolderLock, check_folder
 from mgpukit.training.trainer import train
 
 _REFERENCE_CACHE: dict[str, dict] = {}
@@ -92,25 +94,21 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     if p.cfg.options.get("checkpoint_every") and not p.cfg.options.get("checkpoint_dir"):
         raise ValueError(f"checkpoint_every={p.cfg.options['checkpoint_every']} needs checkpoint_dir=... "
                          f"(--checkpoint-dir): where to save them.")
-    if p.cfg.options.get("checkpoint_dir"):
-        check_output(p.cfg.options["checkpoint_dir"], what="checkpoint folder (checkpoint_dir)",
-                     directory=True)
-    restarts = []
-    while True:
-        try:
-            results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
-                             dims=p.dims, layout=p.layout, timeout_s=timeout_s, echo=echo,
-                             threads_per_worker=threads_per_worker,
-                             collective_timeout_s=min(collective_timeout_s, timeout_s),
-                             debug_collectives=debug_collectives,
-                             options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None,
-                                      "shape": p.shape})
-            break
-        except WorkerError as e:  # a rank died: go on from the last checkpoint, if there is one
-            if len(restarts) >= max_restarts or not has_checkpoint(p.cfg.options["checkpoint_dir"]):
-                raise
-            restarts.append({"error": str(e).splitlines()[0], "rank": e.rank})
-            p = dataclasses.replace(p, cfg=p.cfg.replace(options={**p.cfg.options, "resume": True}))
+    root = p.cfg.options.get("checkpoint_dir")
+    if root:
+        check_output(root, what="checkpoint folder (checkpoint_dir)", directory=True)
+    lock = FolderLock(root).acquire() if root else None  # one run per checkpoint folder
+    try:
+        if root:
+            check_folder(p.cfg)  # resume: there, whole, this model and optimizer, steps left
+        results, p, restarts = _launch_with_restarts(
+            p, max_restarts, timeout_s=timeout_s, echo=echo, threads_per_worker=threads_per_worker,
+            collective_timeout_s=min(collective_timeout_s, timeout_s), debug_collectives=debug_collectives,
+            options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None,
+                     "shape": p.shape, "checkpoint_verified": bool(root)})  # check_folder did
+    finally:
+        if lock is not None:
+            lock.release()
     record = finish(p, [r["result"] for r in results], results[0].get("weights"), parity=parity,
                     tolerance=tolerance, timeout_s=timeout_s)
     record["restarts"] = restarts
@@ -118,6 +116,26 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
                   weights_path=weights_path, failed=[r["output_error"] for r in results
                                                      if r.get("output_error")])
     return record
+
+
+def _launch_with_restarts(p: Prepared, max_restarts: int, **launch_kw) -> tuple[list, Prepared, list]:
+    """Launch `p`; when a rank dies, go on from the last checkpoint up to `max_restarts` times.
+    Returns (each rank's result, the run as it ran last — resumed after a restart —, the
+    restarts). A rank that stopped on purpose (a NaN, a full disk: `WorkerError.one_line`) is
+    not restarted: it would stop again the same way."""
+    restarts = []
+    while True:
+        try:
+            results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
+                             dims=p.dims, layout=p.layout, **launch_kw)
+            return results, p, restarts
+        except WorkerError as e:  # a rank died: go on from the last checkpoint, if there is one
+            root = p.cfg.options.get("checkpoint_dir")
+            if len(restarts) >= max_restarts or e.one_line or not has_checkpoint(root):
+                raise
+            restarts.append({"error": str(e).splitlines()[0], "rank": e.rank})
+            p = dataclasses.replace(p, cfg=p.cfg.replace(options={**p.cfg.options, "resume": True}))
+            check_folder(p.cfg)  # what the failed run saved last is whole
 
 
 def write_outputs(record: dict, weights, *, json_path=None, trace_path=None, weights_path=None,
@@ -197,6 +215,7 @@ def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool
     )
     record["layout"] = dataclasses.asdict(cfg.layout)
     record["shape"] = p.shape
+    record["threads"].update(thread_policy())
     if p.shape:  # fake tensors: no values to compare
         record["parity"] = "n/a (shape mode)"
         record["reference"] = None
@@ -204,13 +223,15 @@ def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool
         record["parity"] = None
         record["reference"] = "is the reference" if strat.name == "single" else "no reference"
         if strat.name == "single" and is_reference_layout(cfg.layout):
-            _REFERENCE_CACHE.setdefault(_ref_key(cfg, p.mode), {"record": record, "weights": weights})
+            _REFERENCE_CACHE.setdefault(_ref_key(cfg, p.mode, record["threads"]["per_worker"]),
+                                        {"record": record, "weights": weights})
     elif cfg.options.get("drop_slowest"):  # from step 1 on, the gradient of fewer rows than the reference's
         record["parity"] = None
         record["reference"] = ("no reference: drop_slowest trains on the kept ranks' rows "
                                "(tests/test_stragglers.py checks that gradient)")
     elif parity:
-        ref = reference(strat.reference, cfg, mode=p.mode, timeout_s=timeout_s, in_process=in_process)
+        ref = reference(strat.reference, cfg, mode=p.mode, timeout_s=timeout_s, in_process=in_process,
+                        threads=record["threads"]["per_worker"])
         record["parity"] = check_parity(record, weights, ref, strategy=strat, layout=p.layout,
                                         tolerance=tolerance)
         record["reference"] = strat.reference
@@ -251,22 +272,22 @@ def _reference_config(cfg: RunConfig) -> RunConfig:
     return cfg.replace(options={}, layout=None)
 
 
-def _ref_key(cfg: RunConfig, mode: str) -> str:
+def _ref_key(cfg: RunConfig, mode: str, threads: int | None = None) -> str:
     device = "cuda" if mode == "gpu" else "cpu"  # emulated runs compute on the CPU
-    return f"{device}|{_reference_config(cfg).key()}"
+    return f"{device}|{threads or 1}|{_reference_config(cfg).key()}"
 
 
 def reference(name: str, cfg: RunConfig, *, mode: str = "cpu", timeout_s: float = 600.0,
-              in_process=None) -> dict:
+              in_process=None, threads: int | None = None) -> dict:
     """The reference run for `cfg` on the device `mode` computes on, cached per process (the
-    tour compares many strategies to one). One thread: on a shared 2-core machine a 2-thread
-    reference slows down erratically (OpenMP barriers under oversubscription)."""
-    key = _ref_key(cfg, mode)
+    tour compares many strategies to one). It computes with `threads` intra-op threads — those of
+    one worker of the run it is compared with (default 1) — so its times compare like with like."""
+    key = _ref_key(cfg, mode, threads)
     if key in _REFERENCE_CACHE:
         return _REFERENCE_CACHE[key]
     if in_process is None:
         run(name, workers=1, mode="gpu" if mode == "gpu" else "cpu", config=_reference_config(cfg),
-            parity=False, timeout_s=timeout_s, threads_per_worker=1)
+            parity=False, timeout_s=timeout_s, threads_per_worker=threads or 1)
         return _REFERENCE_CACHE[key]
     p = prepare(name, workers=1, mode="cpu", config=_reference_config(cfg))
     solo = worker_context(rank=0, world_size=1, mode=in_process.mode, device=in_process.device,

@@ -30,6 +30,8 @@ from mgpukit.strategies.policies.precision import check_precision
 from mgpukit.strategies.registry import Strategy
 from mgpukit.strategies.tensor_parallel.apply import check_divides
 from mgpukit.training import backup, hetero
+from mgpukit.training.resources import check_memory
+from mgpukit.training.straggler import Straggler
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -77,6 +79,9 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
         check_batch(cfg, strat.batch_ranks(dims.world_size) if strat.batch_ranks else dims.dp)
     if strat.validate:
         strat.validate(cfg, dims)
+    Straggler.from_options(cfg.options, dims.world_size)  # the slow rank is one of this run's
+    check_memory(cfg, dims.world_size, strat.batch_ranks(dims.world_size) if strat.batch_ranks else dims.dp,
+                 shape=bool(shape))  # a batch that cannot fit is refused here, not in a rank
     if mode == "emulated" and not strat.emulation:
         raise ValueError(f"strategy {strategy!r} has no emulated mode; use mode='cpu'.")
     mode = resolve_mode(mode, dims.world_size)
@@ -129,9 +134,9 @@ def check_outputs(*, json_path=None, trace_path=None, weights_path=None, torch_p
     path does not throw a finished run away (ValueError naming the path and the fix)."""
     for path, what in ((json_path, "record (--json)"), (trace_path, "trace (--trace)"),
                        (weights_path, "weights (--save-weights)")):
-        if path:
+        if path is not None:  # "" too: an empty path is refused, not taken for "none"
             check_output(path, what=what)
-    if torch_profile_dir:
+    if torch_profile_dir is not None:
         check_output(torch_profile_dir, what="torch.profiler folder (--profile-torch)", directory=True)
 
 
@@ -229,6 +234,9 @@ def resolve_layout(strat: Strategy, cfg: RunConfig, workers: int | None,
     else:
         if "v" in overrides and overrides["v"] != 1:
             raise ValueError(f"v={overrides['v']} (model chunks per pipeline rank) needs pp > 1.")
+        if overrides.get("schedule") is not None:  # was ignored without a pipeline
+            raise ValueError(f"schedule={overrides['schedule']!r} is a pipeline schedule: it needs pp > 1 "
+                             f"(--pp); drop it, or add --pp.")
         m, v = cfg.micro_batches, 1
     # rows per micro-batch (whether they divide evenly is checked with the batch, in `prepare`)
     rows = max(1, cfg.global_batch // (degrees["dp"] * m))

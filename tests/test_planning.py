@@ -56,8 +56,12 @@ def test_llama3_published_layout_planned_with_its_uneven_stages(throughput):
     h100 = load_profile("h100-ib")
     balanced = plan("405b", 8192, h100, llama3_405b_layout(64))
     assert balanced.layout.stage_layers == LLAMA3_STAGE_LAYERS and sum(LLAMA3_STAGE_LAYERS) == 126
-    front = plan("405b", 8192, h100, llama3_405b_layout(64, stage_layers=(8,) * 15 + (6,)))
-    back = plan("405b", 8192, h100, llama3_405b_layout(64, stage_layers=(6,) + (8,) * 15))
+    assert balanced.layout.v == 8  # one layer per chunk: the first chunk holds only the embedding (§3.3.2)
+    # the alternatives cannot be interleaved with one-layer chunks: compare all three under 1F1B
+    one = dict(schedule="1f1b", v=1)
+    balanced = plan("405b", 8192, h100, llama3_405b_layout(64, **one))
+    front = plan("405b", 8192, h100, llama3_405b_layout(64, stage_layers=(8,) * 15 + (6,), **one))
+    back = plan("405b", 8192, h100, llama3_405b_layout(64, stage_layers=(6,) + (8,) * 15, **one))
     # the last stage carries the 128k-vocabulary head: 8 layers there make it the slowest
     assert back.time["slowest_stage"] == 15 and balanced.step_time_s < back.step_time_s
     assert balanced.step_time_s < front.step_time_s  # and the embedding's stage gains from shedding one too

@@ -19,7 +19,7 @@ SCHEMA: dict = {
     "gpus_per_node": INTEGER,
     "memory_bytes": NUMBER,
     "memory_bandwidth": NUMBER,
-    "peak_flops": {"fp32": NUMBER, "tf32": NUMBER, "bf16": NUMBER, "fp16": NUMBER},
+    "peak_flops": {"fp32": NUMBER, "tf32": NUMBER, "bf16": NUMBER, "fp16": NUMBER, "fp8": NUMBER},
     "intra_node": {"alpha": NUMBER, "beta": NUMBER},
     "inter_node": {"alpha": NUMBER, "beta": NUMBER},
     "efficiency": {"compute": NUMBER, "usable_memory": NUMBER, "op_overhead": NUMBER,

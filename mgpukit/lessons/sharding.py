@@ -15,6 +15,7 @@ from mgpukit.config import RunConfig
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import model_state_bytes, offload_traffic_bytes
 from mgpukit.experiment import run
+from mgpukit.measure.spread import summarize
 from mgpukit.strategies.sharding.theory import optimizer_states, predicted_model_states
 from mgpukit.training.building import count_params
 
@@ -61,8 +62,11 @@ def step_time_ratio(a: str = "zero3", b: str = "fsdp2", *, workers: int = 2, ste
                     repeats: int = 3, warmup: int = 4, options_b: dict | None = None, **kw) -> dict:
     """Median step time of `a` over `b` (measured, CPU workers), runs interleaved a, b, a, b …
     and the first `warmup` steps of every run dropped (FSDP2 initialises lazily)."""
+    summaries = {a: [], b: []}
+
     def median_step(name, options=None):
         rec = run(name, workers=workers, steps=steps, mode="cpu", parity=False, options=options or {}, **kw)
+        summaries[name].append(summarize(rec["step_time_s"][warmup:], skip=0))  # its spread, warm-up dropped
         return statistics.median(rec["step_time_s"][warmup:])
 
     ta, tb = [], []
@@ -71,7 +75,8 @@ def step_time_ratio(a: str = "zero3", b: str = "fsdp2", *, workers: int = 2, ste
         tb.append(median_step(b, options_b))
     ratio = statistics.median(x / y for x, y in zip(ta, tb))
     return {"a": a, "b": b, "a_step_s": ta, "b_step_s": tb, "ratio": ratio, "workers": workers,
-            "steps": steps, "repeats": repeats, "warmup": warmup}
+            "steps": steps, "repeats": repeats, "warmup": warmup,
+            "a_step_time": summaries[a], "b_step_time": summaries[b]}
 
 
 def model_state_table(psi: float, *, dp: int = 8, dtype: str = "bf16", optimizer: str = "adamw") -> list[dict]:

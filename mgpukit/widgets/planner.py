@@ -70,16 +70,20 @@ def _titled(title: str, subtitle: str, height: int) -> dict:
 
 
 def plot_step_time(pl) -> go.Figure:
-    """One horizontal stacked bar: the step's compute, exposed comm per axis, bubble, optimizer."""
+    """One horizontal stacked bar: the step's compute, exposed comm per axis, bubble, optimizer;
+    the title gives the step's and the MFU's ranges from the planner's error bar."""
     t = pl.time
+    (t_lo, t_hi), (m_lo, m_hi) = pl.ranges["step_time_s"], pl.ranges["mfu"]
     fig = go.Figure([go.Bar(y=["step"], x=[t[key]], name=name, orientation="h", marker_color=color,
                             hovertemplate=f"{name} %{{x:.3g}} s<extra></extra>")
                      for (name, key), color in zip(TIME_PARTS, TIME_COLORS)])
     fig.update_layout(barmode="stack", xaxis_title="seconds per step",
                       legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"),
-                      **_titled(f"one step: {pl.step_time_s:.3g} s · MFU {pl.mfu:.1%} · bubble "
-                                f"{t['bubble_fraction']:.1%} · {t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU",
-                                f"GEMMs, memory-bound kernels, exposed communication per axis, bubble — {PREDICTED}",
+                      **_titled(f"one step: {pl.step_time_s:.3g} s ({t_lo:.3g} … {t_hi:.3g}) · MFU {pl.mfu:.1%} "
+                                f"({m_lo:.1%} … {m_hi:.1%}) · bubble {t['bubble_fraction']:.1%} · "
+                                f"{t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU",
+                                f"GEMMs, memory-bound kernels, exposed communication per axis, bubble — {PREDICTED}; "
+                                f"ranges: the planner's {pl.error_bar.describe()}",
                                 360))
     return fig
 
@@ -143,7 +147,7 @@ class PlannerExplorer:
             "zero": w.ToggleButtons(options=[0, 1, 2, 3], value=zero, description="ZeRO"),
             "checkpointing": w.ToggleButtons(options=["none", "selective", "full"], value=checkpointing,
                                              description="checkpointing", style=wide),
-            "dtype": w.ToggleButtons(options=["bf16", "fp32"], value=dtype, description="precision"),
+            "dtype": w.ToggleButtons(options=["bf16", "fp16", "fp8", "fp32"], value=dtype, description="precision"),
             "micro_batch": w.Dropdown(options=[1, 2, 4, 8], value=micro_batch, description="micro-batch", style=wide),
             "global_batch": w.Dropdown(options=[256, 512, 1024, 2048, 4096], value=global_batch,
                                        description="global batch", style=wide),
@@ -222,9 +226,12 @@ class PlannerExplorer:
             return str(e)
         b = time_to_train(pl, tokens, price_per_gpu_hour=c["price"].value)
         self.state["training"] = b
-        return (f"{tokens:.3g} tokens: {b['steps']:,} steps, {format_duration(b['seconds'])} on {pl.gpus} GPUs, "
-                f"{b['gpu_hours']:,.0f} GPU-hours, {format_money(b['cost'])} at ${b['price_per_gpu_hour']:.2f}/GPU-hour "
-                f"— {PREDICTED}")
+        r = b["ranges"]
+        return (f"{tokens:.3g} tokens: {b['steps']:,} steps, {format_duration(b['seconds'])} on {pl.gpus} GPUs "
+                f"({format_duration(r['seconds'][0])} … {format_duration(r['seconds'][1])}), "
+                f"{b['gpu_hours']:,.0f} GPU-hours, {format_money(b['cost'])} "
+                f"({format_money(r['cost'][0])} … {format_money(r['cost'][1])}) at ${b['price_per_gpu_hour']:.2f}/GPU-hour "
+                f"— {PREDICTED}; ranges: the planner's {pl.error_bar.describe()}")
 
 
 def planner_explorer(**kw) -> PlannerExplorer:
