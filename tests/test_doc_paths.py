@@ -40,6 +40,8 @@ NOT_OURS = {
     "t.json": "an example `--trace` output",
     "my_train.py": "an example `mgpukit export --out` file",
     "executed.ipynb": "an example argument of `python -m mgpukit.exercises.leaks`",
+    "my.toml": "an example `mgpukit plan --model-file`",
+    "step-K/manifest.json": "what a checkpoint save writes (training/checkpoint_files.py)",
     "research/probe_orphans.py": "issue 25's probe, cited before it is committed: drop this line once it is",
 }
 PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.(?:py|md|toml|ipynb|json|ya?ml|sbatch))\b")
