@@ -23,6 +23,17 @@ import time
 import warnings
 
 from mgpukit.bench import bench
+from mgpukit.config import RunConfig
+from mgpukit.costmodel import step_time
+from mgpukit.costmodel.comm import allgather_time, link_for_ranks, reduce_scatter_time
+from mgpukit.costmodel.gpt_step import (_seconds, ddp_step_time, gpt_params, pipeline_step_time, sgd_ops,
+                                        stage_ops, stream_seconds)
+from mgpukit.costmodel.hardware import load_profile
+from mgpukit.costmodel.layout import Layout
+from mgpukit.costmodel.memory import allocator_peak
+from mgpukit.costmodel.shapes import ModelShape
+from mgpukit.experiment import run
+from mgpukit.runtime.launcher import OversubscribedWarning
 
 PROFILE = "h100-nvlink"
 MODEL = "gpt2-350m"
@@ -42,9 +53,6 @@ LAYOUTS = (
 
 def run_shape(strategy: str, *, model: str = MODEL, workers: int = WORKERS, steps: int = 2, **kw) -> dict:
     """One shape-mode run on `workers` emulated ranks of PROFILE (no parity: nothing to compare)."""
-    from mgpukit.experiment import run
-    from mgpukit.runtime.launcher import OversubscribedWarning
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OversubscribedWarning)
         return run(strategy, workers=workers, mode="emulated", profile=PROFILE, shape=True,
@@ -57,20 +65,12 @@ def run_shape(strategy: str, *, model: str = MODEL, workers: int = WORKERS, step
 
 def _ops_seconds(cfg, batch, profile, **where):
     """Forward and backward seconds of `cfg`'s ops, the host issuing them (`gpt_step.Stream`)."""
-    from mgpukit.costmodel.gpt_step import stage_ops, stream_seconds
-
     ops = stage_ops(cfg, batch, **where)
     return stream_seconds(ops["fwd"], profile), stream_seconds(ops["bwd"], profile), ops["params"]
 
 
 def analytic_step(strategy: str, cfg, record: dict, profile) -> tuple[float, str]:
     """(seconds, how) of one steady step of `record`'s layout, by a closed form."""
-    from mgpukit.costmodel import Layout, step_time
-    from mgpukit.costmodel.comm import allgather_time, link_for_ranks, reduce_scatter_time
-    from mgpukit.costmodel.gpt_step import (_seconds, ddp_step_time, gpt_params, pipeline_step_time, sgd_ops,
-                                            stage_ops)
-    from mgpukit.costmodel.shapes import ModelShape
-
     lay = record["layout"]
     n, b = WORKERS, GLOBAL_BATCH
     if strategy == "ddp":
@@ -114,11 +114,6 @@ def predicted_memory(cfg, record: dict) -> float:
     mark (`costmodel.memory.allocator_peak`: the categories, the loss's backward on the stage
     that holds the head, two cuBLAS workspaces), fp32, SGD with momentum (one state per
     parameter; the gradients stay between steps), fused attention (`Layout.flash_attention`)."""
-    from mgpukit.costmodel.hardware import load_profile
-    from mgpukit.costmodel.layout import Layout
-    from mgpukit.costmodel.memory import allocator_peak
-    from mgpukit.costmodel.shapes import ModelShape
-
     shape = ModelShape.from_gpt_config(cfg)
     lay = Layout(**record["layout"])
     return allocator_peak(shape, lay, stage=0, optimizer_states=1, ddp_buckets=record["strategy"] == "ddp",
@@ -131,9 +126,6 @@ def predicted_memory(cfg, record: dict) -> float:
 def layout_rows(*, model: str = MODEL, steps: int = 2, layouts=LAYOUTS, echo: bool = False) -> list[dict]:
     """Each layout run in shape mode, its analytic step time and predicted memory beside it
     (`echo`: print each row as it comes)."""
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel.hardware import load_profile
-
     profile = load_profile(PROFILE)
     cfg = RunConfig(model=model).model_config()
     rows = []
