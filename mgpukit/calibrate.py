@@ -314,7 +314,7 @@ def _calibrate_command(args) -> int:
     if gpu:
         if not torch.cuda.is_available():
             raise ValueError("--device cuda: no CUDA device is visible here; use --device cpu (or auto).")
-        from mgpukit.calibrate_gpu import calibrate_device
+        from mgpukit.calibrate_gpu import calibrate_device  # lazy: the CLI's start-up; only a GPU run needs it
 
         calibrate_device("cuda", quick=args.quick, out=args.out)
         return 0

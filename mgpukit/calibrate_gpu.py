@@ -28,6 +28,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from mgpukit.bench.reference import fit_model_code_factor
+from mgpukit.costmodel.fit import fit_reference
+from mgpukit.costmodel.hardware import (AttentionModel, GemmModel, PeakFlops, load_profile, profile_toml,
+                                       user_profile_dir)
+from mgpukit.files import write_text
+from mgpukit.measure.plainstep import emulate_plain_steps, model_config
+from mgpukit.models import GPT, lm_loss
+
 GEMM_SHAPES = ((8192, 2304, 768), (8192, 768, 3072), (8192, 3072, 768), (8192, 50304, 768), (8192, 6144, 2048),
                (8192, 2048, 8192), (512, 512, 512), (2048, 2048, 2048), (8192, 8192, 8192))
 QUICK_GEMM_SHAPES = ((256, 256, 256), (512, 256, 128))
@@ -41,7 +49,6 @@ DATASHEETS = {"H200": {"bf16": 989.5e12, "fp32": 67e12}, "H100": {"bf16": 989.5e
 
 class _Timer:
     """Device events on CUDA (what the kernels took), wall clock with a sync elsewhere."""
-
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
 
@@ -145,9 +152,6 @@ def measure_plain_steps(model: str, *, batch: int, dtype: str = "fp32", optimize
                         steps: int = 10, warm: int = 3) -> dict:
     """The plain loop of `measure.plainstep` run for real on `device` (the reference's method):
     median and min step, the allocator's peak on CUDA."""
-    from mgpukit.measure.plainstep import model_config
-    from mgpukit.models import GPT, lm_loss
-
     device = torch.device(device)
     timer = _Timer(device)
     cfg = model_config(model)
@@ -209,9 +213,6 @@ def profile_from_measurements(measured: dict, *, name: str = "this-gpu", base: s
     links (which one device cannot measure) from `base`."""
     import dataclasses
 
-    from mgpukit.bench.reference import fit_model_code_factor
-    from mgpukit.costmodel.fit import fit_reference
-    from mgpukit.costmodel.hardware import AttentionModel, GemmModel, PeakFlops, load_profile
 
     peaks = peaks_for(measured)
     sms = int(measured.get("sms", 1))
@@ -244,8 +245,6 @@ def calibrate_device(device="cuda", *, quick: bool = False, out: str | Path | No
     where `load_profile(name)` finds it) and the raw measurements beside it (``.json``)."""
     import json
 
-    from mgpukit.costmodel.hardware import profile_toml, user_profile_dir
-    from mgpukit.files import write_text
 
     measured = measure_device(device, quick=quick)
     profile, fit = profile_from_measurements(measured, name=name)
@@ -277,8 +276,6 @@ REAL_CONFIGS = (("gpt-tiny", 8, "fp32", "sgd"), ("gpt-small", 8, "fp32", "sgd"),
 def real_vs_emulated(profile, *, device="cuda", configs=REAL_CONFIGS, steps: int = 10) -> list[dict]:
     """Each configuration run for real on `device` (one GPU) and emulated on `profile`: step
     time and peak memory, and their ratios (`mgpukit bench emulation --real`)."""
-    from mgpukit.measure.plainstep import emulate_plain_steps
-
     rows = []
     for model, batch, dtype, optimizer in configs:
         real = measure_plain_steps(model, batch=batch, dtype=dtype, optimizer=optimizer, device=device, steps=steps)

@@ -23,6 +23,12 @@ import json
 from pathlib import Path
 
 from mgpukit.bench import bench
+from mgpukit.costmodel.fit import fit_reference
+from mgpukit.costmodel.hardware import load_profile
+from mgpukit.costmodel.layout import Layout
+from mgpukit.costmodel.memory import allocator_peak
+from mgpukit.costmodel.shapes import ModelShape
+from mgpukit.measure.plainstep import emulate_plain_steps, model_config
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference" / "h200-2026-11-26.json"
 FIT_ROW = "gpt-tiny b8 fp32 sgd"  # the one step a figure is fitted on (model_code_factor)
@@ -47,8 +53,6 @@ def configurations(reference: dict) -> list[tuple[str, dict]]:
 
 def fit_parameters(reference: dict | None = None) -> dict:
     """The micro-measurement fit (`costmodel.fit.fit_reference`) for the GH100."""
-    from mgpukit.costmodel.fit import fit_reference
-
     return fit_reference(reference or load_reference(), peak=PEAK, sms=SMS)
 
 
@@ -56,9 +60,6 @@ def fit_model_code_factor(profile="h200", *, reference: dict | None = None, row:
                           tolerance: float = 0.002) -> float:
     """The ``model_code_factor`` that makes the emulated `row` step equal the measured median
     (bisection; the step of a launch-bound model grows with the factor)."""
-    from mgpukit.costmodel.hardware import load_profile
-    from mgpukit.measure.plainstep import emulate_plain_steps
-
     reference = reference or load_reference()
     target = reference["plain_pytorch_steps"][row]["median_ms"] * 1e-3
     kwargs = dict(configurations(reference))[row]
@@ -73,8 +74,6 @@ def fit_model_code_factor(profile="h200", *, reference: dict | None = None, row:
 
 def check_rows(profile="h200", *, reference: dict | None = None) -> list[dict]:
     """Each reference step emulated on `profile` beside the measured one (module docstring)."""
-    from mgpukit.measure.plainstep import emulate_plain_steps
-
     reference = reference or load_reference()
     rows = []
     for key, kwargs in configurations(reference):
@@ -96,12 +95,6 @@ def check_rows(profile="h200", *, reference: dict | None = None) -> list[dict]:
 def predicted_peak(*, model: str, batch: int, dtype: str, optimizer: str, profile="h200") -> float:
     """The plain loop's peak by the closed form (`costmodel.memory.allocator_peak`): no gradient
     at the worst moment (``set_to_none=True``), SGD without momentum or AdamW, autocast in bf16."""
-    from mgpukit.costmodel.hardware import load_profile
-    from mgpukit.costmodel.layout import Layout
-    from mgpukit.costmodel.memory import allocator_peak
-    from mgpukit.costmodel.shapes import ModelShape
-    from mgpukit.measure.plainstep import model_config
-
     shape = ModelShape.from_gpt_config(model_config(model))
     return allocator_peak(shape, Layout(micro_batch=batch, dtype=dtype), optimizer_states=0 if optimizer == "sgd" else 2,
                           grads_persist=False, autocast=dtype == "bf16",
@@ -137,7 +130,6 @@ def _print_rows(rows: list[dict], profile: str) -> None:
 
 @bench("reference", help="the h200 / h100-nvlink profiles against the real H200 reference: fit, check (10%)")
 def bench_reference(args=None) -> dict:
-    from mgpukit.costmodel.hardware import load_profile
 
     quick = bool(getattr(args, "quick", False))
     reference = load_reference()

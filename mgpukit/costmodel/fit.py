@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from mgpukit.costmodel.kernels import ATTENTION_BLOCK
+from mgpukit.costmodel.kernels import ATTENTION_BLOCK, attention_flops
 
 TILES = ((256, 128), (128, 128), (128, 64))  # cuBLAS output tiles (NVIDIA GEMM guide §2.3)
 DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -125,8 +125,6 @@ def fit_attention(rows: list[dict], *, peak: dict[str, float], sms: int, latency
     """Efficiency of fused attention per dtype and direction from attention rows (``b, h, s,
     d, dtype, causal, fwd_s, bwd_s``, as `calibrate_gpu.measure_attention` writes them): the
     median over rows of FLOPs done (causal tiles skipped) / (peak · occupancy · (time − latency))."""
-    from mgpukit.costmodel.kernels import attention_flops
-
     out: dict[str, dict[str, float]] = {}
     for r in rows:
         dt = DTYPES[r["dtype"]]

@@ -25,17 +25,18 @@ import statistics
 
 import torch
 
+from mgpukit import models
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.measure.allocator import AllocatorMeter
 from mgpukit.measure.shape import fake_mode
 from mgpukit.measure.vclock import VirtualClock
+from mgpukit.models import GPT, lm_loss
 
 MODELS = ("gpt-tiny", "gpt-small", "gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")
 
 
 def model_config(name: str, **overrides):
-    from mgpukit import models
-
+    """The `GPTConfig` of a GPT named as the CLI names it."""
     builders = {"gpt-tiny": models.gpt_tiny, "gpt-small": models.gpt_small, "gpt2-124m": models.gpt2_124m,
                 "gpt2-350m": models.gpt2_350m, "gpt2-1.3b": models.gpt2_1_3b, "llama-7b": models.llama_7b}
     if name not in builders:
@@ -51,8 +52,6 @@ def emulate_plain_steps(model: str, *, batch: int, dtype: str = "fp32", optimize
     over all steps, as `max_memory_allocated` after `reset_peak_memory_stats`), the clock's
     ``split`` of the last step (``kernel``, ``launch_wait``, ``wait``, ``host`` seconds) and
     ``label`` ("emulated")."""
-    from mgpukit.models import GPT, lm_loss
-
     if dtype not in ("fp32", "bf16"):
         raise ValueError(f"dtype={dtype!r}: the plain loop runs 'fp32' or 'bf16' (autocast)")
     if optimizer not in ("sgd", "adamw"):
