@@ -34,20 +34,20 @@ def test_wave_quantisation_as_in_nvidias_guide():
 
 
 def test_gemm_roofline_and_depth():
-    """A large square GEMM runs at peak · efficiency · k/(k + k_half); on the flat model (no
-    [gemm] table) the scores Q·Kᵀ with a head dimension of 64 are memory-bound: their time is
+    """A large square GEMM runs at peak · efficiency · k/(k + k_half), after the table's fixed
+    latency; on the flat model (no [gemm] table) the scores Q·Kᵀ with a head dimension of 64 are memory-bound: their time is
     their bytes over HBM bandwidth. The depth term makes them compute-bound at k/(k+128) = 1/3."""
     n = 108 * 256  # whole waves
     t = gemm_seconds(n, 128 * 10, 8192, A100, dtype="bf16")
     rate = 312e12 * A100.gemm.efficiency * depth_efficiency(8192, A100)
-    assert t == pytest.approx(2 * n * 1280 * 8192 / rate)
+    assert t == pytest.approx(A100.gemm.latency + 2 * n * 1280 * 8192 / rate)
     assert depth_efficiency(128, A100) == pytest.approx(0.5)
     s, hd, batch = 4096, 64, 32
     flat = dataclasses.replace(A100, gemm=None)  # no table: peak · compute_efficiency, no shape effects
     scores = gemm_seconds(s, s, hd, flat, batch=batch)
     assert scores == pytest.approx(2 * batch * (2 * s * hd + s * s) / A100.memory_bandwidth)
     shaped = gemm_seconds(s, s, hd, A100, batch=batch)
-    assert shaped == pytest.approx(2 * batch * s * s * hd / (312e12 * A100.gemm.efficiency / 3), rel=0.005)
+    assert shaped == pytest.approx(A100.gemm.latency + 2 * batch * s * s * hd / (312e12 * A100.gemm.efficiency / 3), rel=0.005)
     assert shaped > scores
     assert gemm_seconds(n, 1280, 8192, flat) == pytest.approx(2 * n * 1280 * 8192 / (312e12 * A100.compute_efficiency))
 

@@ -23,7 +23,8 @@ on relative errors; rows the measurement itself says are launch-bound (shorter t
 takes to issue one matmul) bound the model from above and are not fitted.
 
 Nothing here is tuned to a training step: the steps of `data/reference/` are the *check*
-(`mgpukit.lessons.reference`), not the fit. The attention kernel has no micro-measurement in
+(`mgpukit.bench.reference`), not the fit — except the one step-fitted figure,
+``model_code_factor``, which `mgpukit.bench.reference` bisects on the gpt-tiny row alone. The attention kernel has no micro-measurement in
 the 2026-11-26 reference; `mgpukit calibrate` on a GPU measures it (`calibrate_gpu.py`).
 
 Input: the dict `mgpukit calibrate` writes on a GPU, or `data/reference/h200-2026-11-26.json`
