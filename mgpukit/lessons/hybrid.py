@@ -254,19 +254,27 @@ def plot_placements(rows: list[dict], *, title: str = "") -> go.Figure:
 
 
 def predicted_at_scale(model: str = "1.3b", dims=(2, 2, 2), *, gpus_per_node=(8, 4, 2, 1),
-                       micro_batch: int = 1, num_micro_batches: int = 8, base: str = "h100-ib") -> list[dict]:
+                       micro_batch: int = 1, num_micro_batches: int = 8, base: str = "h100-ib",
+                       kernels_only: bool = True) -> list[dict]:
     """The same placements for a real model (predicted only; emulating it at this scale is
-    what shape mode is for), bf16, 1F1B."""
+    what shape mode is for), bf16, 1F1B.
+
+    ``kernels_only`` (default): kernels and messages alone, the question being which link each
+    axis uses. With an eager host (the kit's: every op a Python call and a launch) a micro-batch
+    of one sequence is launch-bound at this size and the host hides every link; each row keeps
+    that host's seconds per step in ``host_s`` (`costmodel.step_time`), so a cell can say so.
+    Frameworks at this scale fuse kernels or capture CUDA graphs to lift that bound."""
     d = dims_of(dims)
     layout = Layout(dp=d.dp, tp=d.tp, pp=d.pp, micro_batch=micro_batch, num_micro_batches=num_micro_batches,
                     dtype="bf16")
     rows = []
     for gpn in gpus_per_node:
         hw = node_profile(gpn, base)
-        pred = predicted_step(model, layout, hw)
+        pred = predicted_step(model, layout, hw.kernels_only() if kernels_only else hw)
         rows.append({"gpus_per_node": gpn, "nodes": -(-d.world_size // gpn),
                      "across_nodes": [a for a, x in crossing(d, hw).items() if x],
-                     "predicted": pred, "predicted_s": pred["total_s"], "emulated_s": None})
+                     "predicted": pred, "predicted_s": pred["total_s"], "kernels_only": kernels_only,
+                     "host_s": predicted_step(model, layout, hw)["host_s"], "emulated_s": None})
     return rows
 
 
