@@ -46,6 +46,7 @@ from mgpukit.runtime.hardware import env_info
 from mgpukit.runtime.launcher import WorkerError, launch, resolve_mode
 from mgpukit.strategies.policies.precision import loss_curve_parity
 from mgpukit.strategies.registry import Strategy
+from mgpukit.threads import policy as thread_policy
 from mgpukit.training.building import build_model, build_optimizer
 from mgpukit.training import backup, hetero
 from mgpukit.training.checkpoint import checkpointing, has_checkpoint
@@ -302,6 +303,7 @@ def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool
     )
     record["layout"] = dataclasses.asdict(cfg.layout)
     record["shape"] = p.shape
+    record["threads"].update(thread_policy())
     if p.shape:  # fake tensors: no values to compare
         record["parity"] = "n/a (shape mode)"
         record["reference"] = None
@@ -309,13 +311,15 @@ def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool
         record["parity"] = None
         record["reference"] = "is the reference" if strat.name == "single" else "no reference"
         if strat.name == "single" and is_reference_layout(cfg.layout):
-            _REFERENCE_CACHE.setdefault(_ref_key(cfg, p.mode), {"record": record, "weights": weights})
+            _REFERENCE_CACHE.setdefault(_ref_key(cfg, p.mode, record["threads"]["per_worker"]),
+                                        {"record": record, "weights": weights})
     elif cfg.options.get("drop_slowest"):  # from step 1 on, the gradient of fewer rows than the reference's
         record["parity"] = None
         record["reference"] = ("no reference: drop_slowest trains on the kept ranks' rows "
                                "(tests/test_stragglers.py checks that gradient)")
     elif parity:
-        ref = reference(strat.reference, cfg, mode=p.mode, timeout_s=timeout_s, in_process=in_process)
+        ref = reference(strat.reference, cfg, mode=p.mode, timeout_s=timeout_s, in_process=in_process,
+                        threads=record["threads"]["per_worker"])
         check, tol = strat.compare or compare, tolerance or strat.tolerance
         if cfg.layout.dtype != "fp32":  # reduced precision changes the numbers on purpose
             check, tol = loss_curve_parity(), tolerance
@@ -369,22 +373,22 @@ def _reference_config(cfg: RunConfig) -> RunConfig:
     return cfg.replace(options={}, layout=None)
 
 
-def _ref_key(cfg: RunConfig, mode: str) -> str:
+def _ref_key(cfg: RunConfig, mode: str, threads: int | None = None) -> str:
     device = "cuda" if mode == "gpu" else "cpu"  # emulated runs compute on the CPU
-    return f"{device}|{_reference_config(cfg).key()}"
+    return f"{device}|{threads or 1}|{_reference_config(cfg).key()}"
 
 
 def reference(name: str, cfg: RunConfig, *, mode: str = "cpu", timeout_s: float = 600.0,
-              in_process=None) -> dict:
+              in_process=None, threads: int | None = None) -> dict:
     """The reference run for `cfg` on the device `mode` computes on, cached per process (the
-    tour compares many strategies to one). One thread: on a shared 2-core machine a 2-thread
-    reference slows down erratically (OpenMP barriers under oversubscription)."""
-    key = _ref_key(cfg, mode)
+    tour compares many strategies to one). It computes with `threads` intra-op threads — those of
+    one worker of the run it is compared with (default 1) — so its times compare like with like."""
+    key = _ref_key(cfg, mode, threads)
     if key in _REFERENCE_CACHE:
         return _REFERENCE_CACHE[key]
     if in_process is None:
         run(name, workers=1, mode="gpu" if mode == "gpu" else "cpu", config=_reference_config(cfg),
-            parity=False, timeout_s=timeout_s, threads_per_worker=1)
+            parity=False, timeout_s=timeout_s, threads_per_worker=threads or 1)
         return _REFERENCE_CACHE[key]
     from mgpukit.runtime import context as _context
     from mgpukit.runtime.context import WorkerContext

@@ -57,6 +57,13 @@ def test_numbers_are_read_with_the_precision_they_are_shown_with():
     assert numbers("3/19")[0].value == pytest.approx(3 / 19)
 
 
+def test_a_number_glued_to_a_unit_is_not_cut_short():
+    """"Megatron-LM 18.4B" (notebook 09's validation table) once read as "18", which gave away
+    09.rule-7b's 17.6 at two digits; a number glued to a word is not read, whole or cut."""
+    assert [s.raw for s in numbers("Megatron-LM 18.4B, 256 A100")] == ["256"]
+    assert [s.raw for s in numbers("18.4 B · 3.5")] == ["18.4", "3.5"]
+
+
 @pytest.mark.parametrize("shown, leaks", [
     ("1.750", True), ("1.75", True), ("1.8", False),   # 1.8 rounds 1.75 but is 3 % off: not an answer
     ("2", False),                                       # one significant digit: too common to count

@@ -42,10 +42,13 @@ from mgpukit.costmodel.hardware import Link, load_profile  # 01-04, 09
 from mgpukit.costmodel.layout import Layout  # 06, 07
 from mgpukit.costmodel.memory import model_state_bytes, offload_traffic_bytes  # 06, 07
 from mgpukit.costmodel.schedules import build_schedule, describe  # 04
-from mgpukit.costmodel.shapes import get_shape, param_count  # 01, 02, 06, 07, 09
+from mgpukit.costmodel.shapes import get_shape, list_shapes, param_count  # 01, 02, 06, 07, 09
 from mgpukit.costmodel.simulate import bubble_formula  # 04
+from mgpukit.costmodel.validation import format_validation  # 09
 from mgpukit.costmodel.training_cost import format_duration, format_money, six_nd, time_to_train  # 09
+from mgpukit.measure.bounds import check_larger_job, show_flags  # measured figures vs physical bounds
 from mgpukit.measure.idle import predicted_from_costs  # 04
+from mgpukit.measure.spread import format_spread, median_step  # a measured step: median with its spread
 from mgpukit.measure.recorder import Recorder  # 02
 from mgpukit.models import gpt_tiny  # 08
 from mgpukit.runtime.hardware import default_mode, default_workers, env_info  # 00
@@ -67,4 +70,5 @@ __all__ = ["launch_bound_study", "gradient_tensors", "balanced_split", "run_comp
            "format_money", "six_nd", "time_to_train", "predicted_from_costs", "Recorder", "gpt_tiny",
            "default_mode", "default_workers", "env_info", "collectives", "bandwidth_table",
            "compare_bandwidth", "predicted_busbw", "compression_theory", "steady_bytes_per_step",
-           "dp_theory", "predicted_speedup", "predicted_model_states", "count_params"]
+           "dp_theory", "predicted_speedup", "predicted_model_states", "count_params", "check_larger_job",
+           "show_flags", "format_spread", "median_step", "list_shapes", "format_validation"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import warnings
 
 from mgpukit.experiment import run
+from mgpukit.measure.bounds import flag_scaling
 from mgpukit.runtime.launcher import OversubscribedWarning
 
 
@@ -54,6 +55,8 @@ def scaling_records(workers=(1, 2), *, scaling: str = "strong", strategy: str = 
     weak: each worker keeps `batch`, so the global batch is `batch × workers` (bigger problem,
     same time?). Measured runs pin one intra-op thread per worker (`threads_per_worker=1`) so
     one worker cannot already use every core — otherwise 1 vs 2 compares 2 cores with 2 cores.
+    A speedup above the worker count (strong) or an efficiency above 1 (weak) is flagged in its
+    record (`record["flags"]`; `mgpukit.measure.bounds.show_flags(records)` prints them).
     """
     if scaling not in ("strong", "weak"):
         raise ValueError(f"scaling={scaling!r}: use 'strong' or 'weak'.")
@@ -67,6 +70,7 @@ def scaling_records(workers=(1, 2), *, scaling: str = "strong", strategy: str = 
                                model=model, global_batch=gb, steps=steps, parity=False,
                                threads_per_worker=threads_per_worker if mode != "emulated" else None,
                                **overrides))
+    flag_scaling(records, scaling)
     return records
 
 

@@ -399,10 +399,12 @@ def claims(local_rows: list[dict] | None = None) -> list[dict]:
 
     for model, lo_h, hi_h in GPU_HOUR_CLAIMS:
         r = rule_gpu_hours(model, lo_h, hi_h)
-        chin = r["budgets"]["Chinchilla-optimal (20 tokens/parameter)"]["gpu_hours"]
+        budget = r["budgets"]["Chinchilla-optimal (20 tokens/parameter)"]
+        chin, (lo_p, hi_p) = budget["gpu_hours"], budget["planner_gpu_hours_range"]
         add(f"a {model} model takes {lo_h:,}-{hi_h:,} GPU-hours",
             f"6·N·D at the planner's MFU ({r['mfu']:.1%}, best layout on {r['gpus']} × {r['profile']}): {chin:,.0f} "
-            f"GPU-h for 20 tokens/parameter; {hi_h:,} GPU-h buy {r['implied_tokens'][1] / 1e9:.0f}B tokens", "predicted",
+            f"GPU-h for 20 tokens/parameter (the planner step by step: {budget['planner_gpu_hours']:,.0f}, "
+            f"{lo_p:,.0f} … {hi_p:,.0f}); {hi_h:,} GPU-h buy {r['implied_tokens'][1] / 1e9:.0f}B tokens", "predicted",
             "holds" if r["holds_for_pretraining"] else f"holds only for <= {r['implied_tokens'][1] / 1e9:.0f}B tokens "
             f"(fine-tuning scale), not compute-optimal pre-training")
     # 8. 70B needs 16-64 GPUs (16-32 80 GB A100s with model parallelism)

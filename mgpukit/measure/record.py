@@ -2,11 +2,11 @@
 and the report read. Built in the parent from each rank's `Recorder.result()`."""
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 from mgpukit.files import from_json, to_json, write_text
 from mgpukit.measure.idle import idle_split
+from mgpukit.measure.spread import summarize
 
 
 def build_record(*, strategy: str, mode: str, profile: str | None, dims: dict, config: dict,
@@ -16,9 +16,10 @@ def build_record(*, strategy: str, mode: str, profile: str | None, dims: dict, c
     losses are already the mean over ranks, and every rank times the same synchronous step)."""
     lead = ranks[0]
     step_times = lead["step_time_s"]
-    # skip the first step (warm-up: allocations, DDP's bucket rebuild) when there are others
-    steady = step_times[1:] if len(step_times) > 1 else step_times
-    median = statistics.median(steady) if steady else None
+    # the median of the steady steps (the first is warm-up: allocations, DDP's bucket rebuild)
+    # with its spread (measure/spread.py)
+    step_time = summarize(step_times, source="emulated" if mode == "emulated" else "measured")
+    median = step_time["median_s"] if step_time else None
     record = {
         "strategy": strategy,
         "mode": mode,
@@ -30,6 +31,7 @@ def build_record(*, strategy: str, mode: str, profile: str | None, dims: dict, c
         "losses": lead["losses"],
         "grad_norms": lead["grad_norms"],
         "step_time_s": step_times,
+        "step_time": step_time,
         # a run resumed from a checkpoint ran (and timed) only steps resumed_from_step.. ;
         # step_time_s[i] is step resumed_from_step + i (losses cover every step)
         "resumed_from_step": lead.get("extra", {}).get("resumed_from_step"),
@@ -43,6 +45,8 @@ def build_record(*, strategy: str, mode: str, profile: str | None, dims: dict, c
         "theory": theory or {},
         "extra": {str(r["rank"]): r.get("extra", {}) for r in ranks if r.get("extra")},
         "env": env,
+        "threads": {"per_worker": lead.get("threads")},  # intra-op threads (experiment adds the policy)
+        "flags": [],  # figures that break a physical bound (measure/bounds.py)
     }
     if record["bubble_fraction"] is not None:  # a pipeline: why it idles (measure.idle)
         record["idle_split"] = idle_split(record)

@@ -458,6 +458,7 @@ class Recorder:
             "losses": self.losses,
             "grad_norms": self.grad_norms,
             "step_time_s": self.step_times,
+            "threads": torch.get_num_threads(),  # intra-op threads this rank computed with
             "timeline": self.events,
             "memory": self.memory,
             "comm": {"bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received,

@@ -64,8 +64,9 @@ from mgpukit.runtime.failures import (LaunchError, LaunchTimeout, WorkerError, t
                                       worker_error)
 
 __all__ = ["launch", "resolve_mode", "build_mesh", "LaunchError", "LaunchTimeout", "WorkerError",
-           "OversubscribedWarning"]
+           "OversubscribedWarning", "SpinWaitWarning"]
 from mgpukit.runtime.hardware import cuda_device_count, usable_cores
+from mgpukit.threads import worker_threads
 from mgpukit.runtime.worker import (_FINISHED_KEY, BAD_FORK, WorkerSpec, _worker_main, build_mesh,  # noqa: F401
                                     check_picklable)
 
@@ -78,6 +79,10 @@ _CHECK_SWITCHES = {"device_guard": "MGPUKIT_DEVICE_GUARD",  # measure/device_gua
 
 class OversubscribedWarning(UserWarning):
     """More CPU workers than cores: results stay correct, wall-clock speedups do not."""
+
+
+class SpinWaitWarning(UserWarning):
+    """OpenMP spin-waits in this process (torch came before mgpukit): workers get 1 thread each."""
 
 
 def resolve_mode(mode: str, world_size: int) -> str:
@@ -166,7 +171,9 @@ def launch(
     nodes = (for_profile(world_size, profile) if mode == "emulated"
              else NodeLayout(of_rank=(0,) * world_size, hosts=(socket.gethostname(),)))
     nodes.warn(dims)
-    threads = threads_per_worker or max(1, cores // world_size)
+    threads, forced = worker_threads(world_size, threads_per_worker, cores=cores)
+    if forced:
+        warnings.warn(forced, SpinWaitWarning, stacklevel=2)
     options = dict(options or {})
     for key, var in _CHECK_SWITCHES.items():  # read once, here, and handed to every worker
         options.setdefault(key, os.environ.get(var) == "1")
