@@ -94,6 +94,8 @@ def add_run_arguments(p):
                     help="save checkpoints here (= -o checkpoint_dir=DIR); any layout can load them")
     ck.add_argument("--checkpoint-every", type=positive_int, default=None, metavar="K",
                     help="save every K steps (default: after the last step only)")
+    ck.add_argument("--keep-checkpoints", type=positive_int, default=None, metavar="K",
+                    help="keep the newest K checkpoints in --checkpoint-dir, delete older ones (default 3)")
     ck.add_argument("--resume", action="store_true", default=None,
                     help="start from the latest checkpoint in --checkpoint-dir")
     ck.add_argument("--max-restarts", type=nonnegative_int, default=0, metavar="N",
@@ -119,15 +121,17 @@ def config_from_args(args):
 def checkpoint_options(args, options: dict) -> dict:
     """`options` with the checkpoint flags' knobs; a flag and an `-o` that disagree are refused."""
     for flag, key in (("checkpoint_dir", "checkpoint_dir"), ("checkpoint_every", "checkpoint_every"),
-                      ("resume", "resume")):
+                      ("resume", "resume"), ("keep_checkpoints", "keep_checkpoints")):
         value = getattr(args, flag, None)
         if value is None:
             continue
+        if value == "":
+            raise ValueError(f"--{flag.replace('_', '-')} is empty; give a folder.")
         if key in options and options[key] != value:
             raise ValueError(f"--{flag.replace('_', '-')} {value} and -o {key}={options[key]} disagree; "
                              f"give one of them.")
         options[key] = value
-    for flag, key in (("--checkpoint-every", "checkpoint_every"),):
+    for flag, key in (("--checkpoint-every", "checkpoint_every"), ("--keep-checkpoints", "keep_checkpoints")):
         if options.get(key) and not options.get("checkpoint_dir"):  # used to be ignored
             raise ValueError(f"{flag} {options[key]} needs --checkpoint-dir DIR: where to save them.")
     restarts = getattr(args, "max_restarts", 0)
@@ -140,6 +144,9 @@ def checkpoint_options(args, options: dict) -> dict:
 def _run(args):
     from mgpukit.files import OutputError
 
+    if args.emulate is not None and not args.emulate.strip():  # '' used to run unemulated
+        raise ValueError("--emulate needs a hardware profile name, e.g. --emulate h100-nvlink "
+                         "(`mgpukit plan --help` lists them).")
     if args.emulate and args.mode not in ("auto", "emulated"):  # it used to run emulated, silently
         raise ValueError(f"--emulate {args.emulate} runs on the virtual clock (emulated mode), not "
                          f"--mode {args.mode}; drop one of them.")

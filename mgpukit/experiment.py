@@ -50,6 +50,9 @@ from mgpukit.threads import policy as thread_policy
 from mgpukit.training.building import build_model, build_optimizer
 from mgpukit.training import backup, hetero
 from mgpukit.training.checkpoint import checkpointing, has_checkpoint
+from mgpukit.training.checkpoint_files import FolderLock, check_folder
+from mgpukit.training.resources import check_memory
+from mgpukit.training.straggler import Straggler
 from mgpukit.training.trainer import train
 
 FP32_TOL = {"rtol": 1.3e-6, "atol": 1e-5}  # torch.testing.assert_close defaults for float32
@@ -95,6 +98,9 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
         check_batch(cfg, strat.batch_ranks(workers) if strat.batch_ranks else dims.dp)
     if strat.validate:
         strat.validate(cfg, dims)
+    Straggler.from_options(cfg.options, workers)  # the slow rank is one of this run's
+    check_memory(cfg, workers, strat.batch_ranks(workers) if strat.batch_ranks else dims.dp,
+                 shape=bool(shape))  # a batch that cannot fit is refused here, not in a rank
     if mode == "emulated" and not strat.emulation:
         raise ValueError(f"strategy {strategy!r} has no emulated mode; use mode='cpu'.")
     mode = resolve_mode(mode, workers)
@@ -168,25 +174,21 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     if p.cfg.options.get("checkpoint_every") and not p.cfg.options.get("checkpoint_dir"):
         raise ValueError(f"checkpoint_every={p.cfg.options['checkpoint_every']} needs checkpoint_dir=... "
                          f"(--checkpoint-dir): where to save them.")
-    if p.cfg.options.get("checkpoint_dir"):
-        check_output(p.cfg.options["checkpoint_dir"], what="checkpoint folder (checkpoint_dir)",
-                     directory=True)
-    restarts = []
-    while True:
-        try:
-            results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
-                             dims=p.dims, timeout_s=timeout_s, echo=echo,
-                             threads_per_worker=threads_per_worker,
-                             collective_timeout_s=min(collective_timeout_s, timeout_s),
-                             debug_collectives=debug_collectives,
-                             options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None,
-                                      "shape": p.shape})
-            break
-        except WorkerError as e:  # a rank died: go on from the last checkpoint, if there is one
-            if len(restarts) >= max_restarts or not has_checkpoint(p.cfg.options["checkpoint_dir"]):
-                raise
-            restarts.append({"error": str(e).splitlines()[0], "rank": e.rank})
-            p = dataclasses.replace(p, cfg=p.cfg.replace(options={**p.cfg.options, "resume": True}))
+    root = p.cfg.options.get("checkpoint_dir")
+    if root:
+        check_output(root, what="checkpoint folder (checkpoint_dir)", directory=True)
+    lock = FolderLock(root).acquire() if root else None  # one run per checkpoint folder
+    try:
+        if root:
+            check_folder(p.cfg)  # resume: there, whole, this model and optimizer, steps left
+        results, p, restarts = _launch_with_restarts(
+            p, max_restarts, timeout_s=timeout_s, echo=echo, threads_per_worker=threads_per_worker,
+            collective_timeout_s=min(collective_timeout_s, timeout_s), debug_collectives=debug_collectives,
+            options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None,
+                     "shape": p.shape, "checkpoint_verified": bool(root)})  # check_folder did
+    finally:
+        if lock is not None:
+            lock.release()
     record = finish(p, [r["result"] for r in results], results[0].get("weights"), parity=parity,
                     tolerance=tolerance, timeout_s=timeout_s)
     record["restarts"] = restarts
@@ -194,6 +196,26 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
                   weights_path=weights_path, failed=[r["output_error"] for r in results
                                                      if r.get("output_error")])
     return record
+
+
+def _launch_with_restarts(p: Prepared, max_restarts: int, **launch_kw) -> tuple[list, Prepared, list]:
+    """Launch `p`; when a rank dies, go on from the last checkpoint up to `max_restarts` times.
+    Returns (each rank's result, the run as it ran last — resumed after a restart —, the
+    restarts). A rank that stopped on purpose (a NaN, a full disk: `WorkerError.one_line`) is
+    not restarted: it would stop again the same way."""
+    restarts = []
+    while True:
+        try:
+            results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
+                             dims=p.dims, **launch_kw)
+            return results, p, restarts
+        except WorkerError as e:  # a rank died: go on from the last checkpoint, if there is one
+            root = p.cfg.options.get("checkpoint_dir")
+            if len(restarts) >= max_restarts or e.one_line or not has_checkpoint(root):
+                raise
+            restarts.append({"error": str(e).splitlines()[0], "rank": e.rank})
+            p = dataclasses.replace(p, cfg=p.cfg.replace(options={**p.cfg.options, "resume": True}))
+            check_folder(p.cfg)  # what the failed run saved last is whole
 
 
 def write_outputs(record: dict, weights, *, json_path=None, trace_path=None, weights_path=None,
@@ -232,9 +254,9 @@ def check_outputs(*, json_path=None, trace_path=None, weights_path=None, torch_p
     path does not throw a finished run away (ValueError naming the path and the fix)."""
     for path, what in ((json_path, "record (--json)"), (trace_path, "trace (--trace)"),
                        (weights_path, "weights (--save-weights)")):
-        if path:
+        if path is not None:  # "" too: an empty path is refused, not taken for "none"
             check_output(path, what=what)
-    if torch_profile_dir:
+    if torch_profile_dir is not None:
         check_output(torch_profile_dir, what="torch.profiler folder (--profile-torch)", directory=True)
 
 

@@ -115,6 +115,9 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
     else:
         if "v" in overrides and overrides["v"] != 1:
             raise ValueError(f"v={overrides['v']} (model chunks per pipeline rank) needs pp > 1.")
+        if overrides.get("schedule") is not None:  # was ignored without a pipeline
+            raise ValueError(f"schedule={overrides['schedule']!r} is a pipeline schedule: it needs pp > 1 "
+                             f"(--pp); drop it, or add --pp.")
         m, v = cfg.micro_batches, 1
     # rows per micro-batch (whether they divide evenly is checked with the batch, in `prepare`)
     rows = max(1, cfg.global_batch // (degrees["dp"] * m))

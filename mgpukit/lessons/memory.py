@@ -47,7 +47,7 @@ def measure_checkpointing(*, policies=("none", "selective", "full"), steps: int 
         act, t = recs[p]["memory"]["0"]["activations"], statistics.median(times[p])
         rows.append({"checkpointing": p, "activations_bytes": act, "step_time_s": t,
                      "activations_vs_none": act / base_act, "time_vs_none": t / base_t,
-                     "losses": recs[p]["losses"]})
+                     "losses": recs[p]["losses"], "step_time": recs[p].get("step_time")})
     return rows
 
 

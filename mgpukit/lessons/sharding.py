@@ -65,8 +65,13 @@ def step_time_ratio(a: str = "zero3", b: str = "fsdp2", *, workers: int = 2, ste
     and the first `warmup` steps of every run dropped (FSDP2 initialises lazily)."""
     from mgpukit.experiment import run
 
+    from mgpukit.measure.spread import summarize
+
+    summaries = {a: [], b: []}
+
     def median_step(name, options=None):
         rec = run(name, workers=workers, steps=steps, mode="cpu", parity=False, options=options or {}, **kw)
+        summaries[name].append(summarize(rec["step_time_s"][warmup:], skip=0))  # its spread, warm-up dropped
         return statistics.median(rec["step_time_s"][warmup:])
 
     ta, tb = [], []
@@ -75,7 +80,8 @@ def step_time_ratio(a: str = "zero3", b: str = "fsdp2", *, workers: int = 2, ste
         tb.append(median_step(b, options_b))
     ratio = statistics.median(x / y for x, y in zip(ta, tb))
     return {"a": a, "b": b, "a_step_s": ta, "b_step_s": tb, "ratio": ratio, "workers": workers,
-            "steps": steps, "repeats": repeats, "warmup": warmup}
+            "steps": steps, "repeats": repeats, "warmup": warmup,
+            "a_step_time": summaries[a], "b_step_time": summaries[b]}
 
 
 def model_state_table(psi: float, *, dp: int = 8, dtype: str = "bf16", optimizer: str = "adamw") -> list[dict]:

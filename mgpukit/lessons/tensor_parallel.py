@@ -254,7 +254,8 @@ def measured_pairs(*, pairs: int = 2, steps: int = 4, tp: int = 2) -> list[dict]
                 warnings.simplefilter("ignore", OversubscribedWarning)
                 rec = run(name, workers=workers, steps=steps, mode="cpu", parity=False, threads_per_worker=1)
             st = rec["step_time_s"][1:] or rec["step_time_s"]
-            row[name] = {"median_s": steady_step(rec), "min_s": min(st), "max_s": max(st)}
+            row[name] = {"median_s": steady_step(rec), "min_s": min(st), "max_s": max(st),
+                         "step_time": rec.get("step_time"), "flags": rec.get("flags", [])}
         row["ratio"] = row["tp"]["median_s"] / row["single"]["median_s"]
         out.append(row)
     return out

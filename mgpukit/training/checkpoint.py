@@ -37,8 +37,11 @@ many ranks; on another number each rank keeps its seeded state (the shipped mode
 random numbers while training: no dropout).
 
 Saving is atomic: the files go to ``<dir>/step-K.partial``, which is renamed to ``step-K``
-once every rank has written, and only then does ``<dir>/latest`` (written atomically) point to
-it. A crash while saving leaves the previous checkpoint, and `latest`, as they were.
+once every rank has written and rank 0 has checksummed them into its manifest, and only then
+does ``<dir>/latest`` (written atomically) point to it. A crash while saving leaves the previous
+checkpoint, and `latest`, as they were; a save that fails (a full disk) removes its partial
+folder and says so in one line. How a folder of checkpoints is kept — checksums, one run at a
+time, the newest K, the checks made before a resume launches — is `checkpoint_files.py`.
 
 Loading is safe: DCP reads a checkpoint's ``.metadata`` with plain `pickle.load`, which runs
 whatever a crafted file tells it to. `SafeReader` unpickles it with an allow-list (DCP's own
@@ -63,14 +66,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import (ChunkStorageMetadata, MetadataIndex, StorageMeta,
                                                    TensorProperties, TensorStorageMetadata)
 from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType
 
 from mgpukit.files import write_text
+from mgpukit.training.checkpoint_files import (DEFAULT_KEEP, LATEST, CheckpointError, has_checkpoint,  # noqa: F401
+                                               latest, prune, remove_partials, verify, write_failure,
+                                               write_manifest)
 from mgpukit.training.trainer import Checkpointing
-
-LATEST = "latest"
 
 
 def checkpointing(ctx, rec, cfg, parts, optimizer) -> Checkpointing | None:
@@ -82,13 +87,16 @@ def checkpointing(ctx, rec, cfg, parts, optimizer) -> Checkpointing | None:
             raise ValueError("resume=true needs checkpoint_dir=... to resume from.")
         return None
     every = cfg.options.get("checkpoint_every") or 0
+    keep = cfg.options.get("keep_checkpoints") or DEFAULT_KEEP
+    info = {"model": cfg.model, "optimizer": cfg.optimizer, "world_size": ctx.world_size,
+            "global_batch": cfg.global_batch, "seed": cfg.seed}  # with "step": its manifest
     ck = Checkpointing()
     if cfg.options.get("resume"):
         ck.start_step = load_checkpoint(root, ctx, rec, parts, optimizer, logs=ck.logs)
 
     def on_step_end(step: int) -> None:
         if (every and (step + 1) % every == 0) or step + 1 == cfg.steps:
-            save_checkpoint(root, step + 1, ctx, rec, parts, optimizer, logs=ck.logs)
+            save_checkpoint(root, step + 1, ctx, rec, parts, optimizer, logs=ck.logs, info=info, keep=keep)
     ck.on_step_end = on_step_end
     return ck
 
@@ -271,44 +279,51 @@ def _state(ctx, parts, optimizer, next_step: int, logs) -> dict:
     return state
 
 
-def save_checkpoint(root, next_step: int, ctx, rec, parts, optimizer, *, logs=()) -> Path:
-    """Save every rank's share as ``<root>/step-<next_step>`` (collective: every rank calls it)."""
+def save_checkpoint(root, next_step: int, ctx, rec, parts, optimizer, *, logs=(), info=None,
+                    keep: int = DEFAULT_KEEP) -> Path:
+    """Save every rank's share as ``<root>/step-<next_step>`` (collective: every rank calls it),
+    with its manifest (`info` + the step + each file's checksum); keep the newest `keep`."""
+    import shutil
+
     root = Path(root)
     final = root / f"step-{next_step:06d}"
     partial = root / f"step-{next_step:06d}.partial"
     with rec.untimed():
-        dcp.save(_state(ctx, parts, optimizer, next_step, list(logs)), checkpoint_id=str(partial),
-                 planner=_SavePlanner())
+        if ctx.rank == 0:
+            remove_partials(root)  # a save that crashed earlier (this run holds the folder's lock)
+        _barrier()
+        try:  # DCP gathers every rank's write result: a failure raises on every rank
+            dcp.save(_state(ctx, parts, optimizer, next_step, list(logs)), checkpoint_id=str(partial),
+                     planner=_SavePlanner())
+        except (Exception, CheckpointException) as e:  # DCP's is a BaseException
+            if ctx.rank == 0:
+                shutil.rmtree(partial, ignore_errors=True)
+            raise write_failure(final, root, e) from None
         _barrier()
         if ctx.rank == 0:
-            if final.exists():  # an older save of the same step, e.g. a run resumed twice
-                import shutil
-
-                shutil.rmtree(final)
-            os.replace(partial, final)
-            write_text(root / LATEST, final.name + "\n")
+            try:
+                write_manifest(partial, {**(info or {}), "step": next_step})
+                if final.exists():  # an older save of the same step, e.g. a run resumed twice
+                    shutil.rmtree(final)
+                os.replace(partial, final)
+                write_text(root / LATEST, final.name + "\n", what="checkpoint pointer")
+            except OSError as e:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise write_failure(final, root, e) from None
+            prune(root, keep, final.name)
         _barrier()
     return final
-
-
-def has_checkpoint(root) -> bool:
-    return (Path(root) / LATEST).is_file()
-
-
-def latest(root) -> Path:
-    root = Path(root)
-    pointer = root / LATEST
-    if not pointer.is_file():
-        raise FileNotFoundError(f"no checkpoint to resume from in {root} (no {LATEST} file); "
-                                f"run once with checkpoint_dir={root} first.")
-    return root / pointer.read_text().strip()
 
 
 def load_checkpoint(root, ctx, rec, parts, optimizer, *, logs: list | None = None) -> int:
     """Load the latest checkpoint under `root` into this rank's parts and optimizer, in place
     (and this rank's logged steps into `logs`); return the step to start from (collective).
-    The checkpoint may come from another layout or number of ranks (module docstring)."""
+    The checkpoint may come from another layout or number of ranks (module docstring). Its
+    checksums are verified here unless the launching process did it already (`mgpukit.run`
+    checks before launch and says so in the launch's options; a `torchrun` script does not)."""
     path = latest(root)
+    if not (getattr(ctx, "options", None) or {}).get("checkpoint_verified"):
+        verify(path)
     reader = SafeReader(str(path))
     metadata = reader.read_metadata().state_dict_metadata
     saved_optim = defaultdict(dict)  # name -> {state key: its metadata}
@@ -345,8 +360,8 @@ def load_checkpoint(root, ctx, rec, parts, optimizer, *, logs: list | None = Non
             state[f"logs/rank{r}"] = torch.empty(metadata[f"logs/rank{r}"].size, dtype=torch.float64)
     missing = [k for k in state if k not in metadata]
     if missing:
-        raise ValueError(f"checkpoint {path} lacks {missing[:3]}: it was saved by another "
-                         f"model (or one whose layers do not split like this layout's).")
+        raise CheckpointError(f"checkpoint {path} lacks {missing[:3]}: it was saved by another "
+                              f"model (or one whose layers do not split like this layout's).")
     with rec.untimed():
         dcp.load(state, storage_reader=reader, planner=_LoadPlanner())
     for p, held in optim_state.items():
@@ -380,8 +395,11 @@ def find_checkpoint(path) -> Path:
 def load_full(path) -> dict:
     """A checkpoint as full tensors in this one process, whatever layout and number of ranks
     wrote it: ``{"step", "model": {name: tensor}, "optim": {name: {key: tensor}}}``. `path`:
-    a checkpoint folder or the `checkpoint_dir` holding `latest`."""
-    reader = SafeReader(str(find_checkpoint(path)))
+    a checkpoint folder or the `checkpoint_dir` holding `latest`. Its files are checked against
+    their checksums first (`checkpoint_files.verify`)."""
+    folder = find_checkpoint(path)
+    verify(folder)
+    reader = SafeReader(str(folder))
     metadata = reader.read_metadata().state_dict_metadata
     state = {"step": torch.tensor(0, dtype=torch.int64)}
     for key, meta in metadata.items():
