@@ -13,11 +13,19 @@ import sys
 import warnings
 
 from mgpukit.argtypes import key_value, nonnegative_int, positive_float, positive_int
+from mgpukit.costmodel import plan_cli
+from mgpukit.files import OutputError, check_output, describe_os_error
 from mgpukit.signals import Terminated, ignore_file_size_limit, raise_on_termination, restore
+
+# Every other mgpukit import in this file is made inside the function that needs it, on
+# purpose: `mgpukit plan` builds only its own subcommand and must never import torch
+# (tests/test_training_cost.py), and `mgpukit info` / `--help` should not pay for importing
+# every strategy. Each such import is marked "# lazy: start-up".
 
 
 def _info(args):
-    from mgpukit.runtime.hardware import cuda_device_count, default_mode, default_workers, env_info
+    from mgpukit.runtime.hardware import (cuda_device_count, default_mode,  # lazy: start-up
+                                          default_workers, env_info)
 
     env = env_info()
     print(f"mgpukit — torch {env['torch']}, accelerate {env['accelerate']}, python {env['python']}")
@@ -36,7 +44,7 @@ def _info(args):
 
 
 def _list(args):
-    from mgpukit.strategies import available
+    from mgpukit.strategies import available  # lazy: start-up
 
     rows = sorted(available(), key=lambda s: (s.family, s.name))
     width = max(len(s.name) for s in rows)
@@ -109,7 +117,7 @@ def layout_from_args(args) -> dict:
 
 
 def config_from_args(args):
-    from mgpukit.config import RunConfig
+    from mgpukit.config import RunConfig  # lazy: start-up
 
     fields = {k: v for k, v in {"steps": args.steps, "model": args.model,
                                 "global_batch": args.global_batch, "lr": args.lr,
@@ -142,8 +150,6 @@ def checkpoint_options(args, options: dict) -> dict:
 
 
 def _run(args):
-    from mgpukit.files import OutputError
-
     if args.emulate is not None and not args.emulate.strip():  # '' used to run unemulated
         raise ValueError("--emulate needs a hardware profile name, e.g. --emulate h100-nvlink "
                          "(`mgpukit plan --help` lists them).")
@@ -165,7 +171,7 @@ def _run(args):
 
 
 def _run_record(args, mode):
-    from mgpukit.experiment import run
+    from mgpukit.experiment import run  # lazy: start-up
 
     return run(args.strategy, workers=args.workers, mode=mode, profile=args.emulate,
                shape=bool(getattr(args, "shape", False)),
@@ -194,8 +200,8 @@ def _report_run(args, record):
 
 def print_breakdown(record):
     """Emulated runs: where the step went; pipelines: why they idle."""
-    from mgpukit.measure.breakdown import describe_time_split, time_split
-    from mgpukit.measure.idle import describe_idle_split
+    from mgpukit.measure.breakdown import describe_time_split, time_split  # lazy: start-up
+    from mgpukit.measure.idle import describe_idle_split  # lazy: start-up
 
     split = time_split(record)
     if split is not None:
@@ -206,13 +212,13 @@ def print_breakdown(record):
 
 
 def print_summary(records):
-    from mgpukit.plots.summary import format_summary
+    from mgpukit.plots.summary import format_summary  # lazy: start-up
 
     print(format_summary(records))
 
 
 def _bench(args):
-    from mgpukit.bench import BENCHES, load_all
+    from mgpukit.bench import BENCHES, load_all  # lazy: start-up
 
     load_all()
     names = sorted(BENCHES) if args.name == "all" else [args.name]
@@ -224,7 +230,7 @@ def _bench(args):
         print(f"== bench {name} ==")
         results[name] = BENCHES[name][0](args)
     if args.json:
-        from mgpukit.measure.record import save_record
+        from mgpukit.measure.record import save_record  # lazy: start-up
 
         save_record(results, args.json)
     return 0
@@ -233,8 +239,6 @@ def _bench(args):
 def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
     """The whole CLI; ``only="plan"`` builds just ``plan``, which is pure arithmetic: it then
     never imports torch (4 s of the 5 s `mgpukit plan --search` used to take)."""
-    from mgpukit.costmodel import plan_cli
-
     parser = _Parser(prog="mgpukit", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True)  # subcommands are _Parsers too
@@ -242,7 +246,7 @@ def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
         plan_cli.register(sub)
         sub.choices["plan"].add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
         return parser
-    from mgpukit import calibrate, export, tour
+    from mgpukit import calibrate, export, tour  # lazy: start-up
 
     p = sub.add_parser("info", help="devices, versions, default mode and worker count")
     p.add_argument("--json", action="store_true")
@@ -281,15 +285,13 @@ def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
 
 def _error_message(e: BaseException) -> tuple[int, str] | None:
     """(exit code, message) for an error the user can act on; None for a bug (traceback)."""
-    from mgpukit.runtime.launcher import LaunchError, LaunchTimeout, WorkerError
+    from mgpukit.runtime.launcher import LaunchError, LaunchTimeout, WorkerError  # lazy: start-up
 
     if isinstance(e, WorkerError) and e.one_line:  # a rank stopped on purpose, saying why
         return e.exit_code, e.one_line
     if isinstance(e, (WorkerError, LaunchTimeout)):  # the run failed: the rank's traceback is the news
         return 1, str(e)
     if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):  # a write failed
-        from mgpukit.files import describe_os_error
-
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
         return 2, " ".join(f"{where}{describe_os_error(e) if e.errno else e}".split())
     if isinstance(e, KeyError) and e.args and isinstance(e.args[0], str):
@@ -308,8 +310,6 @@ def main(argv=None) -> int:
     ignore_file_size_limit()  # `ulimit -f`: a failed write, not a process killed mid-file
     try:
         if isinstance(getattr(args, "json", None), str):  # run, bench, plan: checked before the work
-            from mgpukit.files import check_output
-
             check_output(args.json, what="--json file")
         return int(args.func(args) or 0)
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP: the launch already ended its workers

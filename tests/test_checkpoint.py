@@ -191,7 +191,8 @@ def test_a_checkpoint_of_4_workers_loads_on_2_and_in_one_process_unchanged(saved
     full tensors read back in one process are the run's final weights exactly; loaded by 2
     workers (another strategy too) and saved again they are the same tensors, weights and
     optimizer state; loaded into the single-process model and optimizer, the same again."""
-    from mgpukit.experiment import load_weights, prepare
+    from mgpukit.experiment import load_weights
+    from mgpukit.prepare import prepare
     from mgpukit.runtime.launcher import launch
     from mgpukit.training.building import build_model, build_optimizer
 
@@ -206,7 +207,7 @@ def test_a_checkpoint_of_4_workers_loads_on_2_and_in_one_process_unchanged(saved
 
     p = prepare(loaded, workers=2, mode="cpu", optimizer="adamw", steps=3)
     launch(_load_and_save_again, p.workers, p.strategy.name, p.cfg, tmp_path / "at4",
-           tmp_path / "at2", mode="cpu", dims=p.dims, timeout_s=120, echo=False)
+           tmp_path / "at2", mode="cpu", dims=p.dims, layout=p.layout, timeout_s=120, echo=False)
     at2 = ckpt_mod.load_full(tmp_path / "at2")
     assert at2["step"] == 3 and _equal(at2["model"], at4["model"])
     assert at2["optim"].keys() == at4["optim"].keys()

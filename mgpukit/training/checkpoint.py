@@ -18,12 +18,15 @@ overlapping pieces of whatever boxes were written:
 
     ddp, pipelines      whole tensors (replicas are written once, by one rank)
     fsdp2, tp-native    DTensors: DCP knows their shards (Shard(0) on dp; the tp splits)
-    tp (ours)           one box per split parameter: offset rank·n along `tp_dim`
+    tp (ours)           one box per split parameter: offset rank·n along its split dim
     zero1/2/3 (ours)    this rank's flat shard of each unit cut along the parameters it
                         spans: a range of a parameter's flattened elements is at most a
                         partial row, full rows and a partial row (`boxes`), each a box; the
                         optimizer's state over the shard is cut the same way; padding is not
                         saved (zero on load, as it is in training)
+
+Which of these a rank holds is declared by the applier that cut the model (`Parts.holding`,
+`training/holding.py`: replicated, tp-split or sharded); nothing here guesses it.
 
 Loading is `dcp.load` into this rank's tensors, in place (the dp-bucketed strategy's gradients
 are views into its buckets; the parameters stay the same objects; ZeRO-1/2 then all-gather
@@ -55,8 +58,6 @@ DeepSpeed's universal checkpoint computes to reshard ZeRO's partitions.
 """
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import pickle
 import warnings
@@ -75,6 +76,7 @@ from mgpukit.files import write_text
 from mgpukit.training.checkpoint_files import (DEFAULT_KEEP, LATEST, CheckpointError, has_checkpoint,  # noqa: F401
                                                latest, prune, remove_partials, verify, write_failure,
                                                write_manifest)
+from mgpukit.training.holding import Piece
 from mgpukit.training.trainer import Checkpointing
 
 
@@ -101,105 +103,10 @@ def checkpointing(ctx, rec, cfg, parts, optimizer) -> Checkpointing | None:
     return ck
 
 
-# ---- where this rank's tensors sit in the full model's -----------------------------------------
-@dataclasses.dataclass
-class Piece:
-    """A box of the full tensor `name` (`size`) that this rank holds: `view(t)` is that box of
-    `t`, a tensor shaped like the rank's parameter (the parameter itself, or optimizer state
-    over it); `offsets` None: the whole tensor, as it is (replicated, or a DTensor)."""
-
-    name: str
-    size: tuple
-    offsets: tuple | None = None
-    view: object = None  # Callable[[Tensor], Tensor]
-
-
-def boxes(shape, a: int, b: int) -> list[tuple[tuple, tuple, int]]:
-    """Elements [a, b) of a row-major tensor of `shape` (flattened) as boxes:
-    [(offsets, sizes, first flat index)], each contiguous in memory — at most a partial row,
-    a block of full rows and a partial row per dimension."""
-    if a >= b:
-        return []
-    if len(shape) == 0:
-        return [((), (), 0)]
-    row = math.prod(shape[1:])
-    lo, hi = -(-a // row), b // row  # the full rows [lo, hi)
-    if lo > hi:  # a and b inside one row
-        i = a // row
-        return [((i, *o), (1, *z), i * row + f) for o, z, f in boxes(shape[1:], a - i * row, b - i * row)]
-    out = []
-    if a < lo * row:  # the end of row lo-1
-        out += [((lo - 1, *o), (1, *z), (lo - 1) * row + f)
-                for o, z, f in boxes(shape[1:], a - (lo - 1) * row, row)]
-    if lo < hi:
-        out.append(((lo, *[0] * (len(shape) - 1)), (hi - lo, *shape[1:]), lo * row))
-    if hi * row < b:  # the start of row hi
-        out += [((hi, *o), (1, *z), hi * row + f) for o, z, f in boxes(shape[1:], 0, b - hi * row)]
-    return out
-
-
-def _zero_pieces(unit, names) -> list[Piece]:
-    """This rank's flat shard of a ZeRO unit as boxes of the parameters it spans."""
-    lo, hi = unit.rank * unit.shard_numel, (unit.rank + 1) * unit.shard_numel
-    out, offset = [], 0
-    for q in unit.params:
-        a, b = max(offset, lo), min(offset + q.numel(), hi)
-        for offs, sizes, f in boxes(tuple(q.shape), a - offset, b - offset):
-            start = offset + f - lo  # where the box starts in the shard
-            out.append(Piece(names[id(q)], tuple(q.shape), offs,
-                             lambda t, s=start, z=sizes: t[s:s + math.prod(z)].view(z)))
-        offset += q.numel()
-    return out
-
-
-def _tp_piece(p, name: str, ctx) -> Piece:
-    """Our tensor-parallel split: rank i of t holds the i-th of t equal slices along `tp_dim`."""
-    dim, t = p.tp_dim, ctx.size("tp")
-    size = list(p.shape)
-    size[dim] *= t
-    offsets = [0] * p.dim()
-    offsets[dim] = ctx.coords["tp"] * p.shape[dim]
-    return Piece(name, tuple(size), tuple(offsets), lambda x: x)
-
-
-def _names(parts) -> dict[int, str]:
-    """id(parameter) -> its name in the unsplit model (no DDP `module.`, no stage index)."""
-    names = {}
-    module = parts.module
-    if hasattr(module, "shards") and hasattr(module, "model"):  # ZeRO's ShardedModule
-        module = module.model
-    for name, p in module.named_parameters():
-        if isinstance(module, torch.nn.ModuleList):  # pipeline stages: "0.blocks.2..." -> "blocks.2..."
-            name = name.split(".", 1)[1]
-        names[id(p)] = name.removeprefix("module.")
-    return names
-
-
-def _zero(parts):
-    """The hand-written ZeRO stage behind `parts` (a sync that owns flat shards: its `units`,
-    each with a `shard`, and `after_load`), or None. Known by what it has, not by its class:
-    training/ does not import the strategies built on it."""
-    sync = parts.sync
-    return sync if hasattr(sync, "units") and hasattr(sync, "after_load") else None
-
-
-def placements(ctx, parts) -> list[tuple[torch.Tensor, list[Piece]]]:
-    """For each tensor the optimizer steps: the pieces of the full model it holds."""
-    names = _names(parts)
-    zero = _zero(parts)
-    if zero is not None:
-        return [(unit.shard, _zero_pieces(unit, names)) for unit in zero.units]
-    out = []
-    for p in parts.params:
-        if id(p) not in names:
-            raise ValueError(f"checkpointing saves the parameters the model owns by name; "
-                             f"{type(parts.sync).__name__} trains tensors of its own.")
-        name = names[id(p)]
-        if getattr(p, "tp_dim", None) is not None and ctx.size("tp") > 1:
-            out.append((p, [_tp_piece(p, name, ctx)]))
-        else:  # a whole tensor, or a DTensor (DCP knows its shards)
-            out.append((p, [Piece(name, tuple(p.shape))]))
-    return out
+def placements(parts) -> list[tuple[torch.Tensor, list[Piece]]]:
+    """For each tensor the optimizer steps: the pieces of the full model it holds, as the
+    applier that cut the model declared them (`Parts.holding`, `training.holding`)."""
+    return parts.holding.placements(parts.module, parts.params, trainer_of=type(parts.sync).__name__)
 
 
 class Chunks:
@@ -268,7 +175,7 @@ def _state(ctx, parts, optimizer, next_step: int, logs) -> dict:
              # this rank's share of what was logged so far: the resumed record covers the run
              f"logs/rank{ctx.rank}": torch.tensor(logs, dtype=torch.float64).reshape(-1, 2),
              f"rng/rank{ctx.rank}": torch.get_rng_state()}
-    for p, pieces in placements(ctx, parts):
+    for p, pieces in placements(parts):
         _put(state, "model/{}", pieces, p.detach())
         for key, value in optimizer.state.get(p, {}).items():
             if value.shape == p.shape:  # elementwise state: cut like the parameter
@@ -333,7 +240,7 @@ def load_checkpoint(root, ctx, rec, parts, optimizer, *, logs: list | None = Non
             saved_optim[name][k] = meta
     state = {"step": torch.tensor(0, dtype=torch.int64)}
     optim_state = {}  # parameter -> {key: the tensor loaded into}
-    for p, pieces in placements(ctx, parts):
+    for p, pieces in placements(parts):
         _put(state, "model/{}", pieces, p.detach())
         held = dict(optimizer.state.get(p, {}))
         for k in sorted({k for piece in pieces for k in saved_optim.get(piece.name, {})}):
@@ -379,10 +286,9 @@ def load_checkpoint(root, ctx, rec, parts, optimizer, *, logs: list | None = Non
                 for r in old_ranks:
                     rows = rows + state[f"logs/rank{r}"]
         logs[:] = [tuple(row) for row in rows.tolist()]
-    zero = _zero(parts)
-    if zero is not None:
+    if parts.holding.after_load is not None:  # ZeRO: the full parameters from the loaded shards
         with rec.untimed():
-            zero.after_load()
+            parts.holding.after_load()
     return int(state["step"])
 
 
