@@ -314,7 +314,8 @@ def format_plan(pl: Plan) -> str:
     lines += ["", "predicted step time"]
     rows = [("GEMMs", t["compute_s"]), ("memory-bound", t["memory_s"]), ("tp comm", t["comm_tp_s"]),
             ("cp comm", t["comm_cp_s"]), ("pp comm", t["comm_pp_s"]), ("dp comm", t["comm_dp_s"]),
-            ("bubble", t["bubble_s"]), ("optimizer", t["optimizer_s"]), ("total", t["total_s"])]
+            ("bubble", t["bubble_s"]), ("optimizer", t["optimizer_s"]),
+            ("interference", t.get("interference_s", 0.0)), ("total", t["total_s"])]
     if pl.layout.cp == 1:
         rows = [r for r in rows if r[0] != "cp comm"]
     lines += [f"  {name:<12}{_sec(v)}" for name, v in rows]
