@@ -191,6 +191,20 @@ def test_error_bars_come_from_the_validation_table_and_bracket_every_figure(caps
     assert "error bar errors" in out and "from the error bar" in out and "(ranges: the planner's" in out
 
 
+def test_the_cli_shows_the_published_runs_behind_the_error_bars(capsys, tmp_path):
+    out_file = tmp_path / "validation.json"
+    assert plan_cli.main(["--validation", "--json", str(out_file)]) == 0
+    out = capsys.readouterr().out
+    table = validation_table()
+    assert all(r["run"].name in out for r in table)
+    for fw in list_frameworks():  # every framework's error bar, as the plans print it
+        assert f"  {fw:<17} {error_bar(fw).describe()}" in out
+    saved = json.loads(out_file.read_text())
+    assert [(row["run"], row["error"]) for row in saved["rows"]] == [(r["run"].name, r["error"]) for r in table]
+    assert saved["error_bars"]["deepspeed-pipe"]["rows"] == error_bar("deepspeed-pipe").rows
+    assert all(row["source"] for row in saved["rows"])
+
+
 def test_every_validation_row_cites_its_source_and_stays_within_its_kind():
     for r in validation_table():
         run = r["run"]
