@@ -34,7 +34,7 @@ from mgpukit.costmodel.hardware import HardwareProfile, load_profile
 from mgpukit.costmodel.layout import Layout, LayoutError, check_layout, divisors
 from mgpukit.costmodel.memory import memory_per_rank
 from mgpukit.costmodel.shapes import ModelShape, get_shape, param_count
-from mgpukit.costmodel.steptime import step_time
+from mgpukit.costmodel.steptime import OVERLAP_SLOWDOWN, step_time
 from mgpukit.costmodel.validation import ErrorBar, error_bar
 from mgpukit.costmodel.volume import comm_bytes_per_step
 
@@ -117,7 +117,8 @@ def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile",
     return Plan(
         model=shape, profile=hw, gpus=gpus, layout=layout, params=param_count(shape),
         memory=memory_per_rank(shape, layout), memory_limit=hw.usable_memory_bytes,
-        time=step_time(shape, layout, hw, framework=fw), comm_bytes=comm_bytes_per_step(shape, layout),
+        time=step_time(shape, layout, hw, framework=fw, interference=OVERLAP_SLOWDOWN),
+        comm_bytes=comm_bytes_per_step(shape, layout),
         framework=fw, error_bar=error_bar(fw),
     )
 
