@@ -42,12 +42,12 @@ days and cost follow. It is the spread of past errors, not a confidence interval
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from mgpukit.costmodel import published
 from mgpukit.costmodel.flops import megatron_flops
-from mgpukit.costmodel.frameworks import Framework, get_framework
+from mgpukit.costmodel.frameworks import Framework, get_framework, list_frameworks
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.shapes import ModelShape, get_shape
@@ -208,3 +208,23 @@ def format_validation(rows=None) -> str:
         lines.append(f"{run.name:<34} {run.framework:<17} {run.measure:<16} {fmt(r['published']):>10} "
                      f"{fmt(r['predicted']):>10} {r['error']:>+7.1%}")
     return "\n".join(lines)
+
+
+def error_bars() -> dict[str, ErrorBar]:
+    """Every shipped framework's error bar, by framework name."""
+    return {name: error_bar(name) for name in list_frameworks()}
+
+
+def format_error_bars() -> str:
+    """One line per framework: the rows its error bar comes from and their spread."""
+    return "\n".join(["error bar of each framework's predictions (the spread of the errors above):"]
+                     + [f"  {name:<17} {eb.describe()}" for name, eb in error_bars().items()])
+
+
+def validation_report() -> dict:
+    """The table and the error bars as JSON-ready data (``mgpukit plan --validation --json``)."""
+    rows = [{"run": r["run"].name, "framework": r["run"].framework, "profile": r["run"].profile,
+             "measure": r["run"].measure, "published": r["published"], "predicted": r["predicted"],
+             "error": r["error"], "source": r["run"].source, "assumed": r["run"].assumed}
+            for r in validation_table()]
+    return {"predicted": True, "rows": rows, "error_bars": {k: asdict(v) for k, v in error_bars().items()}}
