@@ -25,23 +25,19 @@ import statistics
 
 import torch
 
-from mgpukit import models
+from mgpukit.config import GPT_MODELS, RunConfig
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.measure.allocator import AllocatorMeter
 from mgpukit.measure.shape import fake_mode
 from mgpukit.measure.vclock import VirtualClock
 from mgpukit.models import GPT, lm_loss
 
-MODELS = ("gpt-tiny", "gpt-small", "gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")
 
-
-def model_config(name: str, **overrides):
-    """The `GPTConfig` of a GPT named as the CLI names it."""
-    builders = {"gpt-tiny": models.gpt_tiny, "gpt-small": models.gpt_small, "gpt2-124m": models.gpt2_124m,
-                "gpt2-350m": models.gpt2_350m, "gpt2-1.3b": models.gpt2_1_3b, "llama-7b": models.llama_7b}
-    if name not in builders:
-        raise ValueError(f"model={name!r}: choose one of {', '.join(builders)}")
-    return builders[name](**overrides)
+def model_config(name: str):
+    """The `GPTConfig` of a GPT named as the CLI names it (`config.GPT_MODELS`, the one list)."""
+    if name not in GPT_MODELS:
+        raise ValueError(f"model={name!r}: choose one of {', '.join(GPT_MODELS)}")
+    return RunConfig(model=name).model_config()
 
 
 def emulate_plain_steps(model: str, *, batch: int, dtype: str = "fp32", optimizer: str = "sgd",
