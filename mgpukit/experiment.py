@@ -28,8 +28,12 @@ those of the real program on the profiled hardware; its losses are null and its 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
+import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -37,6 +41,8 @@ import torch
 from mgpukit import strategies
 from mgpukit.config import SHAPE_MODELS, RunConfig
 from mgpukit.files import atomic_path, check_output
+from mgpukit.fits import check_fits
+from mgpukit.measure.progress import follow
 from mgpukit.measure.record import build_record, save_chrome_trace, save_record
 from mgpukit.measure.recorder import Recorder
 from mgpukit.measure.shape import maybe as maybe_fake
@@ -111,8 +117,8 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
 
 
 def check_shape(shape, mode: str, model: str, strat: Strategy, options: dict) -> None:
-    """Shape mode is emulated only (fake tensors have no values to measure), and the real-scale
-    models run only in shape mode (they are never allocated)."""
+    """Shape mode is emulated only (fake tensors have no values to measure). The real-scale
+    models run in shape mode or for real, after the memory check (`mgpukit.fits`)."""
     if not isinstance(shape, bool):
         raise ValueError(f"shape={shape!r}: give True or False.")
     if shape and mode != "emulated":
@@ -123,9 +129,6 @@ def check_shape(shape, mode: str, model: str, strat: Strategy, options: dict) ->
                          f"and the one trainer only.")
     if shape and options.get("checkpoint_dir"):
         raise ValueError("shape mode has no weights to checkpoint (fake tensors); drop checkpoint_dir.")
-    if model in SHAPE_MODELS and not shape:
-        raise ValueError(f"model {model!r} is real-scale: it runs in shape mode only (add --shape "
-                         f"--emulate PROFILE; shape=True, mode='emulated').")
 
 
 def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profile: str | None = None,
@@ -168,16 +171,20 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     if p.cfg.options.get("checkpoint_dir"):
         check_output(p.cfg.options["checkpoint_dir"], what="checkpoint folder (checkpoint_dir)",
                      directory=True)
+    memory_check = {} if p.shape else check_fits(
+        p.cfg, p.cfg.layout, workers=p.workers, mode=p.mode, strategy=p.strategy.name,
+        parity=parity and p.strategy.reference is not None)
     restarts = []
     while True:
         try:
-            results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
-                             dims=p.dims, timeout_s=timeout_s, echo=echo,
-                             threads_per_worker=threads_per_worker,
-                             collective_timeout_s=min(collective_timeout_s, timeout_s),
-                             debug_collectives=debug_collectives,
-                             options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None,
-                                      "shape": p.shape})
+            with progress_bar(p) as progress_file:
+                results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
+                                 dims=p.dims, timeout_s=timeout_s, echo=echo,
+                                 threads_per_worker=threads_per_worker,
+                                 collective_timeout_s=min(collective_timeout_s, timeout_s),
+                                 debug_collectives=debug_collectives,
+                                 options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None,
+                                          "shape": p.shape, "progress_file": progress_file})
             break
         except WorkerError as e:  # a rank died: go on from the last checkpoint, if there is one
             if len(restarts) >= max_restarts or not has_checkpoint(p.cfg.options["checkpoint_dir"]):
@@ -188,9 +195,19 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
                     tolerance=tolerance, timeout_s=timeout_s, json_path=None,
                     trace_path=trace_path, weights_path=weights_path)
     record["restarts"] = restarts
+    record["memory_check"] = memory_check
     if json_path:
         save_record(record, json_path)
     return record
+
+
+def progress_bar(p: Prepared):
+    """A tqdm bar in this process for a real-scale model trained on CPU workers (minutes per
+    step: `measure/progress.py`); the path the workers write to, or None for everything else."""
+    if p.shape or p.cfg.model not in SHAPE_MODELS or p.mode == "gpu":
+        return contextlib.nullcontext(None)
+    path = os.path.join(tempfile.gettempdir(), f"mgpukit-progress-{os.getpid()}-{time.monotonic_ns()}")
+    return follow(path, steps=p.cfg.steps, desc=f"{p.cfg.model} · {p.strategy.name} ({p.mode})")
 
 
 def default_collective_timeout(cfg: RunConfig, mode: str, *, shape: bool = False) -> float:
@@ -198,12 +215,15 @@ def default_collective_timeout(cfg: RunConfig, mode: str, *, shape: bool = False
 
     On the shipped models a step takes milliseconds to a second, so a collective that waits a
     minute is a rank that will never come (a mismatch), not a slow one: 60 s for the tiny
-    models, 180 s for gpt-small, plus the seconds a deliberate input delay adds per step
+    models, 180 s for gpt-small, an hour for a real-scale model trained for real (CPU workers
+    take minutes per step), plus the seconds a deliberate input delay adds per step
     (`loader_delay_s` × micro-batches); at least 300 s on GPUs, where NCCL's first collective
     sets up its communicators."""
     seconds = 180.0 if cfg.model == "gpt-small" else 60.0
     if shape:  # fake tensors: a rank of a real-scale model spends seconds per step on the host
         seconds = 600.0
+    elif cfg.model in SHAPE_MODELS:  # real tensors at real scale: minutes per step on CPU workers
+        seconds = 3600.0
     delay = cfg.options.get("loader_delay_s") or 0.0
     seconds += 4 * float(delay) * cfg.micro_batches
     return max(seconds, 300.0) if mode == "gpu" else seconds

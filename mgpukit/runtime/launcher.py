@@ -61,8 +61,8 @@ from mgpukit.runtime.failures import (LaunchError, LaunchTimeout, WorkerError, t
                                       worker_error)
 
 __all__ = ["launch", "resolve_mode", "build_mesh", "LaunchError", "LaunchTimeout", "WorkerError",
-           "OversubscribedWarning", "SpinWaitWarning"]
-from mgpukit.runtime.hardware import cuda_device_count, usable_cores
+           "OversubscribedWarning", "SpinWaitWarning", "GpuPlacementWarning"]
+from mgpukit.runtime.hardware import cuda_device_count, placement, usable_cores
 from mgpukit.threads import worker_threads
 from mgpukit.runtime.worker import (_FINISHED_KEY, BAD_FORK, WorkerSpec, _worker_main, build_mesh,  # noqa: F401
                                     check_picklable)
@@ -78,6 +78,10 @@ class OversubscribedWarning(UserWarning):
     """More CPU workers than cores: results stay correct, wall-clock speedups do not."""
 
 
+class GpuPlacementWarning(UserWarning):
+    """mode auto put a multi-worker run on CPU workers although GPUs are present (too few)."""
+
+
 class SpinWaitWarning(UserWarning):
     """OpenMP spin-waits in this process (torch came before mgpukit): workers get 1 thread each."""
 
@@ -87,11 +91,15 @@ def resolve_mode(mode: str, world_size: int) -> str:
     if mode not in MODES:
         raise LaunchError(f"mode={mode!r} is not one of {MODES}.")
     if mode == "auto":
-        return "gpu" if cuda_device_count() >= world_size else "cpu"
+        chosen, why = placement(world_size)
+        if chosen == "cpu" and cuda_device_count() > 0:  # GPUs present but too few: say so
+            warnings.warn(f"mode auto: {why}.", GpuPlacementWarning, stacklevel=3)
+        return chosen
     if mode == "gpu" and cuda_device_count() < world_size:
         raise LaunchError(
-            f"mode='gpu' needs {world_size} GPUs but {cuda_device_count()} are visible; "
-            f"use mode='cpu' (or 'auto'), or fewer workers."
+            f"mode='gpu' needs {world_size} GPUs but {cuda_device_count()} are visible (NCCL "
+            f"refuses two ranks on one GPU); use mode='cpu' (or 'auto'), mode='emulated', or "
+            f"fewer workers."
         )
     return mode
 
