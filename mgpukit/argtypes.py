@@ -5,6 +5,10 @@ import argparse
 import json
 import math
 
+# Counts beyond any run (2^31 - 1 steps of a second are 68 years) are refused here, before they
+# reach a C size or a loop that never ends.
+MAX_COUNT = 2**31 - 1
+
 
 def _whole_number(text: str, least: int, must: str) -> int:
     try:
@@ -13,6 +17,8 @@ def _whole_number(text: str, least: int, must: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < least:
         raise argparse.ArgumentTypeError(f"{value} must be {must}")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{value} is too large (at most {MAX_COUNT})")
     return value
 
 

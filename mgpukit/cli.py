@@ -13,6 +13,7 @@ import sys
 import warnings
 
 from mgpukit.argtypes import key_value, nonnegative_int, positive_float, positive_int
+from mgpukit.signals import Terminated, ignore_file_size_limit, raise_on_termination, restore
 
 
 def _info(args):
@@ -135,6 +136,9 @@ def checkpoint_options(args, options: dict) -> dict:
             raise ValueError(f"--{flag.replace('_', '-')} {value} and -o {key}={options[key]} disagree; "
                              f"give one of them.")
         options[key] = value
+    for flag, key in (("--checkpoint-every", "checkpoint_every"),):
+        if options.get(key) and not options.get("checkpoint_dir"):  # used to be ignored
+            raise ValueError(f"{flag} {options[key]} needs --checkpoint-dir DIR: where to save them.")
     restarts = getattr(args, "max_restarts", 0)
     if restarts and not options.get("checkpoint_dir"):
         raise ValueError(f"--max-restarts {restarts} needs --checkpoint-dir DIR: a restarted run "
@@ -143,18 +147,38 @@ def checkpoint_options(args, options: dict) -> dict:
 
 
 def _run(args):
-    from mgpukit.experiment import run
+    from mgpukit.files import OutputError
 
+    if args.emulate and args.mode not in ("auto", "emulated"):  # it used to run emulated, silently
+        raise ValueError(f"--emulate {args.emulate} runs on the virtual clock (emulated mode), not "
+                         f"--mode {args.mode}; drop one of them.")
     mode = "emulated" if args.emulate else args.mode
     if getattr(args, "shape", False) and mode != "emulated":
         raise ValueError("--shape runs on the virtual clock only: add --emulate PROFILE (e.g. h100-nvlink).")
-    record = run(args.strategy, workers=args.workers, mode=mode, profile=args.emulate,
-                 shape=bool(getattr(args, "shape", False)),
-                 config=config_from_args(args), layout=layout_from_args(args),
-                 parity=not args.no_parity, timeout_s=args.timeout, json_path=args.json, trace_path=args.trace,
-                 torch_profile_dir=args.profile_torch, weights_path=args.save_weights, echo=True,
-                 collective_timeout_s=args.collective_timeout, debug_collectives=args.debug_collectives,
-                 max_restarts=args.max_restarts)
+    try:
+        record = _run_record(args, mode)
+    except OutputError as e:  # the run finished; a file failed: show the run, then the error
+        if getattr(e, "record", None) is not None:
+            print_summary([e.record])
+        raise
+    _report_run(args, record)
+    parity = record.get("parity")
+    return 0 if not isinstance(parity, dict) or parity["ok"] else 1  # str: "n/a (shape mode)"
+
+
+def _run_record(args, mode):
+    from mgpukit.experiment import run
+
+    return run(args.strategy, workers=args.workers, mode=mode, profile=args.emulate,
+               shape=bool(getattr(args, "shape", False)),
+               config=config_from_args(args), layout=layout_from_args(args),
+               parity=not args.no_parity, timeout_s=args.timeout, json_path=args.json, trace_path=args.trace,
+               torch_profile_dir=args.profile_torch, weights_path=args.save_weights, echo=True,
+               collective_timeout_s=args.collective_timeout, debug_collectives=args.debug_collectives,
+               max_restarts=args.max_restarts)
+
+
+def _report_run(args, record):
     print_summary([record])
     for r in record.get("restarts") or []:
         print(f"restarted after rank {r['rank']} failed: {r['error']}")
@@ -168,8 +192,6 @@ def _run(args):
         print(f"Chrome/Perfetto trace written to {args.trace} (open it in ui.perfetto.dev)")
     if args.profile_torch:
         print(f"torch.profiler traces written under {args.profile_torch}/")
-    parity = record.get("parity")
-    return 0 if not isinstance(parity, dict) or parity["ok"] else 1  # str: "n/a (shape mode)"
 
 
 def print_breakdown(record):
@@ -270,8 +292,15 @@ def _error_message(e: BaseException) -> tuple[int, str] | None:
     """(exit code, message) for an error the user can act on; None for a bug (traceback)."""
     from mgpukit.runtime.launcher import LaunchError, LaunchTimeout, WorkerError
 
+    if isinstance(e, WorkerError) and e.one_line:  # a rank stopped on purpose, saying why
+        return e.exit_code, e.one_line
     if isinstance(e, (WorkerError, LaunchTimeout)):  # the run failed: the rank's traceback is the news
         return 1, str(e)
+    if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):  # a write failed
+        from mgpukit.files import describe_os_error
+
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        return 2, " ".join(f"{where}{describe_os_error(e) if e.errno else e}".split())
     if isinstance(e, KeyError) and e.args and isinstance(e.args[0], str):
         return 2, e.args[0]  # str(KeyError) would wrap the message in quotes
     if isinstance(e, (ValueError, KeyError, LaunchError, FileNotFoundError)):  # LayoutError,
@@ -284,14 +313,21 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(only="plan" if command == "plan" else None).parse_args(argv)
+    handlers = raise_on_termination()  # SIGTERM / SIGHUP end the run as Ctrl-C does
+    ignore_file_size_limit()  # `ulimit -f`: a failed write, not a process killed mid-file
     try:
         if isinstance(getattr(args, "json", None), str):  # run, bench, plan: checked before the work
             from mgpukit.files import check_output
 
             check_output(args.json, what="--json file")
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:  # Ctrl-C: the launch already ended its workers
-        print("mgpukit: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP: the launch already ended its workers
+        notes = " ".join(getattr(e, "__notes__", ()))
+        if isinstance(e, Terminated):
+            print(f"mgpukit: terminated by {e.signame}; every worker was ended. {notes}".strip(),
+                  file=sys.stderr)
+            return 128 + e.signum  # what a shell reports for a command a signal ended
+        print(f"mgpukit: interrupted. {notes}".strip(), file=sys.stderr)
         return 130  # 128 + SIGINT, what a shell reports for a command ended by Ctrl-C
     except Exception as e:
         report = None if args.debug else _error_message(e)
@@ -300,6 +336,8 @@ def main(argv=None) -> int:
         code, message = report
         print(f"mgpukit: error: {message}", file=sys.stderr)
         return code
+    finally:
+        restore(handlers)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ import torch
 
 from mgpukit import strategies
 from mgpukit.config import SHAPE_MODELS, RunConfig
-from mgpukit.files import atomic_path, check_output
+from mgpukit.files import OutputError, check_output, export_profiler_trace, write_all, write_bytes
 from mgpukit.fits import check_fits
 from mgpukit.measure.progress import follow
 from mgpukit.measure.record import build_record, save_chrome_trace, save_record
@@ -89,7 +89,7 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
         raise ValueError(f"workers={workers!r}: use a positive number of workers.")
     if cfg.layout is not None:  # a full layout given: its fields are the overrides
         layout = {**{k: getattr(cfg.layout, k) for k in ("dp", "tp", "pp", "schedule", "v",
-                                                         "checkpointing", "dtype")},
+                                                         "checkpointing", "dtype", "stage_layers")},
                   **(layout or {})}
     resolved = resolve_layout(strat, cfg, workers, layout)
     workers = resolved.world_size
@@ -168,6 +168,9 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
         raise ValueError("max_restarts needs checkpoint_dir=... (options) to restart from.")
     if p.cfg.options.get("resume") and not p.cfg.options.get("checkpoint_dir"):
         raise ValueError("resume=true needs checkpoint_dir=... (--checkpoint-dir) to resume from.")
+    if p.cfg.options.get("checkpoint_every") and not p.cfg.options.get("checkpoint_dir"):
+        raise ValueError(f"checkpoint_every={p.cfg.options['checkpoint_every']} needs checkpoint_dir=... "
+                         f"(--checkpoint-dir): where to save them.")
     if p.cfg.options.get("checkpoint_dir"):
         check_output(p.cfg.options["checkpoint_dir"], what="checkpoint folder (checkpoint_dir)",
                      directory=True)
@@ -192,13 +195,28 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
             restarts.append({"error": str(e).splitlines()[0], "rank": e.rank})
             p = dataclasses.replace(p, cfg=p.cfg.replace(options={**p.cfg.options, "resume": True}))
     record = finish(p, [r["result"] for r in results], results[0].get("weights"), parity=parity,
-                    tolerance=tolerance, timeout_s=timeout_s, json_path=None,
-                    trace_path=trace_path, weights_path=weights_path)
+                    tolerance=tolerance, timeout_s=timeout_s)
     record["restarts"] = restarts
     record["memory_check"] = memory_check
-    if json_path:
-        save_record(record, json_path)
+    write_outputs(record, results[0].get("weights"), json_path=json_path, trace_path=trace_path,
+                  weights_path=weights_path, failed=[r["output_error"] for r in results
+                                                     if r.get("output_error")])
     return record
+
+
+def write_outputs(record: dict, weights, *, json_path=None, trace_path=None, weights_path=None,
+                  failed=()) -> None:
+    """The run's files, the record first; each is tried even when another failed, and every
+    failure (`failed`: the workers' own, e.g. a torch.profiler trace) ends in one `OutputError`
+    that names what was written — it carries the record (`.record`), nothing is lost."""
+    outputs = [("record (--json)", json_path, lambda path: save_record(record, path)),
+               ("weights (--save-weights)", weights_path, lambda path: save_weights(weights, path)),
+               ("trace (--trace)", trace_path, lambda path: save_chrome_trace(record, path))]
+    try:
+        write_all([o for o in outputs if o[1]], failed=failed)
+    except OutputError as e:
+        e.record = record
+        raise
 
 
 def progress_bar(p: Prepared):
@@ -261,8 +279,11 @@ def run_rank(name: str, cfg: RunConfig):
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.device.type == "cuda" else [])
         with profile(activities=activities) as prof:
             weights = _train(strat, ctx, rec, cfg)
-        Path(prof_dir).mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(Path(prof_dir) / f"{name}-rank{ctx.rank}.json"))
+        try:  # a failed trace must not cost the run: the parent reports it after the record
+            export_profiler_trace(prof, Path(prof_dir) / f"{name}-rank{ctx.rank}.json",
+                                  what=f"rank {ctx.rank}'s torch.profiler trace (--profile-torch)")
+        except OSError as e:
+            return {"result": rec.result(), "weights": weights, "output_error": str(e)}
     else:
         with maybe_fake(rec.shape):  # shape mode: everything below is fake tensors
             weights = _train(strat, ctx, rec, cfg)
@@ -324,12 +345,7 @@ def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool
             check, tol = loss_curve_parity(), tolerance
         record["parity"] = check(record, weights, ref, tol)
         record["reference"] = strat.reference
-    if json_path:
-        save_record(record, json_path)
-    if weights_path:
-        save_weights(weights, weights_path)
-    if trace_path:
-        save_chrome_trace(record, trace_path)
+    write_outputs(record, weights, json_path=json_path, trace_path=trace_path, weights_path=weights_path)
     return record
 
 
@@ -339,13 +355,15 @@ def _profile_name(profile):
 
 def save_weights(weights: dict | None, path: str | Path) -> Path:
     """The trained, unsharded weights as safetensors (no pickle: safe to load anywhere)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     if weights is None:
         raise ValueError("this strategy returned no weights to save.")
-    with atomic_path(path) as tmp:  # a failed write leaves an older file whole
-        save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp))
-    return Path(path)
+    # serialised in memory, written by `write_bytes`: a failed write is an OSError with its
+    # cause (safetensors' own writer reports a full disk as an opaque error) and the older file
+    # is left whole
+    return write_bytes(path, save({k: v.contiguous() for k, v in weights.items()}),
+                       what="weights (--save-weights)")
 
 
 def load_weights(path: str | Path) -> dict:

@@ -126,7 +126,7 @@ def export(name: str, out: str | Path, *, force: bool = False) -> Path:
     if not force and out.is_file() and out.read_text(errors="replace") == text:
         return out
     check_output(out, what="export file (--out)", overwrite=force)
-    return write_text(out, text)
+    return write_text(out, text, what="export file (--out)")
 
 
 def exportable() -> list[str]:

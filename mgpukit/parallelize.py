@@ -36,7 +36,7 @@ from mgpukit.training.hetero import loss_weight, weighted
 from mgpukit.training.local import LocalEngine
 from mgpukit.training.parts import NoSync, Parts
 
-LAYOUT_FIELDS = ("dp", "tp", "pp", "schedule", "v", "zero", "sp", "checkpointing", "dtype")
+LAYOUT_FIELDS = ("dp", "tp", "pp", "schedule", "v", "zero", "sp", "checkpointing", "dtype", "stage_layers")
 
 
 def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | None = None) -> Layout:
@@ -99,8 +99,18 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
     if degrees["dp"] > 1 and strat.schedule is None and "dp" not in strat.composes:
         raise ValueError(f"{strat.name} runs on one replica; it cannot take dp={degrees['dp']}.")
     pp = degrees["pp"]
+    stage_layers = overrides.get("stage_layers")
+    if stage_layers is not None:  # an uneven pipeline split, layers per stage
+        if pp == 1:
+            raise ValueError(f"stage_layers={stage_layers!r} splits a pipeline; it needs pp > 1.")
+        try:
+            parts = stage_layers.split(",") if isinstance(stage_layers, str) else stage_layers
+            stage_layers = tuple(int(x) for x in parts)
+        except (TypeError, ValueError):
+            raise ValueError(f"stage_layers={stage_layers!r}: give the layers of each pipeline stage as "
+                             f"whole numbers, e.g. (4, 4, 3, 1) or '4,4,3,1'.") from None
     if pp > 1:
-        plan = plan_for(schedule, cfg, pp, degrees["dp"], overrides.get("v"))
+        plan = plan_for(schedule, cfg, pp, degrees["dp"], overrides.get("v"), stage_layers)
         m, v = plan.m, plan.v
     else:
         if "v" in overrides and overrides["v"] != 1:
@@ -111,7 +121,8 @@ def resolve_layout(strat: Strategy, cfg, workers: int | None, overrides: dict | 
     policies = {k: overrides[k] for k in ("checkpointing", "dtype") if k in overrides}
     knobs = strat.layout_knobs(cfg.options) if strat.layout_knobs else {}
     layout = dataclasses.replace(base, **degrees, schedule=schedule if pp > 1 else base.schedule, v=v,
-                                 sp=sp, micro_batch=rows, num_micro_batches=m, **policies, **knobs)
+                                 sp=sp, micro_batch=rows, num_micro_batches=m, stage_layers=stage_layers,
+                                 **policies, **knobs)
     check_checkpointing(layout.checkpointing, cfg, strat)
     check_precision(layout.dtype)
     if layout.dtype != "fp32" and strat.worker is not None:

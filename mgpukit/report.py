@@ -53,7 +53,8 @@ _TEXT_COLUMNS = {"strategy", "source", "source_label", "dims"}
 
 def write_records(records: Sequence[Record], out_dir: str | Path) -> Path:
     """Write the records as `out_dir/records.json` and return its path."""
-    return write_text(Path(out_dir) / "records.json", to_json(list(records), indent=1) + "\n")
+    return write_text(Path(out_dir) / "records.json", to_json(list(records), indent=1) + "\n",
+                      what="records")
 
 
 def write_report(
@@ -98,7 +99,7 @@ def write_report(
         "</body></html>",
     ]
 
-    return write_text(out / "index.html", "\n".join(parts))
+    return write_text(out / "index.html", "\n".join(parts), what="report")
 
 
 class _Contents:
@@ -214,22 +215,35 @@ def _strategy_figures(group: Sequence[Record], records: Sequence[Record]) -> lis
         refs = {r["parity"].get("reference") for r in learned if isinstance(r.get("parity"), dict)}
         extra = [r for r in records if r.get("strategy") in refs and r not in group]
         figs.append(("Loss parity", plot_loss_parity(extra + learned)))
+    # a strategy may have run measured and emulated at the same size ("ddp ×2" twice): the
+    # heading names the source too whenever the group mixes sources
+    mixed = len({source_label(r) for r in group}) > 1
     for r in group:
         timeline = r.get("timeline") or []
         if timeline:
             steps = sorted({e.get("step") for e in timeline if e.get("step") is not None})
             # The last step is the steady state: the first one carries warm-up and setup.
             step = steps[-1] if len(steps) > 1 else None
-            figs.append((f"Timeline — {record_name(r)}", plot_timeline(r, step=step)))
-    with_memory = [r for r in group if r.get("memory")]
-    if with_memory:
-        theories = [_theory_memory(r) for r in with_memory]
-        figs.append(("Memory per rank", plot_memory(
-            with_memory, theory=theories if any(t is not None for t in theories) else None)))
-    with_comm = [r for r in group if any(c.get("bytes_sent") for c in (r.get("comm") or {}).values())]
-    if with_comm:
-        figs.append(("Bytes sent", plot_comm_bytes(with_comm)))
+            name = record_name(r) + (f" — {source_label(r)}" if mixed else "")
+            figs.append((f"Timeline — {name}", plot_timeline(r, step=step)))
+    # one memory figure and one bytes figure per source: a measured CPU run of the tiny GPT holds
+    # MiB, a shape-mode run of a real model GiB — on one axis the small bars would not show
+    with_memory = _by_source([r for r in group if r.get("memory")])
+    for label, recs in with_memory.items():
+        theories = [_theory_memory(r) for r in recs]
+        figs.append(("Memory per rank" + (f" — {label}" if len(with_memory) > 1 else ""), plot_memory(
+            recs, theory=theories if any(t is not None for t in theories) else None)))
+    with_comm = _by_source([r for r in group if any(c.get("bytes_sent") for c in (r.get("comm") or {}).values())])
+    for label, recs in with_comm.items():
+        figs.append(("Bytes sent" + (f" — {label}" if len(with_comm) > 1 else ""), plot_comm_bytes(recs)))
     return figs
+
+
+def _by_source(records: Sequence[Record]) -> dict[str, list[Record]]:
+    groups: dict[str, list[Record]] = {}
+    for r in records:
+        groups.setdefault(source_label(r), []).append(r)
+    return groups
 
 
 def _theory_memory(record: Record) -> Mapping[str, Any] | None:

@@ -66,9 +66,11 @@ def run_tour(*, workers: int | None = None, steps: int = 10, out: str | Path = "
     bar = tqdm(jobs, desc="mgpukit tour", disable=not progress, unit="run")
     try:
         _run_jobs(bar, records, failures, mode=mode, cfg=cfg, emulate=emulate)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM / SIGHUP from the CLI (mgpukit.signals)
         try:
-            _write_tour(records, failures, out, emulate, interrupted=True)
+            report = _write_tour(records, failures, out, emulate,
+                                 interrupted=getattr(stop, "signame", "Ctrl-C"))
+            stop.add_note(f"The tour's {len(records)} finished run(s) are in {report}.")
         except Exception as e:  # never let a failed write hide the interrupt
             warnings.warn(f"the interrupted tour's report could not be written: {e}")
         raise
@@ -115,15 +117,21 @@ def _run_jobs(bar, records, failures, *, mode, cfg, emulate) -> None:
                              "traceback": traceback.format_exc()})
 
 
-def _write_tour(records, failures, out, emulate, *, interrupted: bool = False) -> Path:
+def _write_tour(records, failures, out, emulate, *, interrupted: str | None = None) -> Path:
     """records.json and results.md first (the data), then the HTML report; a figure that
-    fails becomes a note in the report instead of losing the runs."""
-    from mgpukit.files import write_text
+    fails becomes a note in the report instead of losing the runs, and a file that cannot be
+    written (a full disk) does not stop the others from being tried (`files.write_all`)."""
+    from mgpukit.files import write_all, write_text
     from mgpukit.report import write_records, write_report
 
     out = Path(out)
-    write_records(records, out)
-    write_text(out / "results.md", results_markdown(records))
+    data_error = None
+    try:
+        write_all([("tour records", out / "records.json", lambda _: write_records(records, out)),
+                   ("results table", out / "results.md",
+                    lambda p: write_text(p, results_markdown(records), what="results table"))])
+    except OSError as e:  # raised once the report was tried too
+        data_error = e
     try:
         extra_figures, notes = _extra_figures(records, emulate)
     except Exception as e:  # the runs are the result; a figure must not take them down
@@ -131,8 +139,11 @@ def _write_tour(records, failures, out, emulate, *, interrupted: bool = False) -
     notes += [f"FAILED: {f['strategy']} ×{f['workers']} ({f['kind']}): "
               f"{(f['error'].splitlines() or [''])[0]}" for f in failures]
     if interrupted:
-        notes.append(f"INTERRUPTED (Ctrl-C) after {len(records)} run(s): the report shows those.")
-    return write_report(records, out, title="mgpukit tour", extra_figures=extra_figures, notes=notes)
+        notes.append(f"INTERRUPTED ({interrupted}) after {len(records)} run(s): the report shows those.")
+    report = write_report(records, out, title="mgpukit tour", extra_figures=extra_figures, notes=notes)
+    if data_error is not None:
+        raise data_error
+    return report
 
 
 def _extra_figures(records, profile: str):

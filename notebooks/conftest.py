@@ -3,6 +3,11 @@ files under `~/.cache/mgpukit` (user profiles, calibrations — what every later
 dropdowns would list) and under the repository, outside temporary directories.
 
 A notebook that needs a file writes it under `tempfile.mkdtemp()` / `TemporaryDirectory()`.
+
+Hidden answers: the notebook nbmake has just executed (outputs and all, kept in memory) is read
+by `mgpukit.exercises.leaks.find_leaks` — no exercise's answer may be on screen before its
+check cell, no debugging quiz's table may single out its broken variant — and no cell may show a
+raw library warning on stderr. The notebook runs once; the reading costs milliseconds.
 """
 from __future__ import annotations
 
@@ -10,6 +15,9 @@ import os
 from pathlib import Path
 
 import pytest
+from nbmake.nb_run import NotebookRun
+
+from mgpukit.exercises.leaks import find_leaks
 
 REPO = Path(__file__).resolve().parents[1]
 _SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".git", ".venv", "venv",
@@ -43,14 +51,53 @@ def changes(before: dict[str, float], after: dict[str, float]) -> list[str]:
                   + [f"changed: {p}" for p in after.keys() & before.keys() if after[p] != before[p]])
 
 
+def raw_warnings(nb) -> list[str]:
+    """'cell N: <first line>' for every warning a code cell printed to stderr (issue 27: a reader
+    sees a raw library warning as a pink block; catch it and say it in a sentence instead)."""
+    found = []
+    for i, cell in enumerate(nb["cells"]):
+        for out in cell.get("outputs", []) if cell["cell_type"] == "code" else []:
+            text = "".join(out.get("text", "")) if out.get("name") == "stderr" else ""
+            found += [f"cell {i}: {line.strip()[:160]}" for line in text.splitlines() if "Warning:" in line]
+    return found
+
+
+def reader_report(name: str, nb) -> str | None:
+    """What a reader of executed notebook `name` should not see, or None."""
+    parts = []
+    leaks = find_leaks(nb)
+    if leaks:
+        parts.append(f"{name} shows exercise answers before they are asked (mgpukit.exercises.leaks):\n  "
+                     + "\n  ".join(leaks))
+    warned = raw_warnings(nb)
+    if warned:
+        parts.append(f"{name} shows raw warnings (catch the warning and say it in a sentence, or change "
+                     "the call):\n  " + "\n  ".join(warned))
+    return "\n".join(parts) or None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     if not str(item.path).endswith(".ipynb"):
         return (yield)
     before = snapshot()
-    result = yield  # a failing notebook raises here and is reported as it is
+    executed = []
+    run = NotebookRun.execute
+
+    def keep(self):  # nbmake's run, with the executed notebook kept for the leak check
+        executed.append(run(self))
+        return executed[-1]
+
+    NotebookRun.execute = keep
+    try:
+        result = yield  # a failing notebook raises here and is reported as it is
+    finally:
+        NotebookRun.execute = run
     left = changes(before, snapshot())
     if left:
         raise AssertionError(f"{item.path.name} left files behind (a notebook writes only under a "
                              "temporary directory):\n  " + "\n  ".join(left[:20]))
+    wrong = reader_report(item.path.name, executed[-1].nb) if executed else None
+    if wrong:
+        raise AssertionError(wrong)
     return result

@@ -37,6 +37,19 @@ def files(tmp_path):
         path = tmp_path / name
         path.write_text("\n".join(lines) + "\n")
         return str(path)
+    def as_value(name, value):
+        """The table [name] replaced by `name = value` at the top level (a wrong type)."""
+        lines, out, skipping = text.splitlines(), [], False
+        for line in lines:
+            if line.startswith("["):
+                skipping = line.split("]")[0].strip("[") == name
+            if not skipping:
+                out.append(line)
+        first = next(i for i, line in enumerate(out) if line.startswith("name ="))
+        out.insert(first, f"{name} = {value}")
+        path = tmp_path / f"{name}-as-value.toml"
+        path.write_text("\n".join(out) + "\n")
+        return str(path)
     (tmp_path / "bad.toml").write_text("name = [\n")
     (tmp_path / "plain").write_text("x")
     (tmp_path / "mine.py").write_text("# the user's own script\n")
@@ -46,6 +59,25 @@ def files(tmp_path):
         "nan_mem": variant("nanmem.toml", "memory_bytes =", "memory_bytes = nan"),
         "inf_bw": variant("infbw.toml", "memory_bandwidth =", "memory_bandwidth = inf"),
         "no_name": variant("noname.toml", "name =", "# no name"),
+        # wrong value types (issue 25): refused naming the key, never coerced
+        "gpn_float": variant("gpnf.toml", "gpus_per_node =", "gpus_per_node = 1.5"),
+        "gpn_str": variant("gpns.toml", "gpus_per_node =", 'gpus_per_node = "8"'),
+        "gpn_bool": variant("gpnb.toml", "gpus_per_node =", "gpus_per_node = true"),
+        "async_str": variant("asyncs.toml", "async =", 'async = "no"'),
+        "async_int": variant("asynci.toml", "async =", "async = 0"),
+        "tiles_int": variant("tiles.toml", "tiles =", "tiles = 5"),
+        "tiles_float": variant("tilesf.toml", "tiles =", "tiles = [[256, 128.5]]"),
+        "tiles_empty": variant("tilese.toml", "tiles =", "tiles = []"),
+        "sms_float": variant("sms.toml", "sms =", "sms = 132.0"),
+        "mem_str": variant("mems.toml", "memory_bytes =", 'memory_bytes = "80GB"'),
+        "beta_str": variant("betas.toml", "beta =", 'beta = "fast"'),
+        "compute_bool": variant("computeb.toml", "compute =", "compute = true"),
+        "name_int": variant("namei.toml", "name =", "name = 5"),
+        "peak_value": as_value("peak_flops", "5"),
+        "eff_value": as_value("efficiency", "3"),
+        "intra_list": as_value("intra_node", "[1, 2]"),
+        "launch_str": as_value("launch", '"fast"'),
+        "gemm_list": as_value("gemm", "[0.7]"),
         "file": str(tmp_path / "plain"),
         "mine": str(tmp_path / "mine.py"),
         "missing": str(tmp_path / "nope.md"),
@@ -107,6 +139,47 @@ CLI_CASES = [
     ("run ddp --emulate {inf_bw}", "infbw.toml: profile 'h100-nvlink': memory_bandwidth must be a finite"),
     ("run ddp --emulate {no_name}", "lacks the key 'name'"),
     ("run ddp --emulate /nonexistent/x.toml", "no hardware profile file"),
+    ("run ddp --emulate {gpn_float}", "gpus_per_node must be a whole number (no decimal point), got float 1.5"),
+    ("run ddp --emulate {gpn_str}", "gpus_per_node must be a whole number (no decimal point), got string '8'"),
+    ("run ddp --emulate {gpn_bool}", "gpus_per_node must be a whole number (no decimal point), got boolean"),
+    ("run ddp --emulate {async_str}", "launch.async must be true or false, got string 'no'"),
+    ("run ddp --emulate {async_int}", "launch.async must be true or false, got integer 0"),
+    ("run ddp --emulate {tiles_int}", "gemm.tiles must be a list of [rows, columns] pairs"),
+    ("run ddp --emulate {tiles_float}", "gemm.tiles must be a list of [rows, columns] pairs"),
+    ("run ddp --emulate {tiles_empty}", "gemm.tiles must be a list of [rows, columns] pairs"),
+    ("run ddp --emulate {sms_float}", "gemm.sms must be a whole number"),
+    ("run ddp --emulate {mem_str}", "memory_bytes must be a number, got string '80GB'"),
+    ("run ddp --emulate {beta_str}", "intra_node.beta must be a number, got string 'fast'"),
+    ("run ddp --emulate {compute_bool}", "efficiency.compute must be a number, got boolean True"),
+    ("run ddp --emulate {name_int}", "name must be a quoted string, got integer 5"),
+    ("run ddp --emulate {peak_value}", "peak_flops must be a table"),
+    ("run ddp --emulate {eff_value}", "efficiency must be a table"),
+    ("run ddp --emulate {intra_list}", "intra_node must be a table ([name] with keys under it), got array [1, 2]"),
+    ("run ddp --emulate {launch_str}", "launch must be a table"),
+    ("run ddp --emulate {gemm_list}", "gemm must be a table"),
+    ("plan --profile {gpn_float}", "gpus_per_node must be a whole number"),
+    ("plan --profile {async_str}", "launch.async must be true or false"),
+    ("plan --profile {intra_list}", "intra_node must be a table"),
+    ("tour --emulate {peak_value}", "peak_flops must be a table"),
+    # issue 25, minors: refused, no longer silently ignored
+    ("run ddp --mode cpu --emulate h100-nvlink", "runs on the virtual clock (emulated mode), not --mode cpu"),
+    ("run ddp --mode gpu --emulate h100-nvlink", "not --mode gpu"),
+    ("run ddp --checkpoint-every 2", "--checkpoint-every 2 needs --checkpoint-dir"),
+    ("run ddp -o checkpoint_every=2", "needs --checkpoint-dir"),
+    ("plan --search --dp 4", "--search chooses the layout itself, so --dp 4 would be ignored"),
+    ("plan --search --dp 4 --cp 2", "--dp 4, --cp 2 would be ignored"),
+    ("plan --search --tp 3", "no layout has --tp 3"),
+    ("plan --search --micro-batches 8", "--micro-batches 8 would be ignored"),
+    # issue 25, planner inputs: bounded, one line
+    ("plan --gpus 100000000000000000000000000000", "--gpus 100000000000000000000000000000: more than 10^12"),
+    ("plan --search --gpus 10000000000000000000000", "more than 10^12 is beyond any cluster"),
+    ("plan --global-batch 100000000000000000000000000", "--global-batch 100000000000000000000000000: more than 10^12"),
+    ("plan --micro-batch 10000000000000000000", "--micro-batch 10000000000000000000: more than 10^12"),
+    ("plan --tp 1000000000000000000000 --gpus 1000000000000000000000", "more than 10^12"),
+    ("plan --top 99999999999999999999", "--top 99999999999999999999: more than 10^12"),
+    ("run ddp --steps 99999999999999999999999", "is too large (at most 2147483647)"),
+    ("run ddp --workers 99999999999999999999", "is too large (at most 2147483647)"),
+    ("run ddp --global-batch 99999999999999999999", "is too large"),
     # run: output paths
     ("run ddp --json", "expected one argument"),
     ("run ddp --json {file}/r.json", "is a file, not a directory"),
@@ -127,7 +200,15 @@ CLI_CASES = [
     ("plan --global-batch -1", "--global-batch -1"),
     ("plan --zero 5", "invalid choice: 5"),
     ("plan --schedule nope", "invalid choice: 'nope'"),
-    ("plan --dtype fp8", "invalid choice: 'fp8'"),
+    ("plan --dtype fp4", "invalid choice: 'fp4'"),
+    ("plan --dtype fp8 --profile a100-nvlink", "has no fp8 tensor cores"),
+    ("plan --dtype fp8 --profile a100-nvlink --search", "has no fp8 tensor cores"),
+    ("plan --layers 70 --hidden 14336", "missing heads, vocab, seq"),
+    ("plan --model 7b --heads 7", "d_model=4096 must be a multiple of n_head=7"),
+    ("plan --model-file {file}/nope.toml", "no model file at"),
+    ("plan --layers 0 --hidden 64 --heads 4 --vocab 10 --seq 8", "--layers 0: must be at least 1"),
+    ("plan --framework nope", "invalid choice: 'nope'"),
+    ("plan --dp-sync sometimes", "invalid choice: 'sometimes'"),
     ("plan --gpus abc", "invalid int value"),
     ("plan --gpus 8 --tp 3", "does not divide --gpus 8"),
     ("plan --model nope", "unknown model 'nope'"),

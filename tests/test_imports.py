@@ -147,10 +147,22 @@ def _third_party(package: str) -> dict[str, set[str]]:
     return out
 
 
-def test_costmodel_is_the_bottom_layer():
-    """The cost model is pure arithmetic: no torch, and nothing from mgpukit outside itself."""
+# Leaf utilities below every layer: standard library only (atomic files, signals), no torch.
+LEAVES = ("mgpukit.files", "mgpukit.signals")
+
+
+def test_the_leaf_utilities_import_nothing_of_mgpukit_but_each_other():
     graph = import_graph()
-    bad = {m: sorted(d for d in deps if not d.startswith("mgpukit.costmodel"))
+    for leaf in LEAVES:
+        assert set(graph[leaf]) <= set(LEAVES), (leaf, graph[leaf])
+        assert not _third_party(leaf)[leaf] & {"torch", "numpy", "accelerate"}
+
+
+def test_costmodel_is_the_bottom_layer():
+    """The cost model is pure arithmetic: no torch, and nothing from mgpukit outside itself
+    (but the leaf utilities: `mgpukit plan --json` writes atomically through mgpukit.files)."""
+    graph = import_graph()
+    bad = {m: sorted(d for d in deps if not d.startswith("mgpukit.costmodel") and d not in LEAVES)
            for m, deps in _layer(graph, "mgpukit.costmodel").items()}
     assert not {m: d for m, d in bad.items() if d}
     torch_users = [m for m, names in _third_party("mgpukit.costmodel").items() if "torch" in names]

@@ -90,3 +90,15 @@ def test_a_saved_record_has_no_bare_nan_token(tmp_path):
     path = save_record({"losses": [float("nan")], "parity": {"max_abs_diff": float("inf")}}, tmp_path / "r.json")
     json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
     assert math.isinf(load_record(path)["parity"]["max_abs_diff"])
+
+
+@pytest.mark.parametrize("strategy", ["ps-sync", "ps-async"])
+def test_a_diverging_parameter_server_stops_naming_the_step_and_rank(strategy):
+    """The parameter server runs its own loop (not the trainer's): it used to end with exit 0
+    and a final loss of nan. Now its server stops before the update, and the CLI prints that
+    one message (`WorkerError.one_line`), exit 1."""
+    with pytest.raises(mgpukit.WorkerError) as info:
+        mgpukit.run(strategy, workers=3, steps=4, lr=1e30, parity=False, timeout_s=120)
+    line = info.value.one_line
+    assert line and "non-finite" in line and "at step 1 on rank 0" in line, str(info.value)
+    assert info.value.exit_code == 1

@@ -177,3 +177,95 @@ def test_a_tour_where_every_run_failed_still_writes_its_report(tmp_path, monkeyp
     assert json.loads((tmp_path / "records.json").read_text()) == []
     assert "single broke" in (tmp_path / "index.html").read_text()
     assert [f["strategy"] for f in out["failures"]] == ["single"]
+
+
+# ---- round two (issue 25): the path is tried, every output is atomic, a failure loses nothing
+
+def _limited(argv, limit_bytes, cwd):
+    """`mgpukit <argv>` in a child whose files may not grow past `limit_bytes` (RLIMIT_FSIZE,
+    the kernel's `ulimit -f`: past it a write fails with EFBIG, or SIGXFSZ kills the writer)."""
+    def limit():
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+    return subprocess.run([sys.executable, "-m", "mgpukit.cli", *argv], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, "PYTHONPATH": ROOT}, timeout=300, preexec_fn=limit)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="no /proc here")
+def test_a_json_path_in_proc_is_refused_before_training(capsys, no_launch):
+    """`os.access` says /proc is writable for root; creating a file there is what fails."""
+    line = _one_line_error(capsys, ["run", "single", "--steps", "1", "--json", "/proc/x.json"])
+    assert "/proc/x.json" in line and "does not take new files" in line
+
+
+def test_a_failed_trace_keeps_the_record_and_says_what_was_written(tmp_path, capsys, monkeypatch):
+    """A full disk for the trace (its writer raises ENOSPC): exit 2, one line naming the trace
+    and the cause, the record written all the same, the run's summary shown."""
+    import errno
+    from mgpukit import experiment
+
+    def full_disk(record, path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    monkeypatch.setattr(experiment, "save_chrome_trace", full_disk)
+    record, trace = tmp_path / "r.json", tmp_path / "t.json"
+    line = _one_line_error(capsys, ["run", "single", "--steps", "2", "--json", str(record),
+                                    "--trace", str(trace)])
+    assert str(trace) in line and "No space left on device" in line and str(record) in line, line
+    assert from_json(record.read_text())["strategy"] == "single"
+    assert not trace.exists()
+
+
+def test_profile_traces_on_a_full_file_system_fail_in_one_line_keeping_the_record(tmp_path):
+    """torch.profiler's writer (kineto) only logs a failed write and leaves `<file>.tmp`: under
+    a 200 KB file-size limit the small record fits, the traces do not."""
+    prof, record = tmp_path / "prof", tmp_path / "r.json"
+    proc = _limited(["run", "single", "--steps", "2", "--profile-torch", str(prof), "--json", str(record)],
+                    200_000, tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert lines[-1].startswith("mgpukit: error: cannot write rank 0's torch.profiler trace"), proc.stderr
+    assert "file-size limit" in lines[-1] and str(record) in lines[-1]
+    assert "Traceback" not in proc.stderr
+    assert from_json(record.read_text())["strategy"] == "single"
+    assert sorted(p.name for p in prof.iterdir()) == [], "a partial trace or a .tmp was left"
+
+
+@pytest.mark.parametrize("argv", [["plan", "--json", "{out}"], ["export", "ddp", "--out", "{out}", "--force"]],
+                         ids=["plan-json", "export"])
+def test_plan_and_export_under_ulimit_f_leave_the_old_file_and_no_partial(argv, tmp_path):
+    out = tmp_path / "out.txt"
+    out.write_text("old\n")
+    proc = _limited([a.format(out=out) for a in argv], 1024, tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("mgpukit: error: cannot write") and str(out) in lines[0], lines
+    assert "file-size limit" in lines[0]
+    assert out.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"], "a temp file was left"
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 64 KiB tmpfs: a real full disk (ENOSPC). Needs root and mount(8); skipped elsewhere."""
+    where = tmp_path / "tiny"
+    where.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
+                          capture_output=True)
+    if made.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], capture_output=True)
+
+
+def test_a_full_disk_leaves_the_old_file_whole_and_no_partial(tiny_disk):
+    from mgpukit.files import OutputError, write_text
+
+    old = tiny_disk / "record.json"
+    old.write_text('{"strategy": "good"}')
+    with pytest.raises(OutputError) as info:
+        write_text(old, "x" * 200_000, what="record")
+    assert str(old) in str(info.value) and "No space left on device" in str(info.value)
+    assert old.read_text() == '{"strategy": "good"}'
+    assert sorted(p.name for p in tiny_disk.iterdir()) == ["record.json"]

@@ -203,3 +203,51 @@ def test_activations_in_flight_gpipe_m_1f1b_at_most_p(lab):
         assert gpipe["microbatches_in_flight_measured"] == pytest.approx(8, rel=0.02)
         assert onef["microbatches_in_flight_measured"] == pytest.approx(4 - r, rel=0.02)
         assert onef["activations_in_flight_peak"] <= gpipe["activations_in_flight_peak"] / 2
+
+
+# ------------------------------------------------------------------ uneven stages (issue 27)
+
+
+def test_an_uneven_split_keeps_names_and_output_and_refuses_a_bad_count():
+    model = GPT(gpt_tiny())
+    x = torch.randint(0, 64, (2, 16))
+    stages = split_model(model, 2, stage_layers=(3, 1))
+    assert [len(s.blocks) for s in stages.values()] == [3, 1]
+    assert sorted(k for s in stages.values() for k in s.state_dict()) == sorted(model.state_dict())
+    torch.testing.assert_close(stages[1](stages[0](x)), model(x), rtol=0, atol=0)
+    for bad in ((2, 1), (4, 0), (1, 1, 2)):
+        with pytest.raises(ValueError, match="add up to the model's 4 transformer blocks"):
+            split_model(model, 2, stage_layers=bad)
+
+
+def test_uneven_stages_train_as_one_process_and_are_refused_before_launch(monkeypatch):
+    """Method: parity against the single-process reference at the pipeline tolerance, with the
+    first stage holding 3 of gpt-tiny's 4 blocks; a split that does not cover the model, or one
+    given to the interleaved schedule, is refused before anything launches."""
+    rec = run("pp-1f1b", workers=2, steps=3, mode="cpu", layout={"stage_layers": (3, 1)}, timeout_s=TIMEOUT)
+    assert rec["parity"]["ok"] and rec["parity"]["weights_checked"], rec["parity"]
+    assert tuple(rec["layout"]["stage_layers"]) == (3, 1)
+    import mgpukit.experiment as experiment
+
+    monkeypatch.setattr(experiment, "launch", lambda *a, **k: (_ for _ in ()).throw(AssertionError("launched")))
+    with pytest.raises(ValueError, match="add up to the model's 4"):
+        run("pp-1f1b", workers=2, steps=1, mode="cpu", layout={"stage_layers": (2, 1)})
+    with pytest.raises(ValueError, match="whole numbers"):
+        run("pp-1f1b", workers=2, steps=1, mode="cpu", layout={"stage_layers": "3,x"})
+    with pytest.raises(ValueError, match="interleaved"):
+        run("pp-interleaved", workers=2, steps=1, mode="cpu", layout={"stage_layers": (3, 1)})
+
+
+def test_the_balanced_split_unloads_the_last_stage_and_the_closed_form_agrees_on_even():
+    from mgpukit.costmodel.gpt_step import pipeline_step_time
+    from mgpukit.costmodel.hardware import load_profile
+    from mgpukit.lessons import balanced_split
+
+    cure = balanced_split("gpt2-124m", stages=4, global_batch=8, micro_batches=8, profile="h100-nvlink")
+    best, even = cure["best"], cure["even"]
+    assert cure["tried"] == 165 and even["stage_layers"] == (3, 3, 3, 3)  # C(11, 3) splits of 12 blocks
+    assert best["stage_layers"][-1] < 3 and best["slowest_stage_s"] < even["slowest_stage_s"]
+    assert best["step_s"] < even["step_s"]
+    cfg, hw = RunConfig(model="gpt2-124m").model_config(), load_profile("h100-nvlink")
+    kw = dict(global_batch=8, micro_batches=8, stages=4, profile=hw, schedule="1f1b")
+    assert pipeline_step_time(cfg, **kw)["total_s"] == pipeline_step_time(cfg, **kw, stage_layers=(3, 3, 3, 3))["total_s"]

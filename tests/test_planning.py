@@ -56,8 +56,12 @@ def test_llama3_published_layout_planned_with_its_uneven_stages(throughput):
     h100 = load_profile("h100-ib")
     balanced = plan("405b", 8192, h100, llama3_405b_layout(64))
     assert balanced.layout.stage_layers == LLAMA3_STAGE_LAYERS and sum(LLAMA3_STAGE_LAYERS) == 126
-    front = plan("405b", 8192, h100, llama3_405b_layout(64, stage_layers=(8,) * 15 + (6,)))
-    back = plan("405b", 8192, h100, llama3_405b_layout(64, stage_layers=(6,) + (8,) * 15))
+    assert balanced.layout.v == 8  # one layer per chunk: the first chunk holds only the embedding (§3.3.2)
+    # the alternatives cannot be interleaved with one-layer chunks: compare all three under 1F1B
+    one = dict(schedule="1f1b", v=1)
+    balanced = plan("405b", 8192, h100, llama3_405b_layout(64, **one))
+    front = plan("405b", 8192, h100, llama3_405b_layout(64, stage_layers=(8,) * 15 + (6,), **one))
+    back = plan("405b", 8192, h100, llama3_405b_layout(64, stage_layers=(6,) + (8,) * 15, **one))
     # the last stage carries the 128k-vocabulary head: 8 layers there make it the slowest
     assert back.time["slowest_stage"] == 15 and balanced.step_time_s < back.step_time_s
     assert balanced.step_time_s < front.step_time_s  # and the embedding's stage gains from shedding one too
@@ -120,23 +124,26 @@ def test_ranked_layouts_carry_time_and_cost():
     assert rows[0]["cost"] == pytest.approx(2.0 * rows[0]["gpu_hours"])
 
 
-def test_planner_widget_redraws_on_every_control_without_a_browser():
+@pytest.mark.parametrize("in_place", [False, True])
+def test_planner_widget_redraws_on_every_control_without_a_browser(in_place):
     from mgpukit.widgets import planner
     from mgpukit.widgets.planner import PlannerExplorer
 
-    ex = PlannerExplorer(model="70b", gpus=64, profile="h100-ib", tp=8, zero=1, checkpointing="selective")
+    ex = PlannerExplorer(model="70b", gpus=64, profile="h100-ib", tp=8, zero=1, checkpointing="selective",
+                         in_place=in_place)
+    assert (ex.figure_widget is not None) == (in_place and planner.FigureWidget is not None)
     bars = lambda: [t.y[0] for t in ex.state["figures"]["memory"].data[:4]]  # noqa: E731
     before = bars()
     first = dict(ex.state["figures"])
     assert ex.state["plan"].fits and "Fits" in ex.sentence.value and "GPU-hours" in ex.sentence.value
-    if planner.FigureWidget is not None:  # anywidget present: three FigureWidgets, updated in place
-        assert all(isinstance(f, planner.FigureWidget) for f in first.values()) and not ex.out.outputs
+    if ex.figure_widget is not None:  # anywidget present: three FigureWidgets, updated in place
+        assert all(isinstance(f, ex.figure_widget) for f in first.values()) and not ex.out.outputs
         assert list(ex.figure_box.children) == list(first.values())
     else:  # without anywidget: memory, speedup, step time put into the Output in one assignment
         assert len(ex.out.outputs) == 3
     ex.controls["zero"].value = 0  # optimizer states no longer sharded: the optimizer bar grows 8×
     after = bars()
-    if planner.FigureWidget is not None:
+    if ex.figure_widget is not None:
         assert all(ex.state["figures"][k] is first[k] for k in first)  # the same widgets, restyled
         fresh = planner.plot_memory(ex.state["plan"])  # ... into exactly what a new figure would draw
         assert [t.y for t in first["memory"].data] == [t.y for t in fresh.data]
@@ -148,9 +155,9 @@ def test_planner_widget_redraws_on_every_control_without_a_browser():
     ex.controls["pp"].value = 5  # 8 × 5 does not divide 64: said, not raised
     assert ex.state["plan"] is None and "Cannot run" in ex.sentence.value and "does not divide" in ex.dp_label.value
     assert not ex.out.outputs  # no stale figures beside the refusal
-    assert planner.FigureWidget is None or ex.figure_box.layout.display == "none"
+    assert ex.figure_widget is None or ex.figure_box.layout.display == "none"
     ex.controls["pp"].value = 2
-    assert planner.FigureWidget is None or ex.figure_box.layout.display is None
+    assert ex.figure_widget is None or ex.figure_box.layout.display is None
     assert ex.state["plan"].layout.dp == 4 and ex.state["speedup"][0]["gpus"] == 16
     speed = ex.state["figures"]["speedup"]
     assert list(speed.data[0].x) == [r["gpus"] for r in ex.state["speedup"]]
@@ -159,7 +166,7 @@ def test_planner_widget_redraws_on_every_control_without_a_browser():
     ex.controls["tokens"].value = "lots"
     assert "not a token count" in ex.sentence.value
     assert all(o["output_type"] == "display_data" for o in ex.out.outputs)  # no callback raised
-    assert planner.FigureWidget is None or not ex.out.outputs
+    assert ex.figure_widget is None or not ex.out.outputs
 
 
 @pytest.mark.timeout(240)
@@ -181,3 +188,52 @@ def test_steps_of_the_exercise_agree_with_time_to_train():
 
     pl = plan("7b", 64, "h100-ib", Layout.from_global_batch(global_batch=1024, dp=64, zero=1))
     assert time_to_train(pl, 2e12)["steps"] == expected_value("09.steps")
+
+
+def test_a_billion_gpus_are_searched_by_their_divisors_not_one_by_one():
+    """`plan --gpus 1000000000 --search` used to try every number up to a billion as a degree
+    (minutes); the divisors come in pairs up to sqrt(n) now. Counted, not timed: the trial
+    divisions of `divisors(10^9)`, stopped at a million."""
+    from mgpukit.costmodel import layout
+
+    class Counted(int):
+        trials = 0
+
+        def __mod__(self, other):
+            Counted.trials += 1
+            if Counted.trials > 10**6:
+                raise AssertionError("more than a million trial divisions for 10^9")
+            return int(self) % other
+    found = layout.divisors(Counted(10**9))
+    assert Counted.trials <= 31_623  # isqrt(10^9)
+    assert len(found) == 100 and found[:6] == [1, 2, 4, 5, 8, 10] and found[-1] == 10**9  # 2^9 · 5^9
+    assert layout.divisors(1_000) == [d for d in range(1, 1_001) if 1_000 % d == 0]
+
+
+def test_a_plan_for_a_million_gpus_does_not_list_them():
+    """Memory used to grow ~50 B per GPU (the dp group's ranks were listed to find its link)."""
+    import tracemalloc
+
+    from mgpukit.costmodel.hardware import load_profile
+    from mgpukit.costmodel.layout import Layout
+    from mgpukit.costmodel.planner import plan
+
+    tracemalloc.start()
+    plan("7b", 10**6, load_profile("h100-nvlink"), Layout(dp=10**6))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 5e6, f"{peak / 1e6:.0f} MB for one plan"
+
+
+def test_group_link_counts_members_per_node_without_listing_them():
+    from dataclasses import replace
+
+    from mgpukit.costmodel.comm import group_link, link_for_ranks
+    from mgpukit.costmodel.hardware import load_profile
+
+    base = load_profile("h100-ib")
+    for g in (1, 3, 4, 8):
+        p = replace(base, gpus_per_node=g)
+        for size in range(1, 25):
+            for stride in range(1, 25):
+                assert group_link(p, size, stride) == link_for_ranks(range(0, size * stride, stride), p)

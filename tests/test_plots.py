@@ -259,9 +259,11 @@ def test_bandwidth_log_log_with_alpha_beta_fit():
     fig = plot_bandwidth(sizes, [0.1e9, 2e9, 9e9], fit={"alpha": 10e-6, "beta": 10e9})
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     fit = fig.data[1]
-    assert "predicted" in fit.name and "α=10 µs" in fit.name
+    assert "fit" in fit.name and "predicted" not in fit.name and "α=10 µs" in fit.name  # issue 27: a fit is no prediction
     assert fit.y[-1] == pytest.approx(1e7 / (10e-6 + 1e7 / 10e9) / 1e9)
-    assert "measured" in fig.layout.title.text
+    assert "measured" in fig.layout.title.text and "predicted" not in fig.layout.title.text
+    model = plot_bandwidth(sizes, [0.1e9, 2e9, 9e9], fit=lambda s: s / (10e-6 + s / 10e9))
+    assert "vs predicted" in model.layout.title.text and "predicted" in model.data[1].name
 
 
 # --------------------------------------------------------------------------- summary

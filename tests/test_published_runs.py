@@ -49,3 +49,23 @@ def test_the_trend_is_the_papers(rows):
     """Bigger models use the GPUs better (larger GEMMs per tp rank, smaller s/6h attention
     share): the 1T model's prediction beats the 3.6B's, as published (163 vs 138)."""
     assert rows[-1]["predicted_tflops"] > rows[1]["predicted_tflops"]
+
+
+def test_the_validation_table_within_10_percent_per_row_except_its_stated_gaps(capsys):
+    """Megatron-LM Table 1, BLOOM 176B, MT-NLG 530B x3, Llama 3 405B x2 (mgpukit.costmodel.validation):
+    each row within ±10 % unless listed in KNOWN_GAPS with what is missing — and a listed row must
+    still be outside, so a fix that brings it in has to move it back into the check."""
+    from mgpukit.costmodel import validation
+
+    rows = validation.validation_table()
+    print("\n" + validation.format_validation(rows))
+    assert len(rows) == 16
+    for r in rows:
+        name = r["run"].name
+        if name in validation.KNOWN_GAPS:
+            assert abs(r["error"]) > validation.CHECK, f"{name} is now within the check: remove it from KNOWN_GAPS"
+        else:
+            assert abs(r["error"]) <= validation.CHECK, (name, f"{r['error']:+.1%}")
+    # BLOOM is not fitted on (deepspeed-pipe's kernel efficiency is fitted on MT-NLG's three rows)
+    bloom = next(r for r in rows if r["run"].name.startswith("BLOOM"))
+    assert abs(bloom["error"]) <= validation.CHECK

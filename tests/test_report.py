@@ -64,8 +64,9 @@ def test_report_has_table_rows_sources_and_plotly_embedded_once(tmp_path):
     # Offline: the plotly.js bundle once, and every figure after it reuses it.
     assert page.count("plotly.js v") == 1
     assert page.count("Plotly.newPlot") == page.count('<div class="figure">')
-    # Per strategy: single → loss + timeline + memory; ddp → loss + 2 timelines + memory + bytes; + extra.
-    assert page.count('<div class="figure">') == 3 + 5 + 1
+    # Per strategy: single → loss + timeline + memory; ddp (measured and emulated) → loss + 2 timelines
+    # + memory and bytes once per source; + extra.
+    assert page.count('<div class="figure">') == 3 + 7 + 1
     assert '">ddp</h2>' in page and '">Planner &lt;check&gt;</h3>' in page  # headings carry anchors
     assert "<p>a note &amp; more</p>" in page
     assert page.index('">Summary</h2>') < page.index('">single</h2>') < page.index('">More figures</h2>')
@@ -90,3 +91,27 @@ def test_write_records_round_trips_numpy_scalars(tmp_path):
     loaded = json.loads(path.read_text())
     assert len(loaded) == 3 and loaded[0]["tokens_per_s"] == 1.5 and loaded[0]["losses"] == [2.0, 1.0]
     assert loaded[2]["profile"] == "h100-nvlink"
+
+
+def test_report_headings_are_unique_and_memory_is_split_by_source(tmp_path):
+    """Issue 27: the tour's DDP ran measured and emulated at 2 ranks ("Timeline — ddp ×2" twice),
+    and its memory figure put MiB-scale CPU bars beside GiB-scale shape-mode bars on one axis."""
+    recs = records()
+    big = make_record("ddp", "emulated", 2, profile="h100-nvlink")
+    big.update(shape=True, config={"model": "gpt2-124m"})
+    big["memory"] = {r: {k: v * 2**10 for k, v in m.items() if k != "source"} | {"source": "estimated"}
+                     for r, m in big["memory"].items()}
+    path = write_report(recs[:2] + [big], tmp_path)
+    text = path.read_text()
+    sections = text[text.index('">ddp</h2>'):].split("<h2 ")[0]   # the ddp section's figures
+    titles = [h.split(">", 1)[1].split("<", 1)[0] for h in sections.split("<h3 ")[1:]]
+    assert len(titles) == len(set(titles)), titles
+    memory = [t for t in titles if t.startswith("Memory per rank")]
+    assert "Memory per rank — measured (cpu)" in memory and any("shape mode gpt2-124m" in t for t in memory)
+    assert any(t.startswith("Bytes sent — emulated") for t in titles), titles
+
+
+def test_percent_never_shows_minus_zero():
+    from mgpukit.plots.style import percent
+
+    assert percent(-0.001) == "0%" and percent(-0.02) == "-2%" and percent(0.273, 1) == "27.3%"

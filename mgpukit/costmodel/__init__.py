@@ -9,11 +9,15 @@ No torch inside: everything is arithmetic on a :class:`ModelShape`, a :class:`La
     >>> p.fits, p.step_time_s, p.mfu
 
 Modules: ``hardware`` (profiles), ``comm`` (alpha-beta collectives), ``shapes`` (model sizes,
-parameter counts), ``flops``, ``layout`` (parallel degrees + validation), ``pipeline``
-(bubble, activations in flight), ``memory`` (ZeRO + activations), ``volume`` (bytes sent),
-``kernels`` (GEMM roofline with tile/wave quantisation, memory-bound kernels), ``steptime``,
-``planner`` (plan + search), ``published`` (Megatron-LM's Table 1 beside the prediction), ``plan_cli`` (``mgpukit plan``); ``schedules`` and
-``simulate`` hold pipeline schedule tables and their event simulation.
+parameter counts; the models themselves are files in ``data/models/``), ``flops``, ``layout``
+(parallel degrees + validation), ``pipeline`` (bubble, activations in flight), ``memory`` (ZeRO
++ activations), ``volume`` (bytes sent), ``kernels`` (GEMM roofline with tile/wave quantisation,
+memory-bound kernels), ``frameworks`` (the implementation: dp-sync convention, pipeline sends,
+kernels; files in ``data/frameworks/``), ``steptime``, ``balance`` (pipeline stages balanced by
+cost), ``planner`` (plan + search), ``published`` (Megatron-LM's Table 1), ``validation`` (every
+published run beside its prediction, and the error bars they give), ``plan_cli``
+(``mgpukit plan``); ``schedules`` and ``simulate`` hold pipeline schedule tables and their
+event simulation.
 """
 
 from mgpukit.costmodel.comm import (
@@ -26,6 +30,7 @@ from mgpukit.costmodel.comm import (
     reduce_scatter_time,
 )
 from mgpukit.costmodel.flops import flops_per_step, megatron_flops
+from mgpukit.costmodel.frameworks import Framework, get_framework, list_frameworks
 from mgpukit.costmodel.hardware import (
     GemmModel,
     HardwareProfile,
@@ -40,8 +45,9 @@ from mgpukit.costmodel.layout import Layout, LayoutError, check_layout
 from mgpukit.costmodel.memory import activation_bytes_per_layer, memory_per_rank
 from mgpukit.costmodel.pipeline import bubble_fraction, microbatches_in_flight
 from mgpukit.costmodel.planner import Plan, plan, search
-from mgpukit.costmodel.shapes import ModelShape, get_shape, list_shapes, param_count
+from mgpukit.costmodel.shapes import ModelShape, get_shape, list_shapes, load_model_file, param_count
 from mgpukit.costmodel.steptime import step_time
+from mgpukit.costmodel.validation import ErrorBar, error_bar, validation_table
 from mgpukit.costmodel.volume import comm_bytes_per_step
 
 __all__ = [
@@ -50,5 +56,6 @@ __all__ = [
     "ProfileNotFoundError", "list_profiles", "load_profile", "save_profile", "Layout", "LayoutError",
     "check_layout", "activation_bytes_per_layer", "memory_per_rank", "bubble_fraction",
     "microbatches_in_flight", "Plan", "plan", "search", "ModelShape", "get_shape", "list_shapes",
-    "param_count", "step_time", "comm_bytes_per_step",
+    "param_count", "step_time", "comm_bytes_per_step", "Framework", "get_framework", "list_frameworks",
+    "load_model_file", "ErrorBar", "error_bar", "validation_table",
 ]

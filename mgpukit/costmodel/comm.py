@@ -23,6 +23,8 @@ and ``beta`` attributes: the emulator's virtual clock uses them too.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 
 from mgpukit.costmodel.hardware import HardwareProfile, Link
@@ -113,8 +115,26 @@ def group_link(profile: HardwareProfile, size: int, stride: int = 1) -> Link:
 
     With Megatron's rank order (tp fastest, then dp, then pp) the tp group has stride 1,
     the dp group stride ``tp`` and the pp group stride ``tp · dp``.
+
+    The same answer as `link_for_ranks` on the listed ranks, without listing them (a billion
+    GPUs cost a billion list entries): members per node follow the pattern of ``j · g mod
+    stride`` over the nodes ``j``, which repeats every ``stride / gcd(stride, g)`` nodes, so
+    that many full nodes and the last one are all there is to count.
     """
-    return link_for_ranks(range(0, size * stride, stride), profile)
+    g, last = profile.gpus_per_node, (size - 1) * stride
+    if last < g:  # one node
+        return profile.intra_node
+    if stride >= g:  # one member per node
+        k = 1
+    else:
+        last_node = last // g
+
+        def first(j):  # the first member index on node j: ceil(j·g / stride)
+            return -(-j * g // stride)
+        period = stride // math.gcd(stride, g)
+        k = min([first(j + 1) - first(j) for j in range(min(last_node, period))]
+                + [size - first(last_node)])
+    return Link(alpha=profile.inter_node.alpha, beta=min(profile.intra_node.beta, k * profile.inter_node.beta))
 
 
 # ---------------------------------------------------------------- fitting alpha and beta

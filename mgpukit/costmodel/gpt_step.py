@@ -292,18 +292,23 @@ def one_f_one_b_stalls(p: int, m: int) -> int:
 
 
 def pipeline_step_time(cfg, *, global_batch: int, micro_batches: int, stages: int,
-                       profile: HardwareProfile, schedule: str = "gpipe") -> dict[str, float]:
+                       profile: HardwareProfile, schedule: str = "gpipe",
+                       stage_layers: tuple[int, ...] | None = None) -> dict[str, float]:
     """Seconds of one GPipe / 1F1B step over `stages` ranks, as rank 0 sees it (module
     docstring, last paragraph): the last micro-batch's backward leaves stage 0, then stage 0
-    steps its optimizer."""
+    steps its optimizer. `stage_layers`: layers per stage of an uneven split (default equal)."""
     if schedule not in ("gpipe", "1f1b"):
         raise ValueError(f"schedule={schedule!r}: this closed form covers 'gpipe' and '1f1b'.")
-    if cfg.n_layer % stages:
-        raise ValueError(f"{cfg.n_layer} layers do not split into {stages} stages.")
+    if stage_layers is None:
+        if cfg.n_layer % stages:
+            raise ValueError(f"{cfg.n_layer} layers do not split into {stages} stages.")
+        stage_layers = (cfg.n_layer // stages,) * stages
+    if len(stage_layers) != stages or sum(stage_layers) != cfg.n_layer or min(stage_layers) < 1:
+        raise ValueError(f"stage_layers={tuple(stage_layers)!r}: {stages} positive counts adding up to {cfg.n_layer}.")
     if global_batch % micro_batches:
         raise ValueError(f"global_batch={global_batch} does not split into {micro_batches} micro-batches.")
     p, m, mb = stages, micro_batches, global_batch // micro_batches
-    per_stage = [stage_ops(cfg, mb, layers=cfg.n_layer // p, embed=s == 0, head=s == p - 1)
+    per_stage = [stage_ops(cfg, mb, layers=stage_layers[s], embed=s == 0, head=s == p - 1)
                  for s in range(p)]
     fwd = [_seconds(o["fwd"], profile) for o in per_stage]
     bwd = [_seconds(o["bwd"], profile) for o in per_stage]

@@ -27,7 +27,10 @@ import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16")
+from mgpukit.costmodel.profile_types import check_profile_types
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16")  # every profile has these
+FP8 = "fp8"  # only GPUs with fp8 tensor cores (Hopper and later) list it
 OP_CONTEXTS = ("forward", "backward", "no_grad")  # where an op runs, for its dispatch overhead
 THIS_MACHINE = "this-machine"
 THIS_MACHINE_DEFAULT = "this-machine-default"
@@ -61,12 +64,14 @@ class Link:
 
 @dataclass(frozen=True, kw_only=True)
 class PeakFlops:
-    """Dense peak FLOP/s per dtype (no 2:4 sparsity)."""
+    """Dense peak FLOP/s per dtype (no 2:4 sparsity); ``fp8`` is None on GPUs without fp8
+    tensor cores (A100: the datasheet lists none)."""
 
     fp32: float
     tf32: float
     bf16: float
     fp16: float
+    fp8: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +128,8 @@ class HardwareProfile:
         # a negative bandwidth or a NaN memory size gives negative or NaN times, silently
         positive = {"memory_bytes": self.memory_bytes, "memory_bandwidth": self.memory_bandwidth,
                     **{f"peak_flops.{d}": getattr(self.peak_flops, d) for d in DTYPES}}
+        if self.peak_flops.fp8 is not None:
+            positive["peak_flops.fp8"] = self.peak_flops.fp8
         for key, value in positive.items():
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"profile {self.name!r}: {key} must be a finite number > 0, got {value}")
@@ -153,10 +160,20 @@ class HardwareProfile:
                        collective_launch=0.0)
 
     def flops(self, dtype: str = "bf16") -> float:
-        """Peak dense FLOP/s for ``dtype`` ("fp32", "tf32", "bf16", "fp16")."""
+        """Peak dense FLOP/s for ``dtype`` ("fp32", "tf32", "bf16", "fp16", "fp8"); a profile
+        without fp8 tensor cores refuses "fp8" in one line."""
+        if dtype == FP8:
+            if self.peak_flops.fp8 is None:
+                raise ValueError(f"profile {self.name!r} has no fp8 tensor cores (its datasheet lists no fp8 rate); "
+                                 f"use bf16 or fp16, or an H100/H200 profile")
+            return self.peak_flops.fp8
         if dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+            raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES + (FP8,))}")
         return getattr(self.peak_flops, dtype)
+
+    @property
+    def has_fp8(self) -> bool:
+        return self.peak_flops.fp8 is not None
 
     @property
     def usable_memory_bytes(self) -> float:
@@ -173,7 +190,8 @@ class HardwareProfile:
             "gpus_per_node": self.gpus_per_node,
             "memory_bytes": self.memory_bytes,
             "memory_bandwidth": self.memory_bandwidth,
-            "peak_flops": {d: getattr(self.peak_flops, d) for d in DTYPES},
+            "peak_flops": {d: getattr(self.peak_flops, d) for d in DTYPES
+                           + ((FP8,) if self.peak_flops.fp8 is not None else ())},
             "intra_node": {"alpha": self.intra_node.alpha, "beta": self.intra_node.beta},
             "inter_node": {"alpha": self.inter_node.alpha, "beta": self.inter_node.beta},
             **({"gemm": {"efficiency": self.gemm.efficiency, "sms": self.gemm.sms, "k_half": self.gemm.k_half,
@@ -188,7 +206,9 @@ class HardwareProfile:
 
     @classmethod
     def from_dict(cls, d: dict) -> "HardwareProfile":
-        """Build a profile from the nested dict of a TOML file; says which key is missing."""
+        """Build a profile from the nested dict of a TOML file; says which key is missing, and
+        which has a value of the wrong type (`profile_types`: no silent coercion)."""
+        check_profile_types(d)
         try:
             eff = d.get("efficiency", {})
             launch = d.get("launch", {})
@@ -198,7 +218,8 @@ class HardwareProfile:
                 gpus_per_node=int(d["gpus_per_node"]),
                 memory_bytes=float(d["memory_bytes"]),
                 memory_bandwidth=float(d["memory_bandwidth"]),
-                peak_flops=PeakFlops(**{k: float(d["peak_flops"][k]) for k in DTYPES}),
+                peak_flops=PeakFlops(**{k: float(d["peak_flops"][k]) for k in DTYPES
+                                        + ((FP8,) if FP8 in d["peak_flops"] else ())}),
                 intra_node=Link(alpha=float(d["intra_node"]["alpha"]), beta=float(d["intra_node"]["beta"])),
                 inter_node=Link(alpha=float(d["inter_node"]["alpha"]), beta=float(d["inter_node"]["beta"])),
                 compute_efficiency=float(eff.get("compute", 0.5)),

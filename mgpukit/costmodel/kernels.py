@@ -17,7 +17,8 @@ tile costs a full tile and a partial wave a full wave, so the useful fraction is
 (batched GEMMs multiply the tile count by the batch). The library picks the tile that wastes
 least; we take the best of the profile's tiles. ``R = peak · efficiency · η``, where
 ``efficiency`` is what a large, well-shaped GEMM sustains (the profile's ``[gemm]`` table;
-its source is written beside it). The table describes tensor-core GEMMs (bf16, fp16, tf32);
+its source is written beside it). The table describes tensor-core GEMMs (bf16, fp16, tf32, and
+fp8 on GPUs that have it: the same tiles and efficiency at the fp8 peak, an assumption);
 fp32 GEMMs run on the CUDA cores with other tiles, and they, like every matmul on a profile
 without a ``[gemm]`` table (the CPU profiles), fall back to a flat ``peak · compute_efficiency``.
 
@@ -34,7 +35,8 @@ import math
 from mgpukit.costmodel.hardware import HardwareProfile
 
 
-TENSOR_CORE_DTYPES = ("bf16", "fp16", "tf32")
+TENSOR_CORE_DTYPES = ("bf16", "fp16", "tf32", "fp8")
+OPERAND_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
 
 
 def _table(profile: HardwareProfile, dtype: str):
@@ -76,7 +78,7 @@ def gemm_seconds(m: int, n: int, k: int, profile: HardwareProfile, *, dtype: str
     """Seconds of ``batch`` GEMMs ``(m × k)·(k × n)``: ``max(FLOPs / R, bytes / BW)`` with
     ``R = peak · efficiency · η(m, n)`` (module docstring). ``extra_bytes`` adds traffic the
     kernel also moves (an accumulator it reads, a fused epilogue)."""
-    e = 2 if dtype in ("bf16", "fp16") else 4
+    e = OPERAND_BYTES[dtype]
     flops = 2.0 * m * n * k * batch
     nbytes = e * batch * (m * k + k * n + m * n) + extra_bytes
     rate = (matmul_rate(profile, dtype) * wave_efficiency(m, n, profile, batch=batch, dtype=dtype)

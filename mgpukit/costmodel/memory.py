@@ -109,7 +109,7 @@ def model_state_bytes(psi: float, layout: Layout, *, gather_bytes: float = 0.0,
     the optimizer keeps per parameter — 2 for Adam (m, v: the paper's K = 8 in fp32, 12 with
     the master copy), 1 for SGD with momentum, 0 for plain SGD."""
     n = layout.dp
-    if layout.dtype in ("bf16", "fp16"):
+    if layout.dtype in ("bf16", "fp16", "fp8"):
         p, g, k = 2, 2, 4 + 4 * optimizer_states  # 16-bit weights and grads, fp32 master + states
     else:
         p, g, k = 4, 4, 4 * optimizer_states  # fp32 weights, fp32 grads, states
@@ -168,5 +168,5 @@ def memory_per_rank(shape: ModelShape, layout: Layout, *, micro_batch: int | Non
     """Bytes per GPU by category (``params, grads, optimizer, activations, total``) on the
     fullest GPU: the first pipeline stage (most micro-batches in flight) or the last (logits).
     ``micro_batch`` overrides ``layout.micro_batch``."""
-    stages = range(layout.pp) if layout.stage_layers is not None else {0, layout.pp - 1}
+    stages = layout.distinct_stages(shape.n_layer)
     return max((stage_memory(shape, layout, s, micro_batch=micro_batch) for s in stages), key=lambda m: m["total"])

@@ -1,39 +1,52 @@
 """Planner: predict one layout (:func:`plan`) or rank every sensible one (:func:`search`).
 
 Everything here is closed-form (memory from :mod:`~mgpukit.costmodel.memory`, time from
-:mod:`~mgpukit.costmodel.steptime`), so a 70B model on 64 GPUs is answered in milliseconds
-and a full search in well under a second. The search follows the usual recipe (Narayanan et
-al. 2021, §3.3 "takeaways"): tensor parallelism inside a node, pipeline stages dividing the
-layers, data parallelism for the rest; then it keeps the layouts that fit in memory and sorts
-them by predicted step time.
+:mod:`~mgpukit.costmodel.steptime`), so a 70B model on 1,024 GPUs is searched in well under
+a second or two. The search follows the usual recipe (Narayanan et al. 2021, §3.3
+"takeaways"): tensor parallelism inside a node, pipeline stages across nodes, data
+parallelism for the rest; then it keeps the layouts that fit in memory and sorts them by
+predicted step time.
 
-The time model (:mod:`~mgpukit.costmodel.steptime`) runs every GEMM on a roofline with tile and
-wave quantisation and charges the memory-bound kernels by bytes (:mod:`~mgpukit.costmodel.kernels`);
-its two GEMM constants are fitted once on Megatron-LM's published runs, which it reproduces
-within 7% from 1.7 B to 1 T parameters (:mod:`~mgpukit.costmodel.published`). Layouts may
-also overlap tp communication (``tp_overlap``), split sequences over ``cp`` ranks (ring
-attention) and give pipeline stages different layer counts (``stage_layers``); the search
-itself keeps to even stages, no cp and no overlap.
+What it tries: every tp within a node that divides the heads; every pp up to the layer count
+that divides the rest, its stages **balanced by cost** (:mod:`~mgpukit.costmodel.balance`: the
+embedding and the head counted, so 70 layers go on 12 stages as 5 + 6 × 10 + 5); the
+framework's schedules (interleaved with ``v ≤ max_v`` chunks); ZeRO 0-3, with pipelining too
+(Llama 3 shards gradients and optimizer states beside 16 pipeline stages; ZeRO-2/3 then
+re-communicate every micro-batch, which the time model charges); no, full and — only where
+it differs, i.e. without fused attention — selective checkpointing; micro-batches of 1-8. The
+dtype (bf16, fp16, fp8) and the framework (:mod:`~mgpukit.costmodel.frameworks`: dp-sync
+convention, kernels) are inputs, not searched. Layouts whose predictions coincide (the same
+step time and memory) are listed once.
+
+Every :class:`Plan` carries its **error bar**: the spread of the planner's errors on published
+runs of the same framework (:mod:`~mgpukit.costmodel.validation`), applied to step time, MFU
+and throughput (``Plan.ranges``) and, through :func:`~mgpukit.costmodel.training_cost.time_to_train`,
+to days, GPU-hours and cost.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
+from mgpukit.costmodel.balance import balance_stages
+from mgpukit.costmodel.frameworks import Framework, get_framework
 from mgpukit.costmodel.hardware import HardwareProfile, load_profile
 from mgpukit.costmodel.layout import Layout, LayoutError, check_layout, divisors
 from mgpukit.costmodel.memory import memory_per_rank
 from mgpukit.costmodel.shapes import ModelShape, get_shape, param_count
 from mgpukit.costmodel.steptime import step_time
+from mgpukit.costmodel.validation import ErrorBar, error_bar
 from mgpukit.costmodel.volume import comm_bytes_per_step
 
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
-    """Predicted cost of running ``model`` with ``layout`` on ``gpus`` GPUs of ``profile``.
+    """Predicted cost of running ``model`` with ``layout`` on ``gpus`` GPUs of ``profile`` in
+    ``framework``.
 
     ``memory``: bytes per GPU by category (fullest GPU); ``time``: :func:`step_time`'s dict;
-    ``comm_bytes``: bytes sent per GPU per step. All figures are predictions, not measurements.
+    ``comm_bytes``: bytes sent per GPU per step; ``error_bar``: the planner's errors on published
+    runs of this framework. All figures are predictions, not measurements.
     """
 
     model: ModelShape
@@ -45,6 +58,8 @@ class Plan:
     memory_limit: float
     time: dict
     comm_bytes: dict
+    framework: Framework
+    error_bar: ErrorBar
 
     @property
     def fits(self) -> bool:
@@ -62,6 +77,13 @@ class Plan:
     def bubble_fraction(self) -> float:
         return self.time["bubble_fraction"]
 
+    @property
+    def ranges(self) -> dict[str, tuple[float, float]]:
+        """``step_time_s``, ``mfu``, ``tokens_per_s``: (low, high) from the error bar."""
+        eb = self.error_bar
+        return {"step_time_s": eb.time(self.step_time_s), "mfu": eb.rate(self.mfu),
+                "tokens_per_s": eb.rate(self.time["tokens_per_s"])}
+
     def to_dict(self) -> dict:
         """Plain JSON-ready dict; ``predicted: true`` marks it as a model output."""
         return {
@@ -69,41 +91,75 @@ class Plan:
             "model": asdict(self.model),
             "params": self.params,
             "profile": self.profile.name,
+            "framework": self.framework.name,
             "gpus": self.gpus,
             "layout": asdict(self.layout),
             "memory": dict(self.memory),
             "memory_limit": self.memory_limit,
             "fits": self.fits,
             "time": dict(self.time),
+            "ranges": {k: list(v) for k, v in self.ranges.items()},
+            "error_bar": asdict(self.error_bar),
             "comm_bytes": dict(self.comm_bytes),
         }
 
 
-def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile", layout: Layout) -> Plan:
+def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile", layout: Layout, *,
+         framework: "str | Framework | None" = None) -> Plan:
     """Predict memory, step time, MFU and bubble of ``layout``; raises :class:`LayoutError`
-    (saying what to change) when the layout cannot run at all. A layout that runs but does not
-    fit in memory gives a plan with ``fits == False``."""
+    (saying what to change) when the layout cannot run at all — an fp8 layout on a GPU without
+    fp8 included. A layout that runs but does not fit in memory gives ``fits == False``."""
     shape = get_shape(model)
     hw = load_profile(profile) if isinstance(profile, str) else profile
+    fw = get_framework(framework)
     check_layout(shape, layout, gpus=gpus)
+    check_dtype(hw, layout.dtype)
     return Plan(
         model=shape, profile=hw, gpus=gpus, layout=layout, params=param_count(shape),
         memory=memory_per_rank(shape, layout), memory_limit=hw.usable_memory_bytes,
-        time=step_time(shape, layout, hw), comm_bytes=comm_bytes_per_step(shape, layout),
+        time=step_time(shape, layout, hw, framework=fw), comm_bytes=comm_bytes_per_step(shape, layout),
+        framework=fw, error_bar=error_bar(fw),
     )
 
 
+def check_dtype(profile: HardwareProfile, dtype: str) -> None:
+    """Refuse a precision the GPU cannot run (fp8 on an A100), in one line."""
+    try:
+        profile.flops(dtype)
+    except ValueError as e:
+        raise LayoutError(str(e)) from None
+
+
 def candidate_layouts(shape: ModelShape, gpus: int, profile: HardwareProfile, *, global_batch: int,
-                      micro_batches=(1, 2, 4, 8), max_v: int = 8):
-    """Every layout the search considers. Pruned: tp within a node and dividing the heads,
-    pp dividing the layers, SP always on with tp > 1 (same traffic, less memory), ZeRO-2/3
-    only without pipelining (they re-communicate every micro-batch), interleaving with
-    ``v ≤ max_v`` chunks."""
+                      micro_batches=(1, 2, 4, 8), max_v: int = 8, dtype: str = "bf16",
+                      framework: "str | Framework | None" = None, flash_attention: bool = True,
+                      tp: int | None = None, pp: int | None = None):
+    """Every layout the search considers (module docstring); ``tp`` / ``pp`` keep only that
+    degree. Pipelined layouts carry their cost-balanced ``stage_layers`` (None when that is the
+    even split)."""
+    fw = get_framework(framework)
+    ckpts = ("none", "full") if flash_attention else ("none", "selective", "full")
+    balanced: dict = {}  # (tp, pp, mb, ckpt, v) -> stage layers: the split ignores ZeRO and dp
+
+    def stages(tp, pp, mb, ckpt, schedule, v, m):
+        key = (tp, pp, mb, ckpt, v)
+        if key not in balanced:
+            probe = Layout(tp=tp, pp=pp, sp=tp > 1, schedule=schedule, v=v, micro_batch=mb, num_micro_batches=m,
+                           checkpointing=ckpt, dtype=dtype, flash_attention=flash_attention)
+            split = balance_stages(shape, probe, profile, framework=fw)
+            even = split is not None and len(set(split)) == 1
+            balanced[key] = None if split is None else (None if even else split)
+            balanced[key, "ok"] = split is not None
+        return balanced[key], balanced[key, "ok"]
+
+    only_tp, only_pp = tp, pp
     for tp in divisors(gpus):
-        if tp > profile.gpus_per_node or shape.n_head % tp or shape.kv_heads % tp:
+        if tp > profile.gpus_per_node or shape.n_head % tp or shape.kv_heads % tp or only_tp not in (None, tp):
             continue
         for pp in divisors(gpus // tp):
-            if shape.n_layer % pp:
+            if pp > shape.n_layer:
+                break
+            if only_pp not in (None, pp):
                 continue
             dp = gpus // (tp * pp)
             if global_batch % dp:
@@ -115,28 +171,37 @@ def candidate_layouts(shape: ModelShape, gpus: int, profile: HardwareProfile, *,
                 if pp == 1:
                     schedules = [("1f1b", 1)]
                 else:
-                    schedules = [("1f1b", 1), ("gpipe", 1), ("zb-h1", 1)]
-                    if m % pp == 0:
-                        schedules += [("interleaved", v) for v in range(2, max_v + 1)
-                                      if (shape.n_layer // pp) % v == 0]
-                for zero in (range(4) if pp == 1 else range(2)):
-                    if dp == 1 and zero:
-                        continue
-                    for ckpt in ("none", "selective", "full"):
-                        for schedule, v in schedules:
+                    schedules = [(s, 1) for s in ("1f1b", "gpipe", "zb-h1") if s in fw.schedules]
+                    if "interleaved" in fw.schedules and m % pp == 0:
+                        schedules += [("interleaved", v) for v in range(2, max_v + 1) if 2 * v * pp <= shape.n_layer + 2]
+                for ckpt in ckpts:
+                    for schedule, v in schedules:
+                        split, ok = stages(tp, pp, mb, ckpt, schedule, v, m) if pp > 1 else (None, True)
+                        if not ok:
+                            continue
+                        for zero in range(4):
+                            if dp == 1 and zero:
+                                continue
                             yield Layout(dp=dp, tp=tp, pp=pp, zero=zero, sp=tp > 1, schedule=schedule, v=v,
-                                         micro_batch=mb, num_micro_batches=m, checkpointing=ckpt)
+                                         micro_batch=mb, num_micro_batches=m, checkpointing=ckpt, dtype=dtype,
+                                         flash_attention=flash_attention, stage_layers=split)
 
 
 def search(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile", *, global_batch: int,
-           top: int = 10, include_unfit: bool = False) -> list[Plan]:
+           top: int = 10, include_unfit: bool = False, dtype: str = "bf16",
+           framework: "str | Framework | None" = None, flash_attention: bool = True,
+           tp: int | None = None, pp: int | None = None) -> list[Plan]:
     """Rank every candidate layout (:func:`candidate_layouts`) that fits by predicted step time
-    (ties: less memory first). ``include_unfit=True`` appends the rest, smallest memory first."""
+    (ties: less memory first), each prediction once. ``include_unfit=True`` appends the rest,
+    smallest memory first. ``tp`` / ``pp`` restrict the search to that degree."""
     shape = get_shape(model)
     hw = load_profile(profile) if isinstance(profile, str) else profile
+    fw = get_framework(framework)
+    check_dtype(hw, dtype)
     limit = hw.usable_memory_bytes
     fitting, unfit = [], []
-    for layout in candidate_layouts(shape, gpus, hw, global_batch=global_batch):
+    for layout in candidate_layouts(shape, gpus, hw, global_batch=global_batch, dtype=dtype, framework=fw,
+                                    flash_attention=flash_attention, tp=tp, pp=pp):
         try:
             check_layout(shape, layout, gpus=gpus)
         except LayoutError:
@@ -146,10 +211,25 @@ def search(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile
             if include_unfit:
                 unfit.append((memory["total"], layout))
             continue
-        fitting.append(plan(shape, gpus, hw, layout))
+        fitting.append(plan(shape, gpus, hw, layout, framework=fw))
     fitting.sort(key=lambda pl: (pl.step_time_s, pl.memory["total"]))
-    result = fitting[:top]
+    result = _distinct(fitting, top)
     if include_unfit and len(result) < top:
         unfit.sort(key=lambda item: item[0])
-        result += [plan(shape, gpus, hw, lay) for _, lay in unfit[: top - len(result)]]
+        result += _distinct([plan(shape, gpus, hw, lay, framework=fw) for _, lay in unfit[: 4 * top]],
+                            top - len(result))
     return result
+
+
+def _distinct(plans: list[Plan], top: int) -> list[Plan]:
+    """The first ``top`` plans whose predictions differ: two layouts with the same step time and
+    the same memory to 6 significant digits say nothing new (the first, simplest, is kept)."""
+    seen, out = set(), []
+    for pl in plans:
+        key = (f"{pl.step_time_s:.6g}", f"{pl.memory['total']:.6g}")
+        if key not in seen:
+            seen.add(key)
+            out.append(pl)
+            if len(out) == top:
+                break
+    return out

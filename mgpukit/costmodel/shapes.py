@@ -14,11 +14,18 @@ For the standard GPT layer the count is the familiar ``12·h² + 13·h`` per lay
 (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
 Using Megatron-LM", §5.1). ``param_count(shape_of_gpt_tiny)`` equals
 ``sum(p.numel() for p in GPT(cfg).parameters())`` for mgpukit's own GPT.
+
+Named models are files, one per model, in ``data/models/`` (``70b.toml``: ``layers = 80``,
+``hidden = 8192``, ..., with the paper or config they come from): :func:`get_shape` reads
+them, and a user's own file or the CLI's ``--layers --hidden ...`` make the same object.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import tomllib
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
 
 NORMS = ("layernorm", "rmsnorm")
 
@@ -28,6 +35,8 @@ class ModelShape:
     """Sizes of a decoder-only transformer. ``seq_len`` is the training sequence length."""
 
     name: str = "custom"
+    description: str = field(default="", compare=False)
+    source: str = field(default="", compare=False)  # where the sizes come from (paper, table, config file)
     n_layer: int
     d_model: int
     n_head: int
@@ -97,6 +106,7 @@ def _norm_params(shape: ModelShape) -> int:
     return 2 * shape.d_model if shape.norm == "layernorm" else shape.d_model
 
 
+@lru_cache(maxsize=256)
 def layer_matmul_params(shape: ModelShape) -> int:
     """Weights of one block's matrix multiplies (no biases, no norms): what FLOPs scale with."""
     d, f = shape.d_model, shape.d_ff
@@ -105,6 +115,7 @@ def layer_matmul_params(shape: ModelShape) -> int:
     return attn + mlp
 
 
+@lru_cache(maxsize=256)
 def layer_param_split(shape: ModelShape) -> tuple[int, int]:
     """One block's parameters as ``(split_by_tp, replicated_by_tp)``.
 
@@ -122,11 +133,13 @@ def layer_param_split(shape: ModelShape) -> tuple[int, int]:
     return split, replicated
 
 
+@lru_cache(maxsize=256)
 def layer_params(shape: ModelShape) -> int:
     """Parameters of one transformer block."""
     return sum(layer_param_split(shape))
 
 
+@lru_cache(maxsize=256)
 def param_breakdown(shape: ModelShape) -> dict[str, int]:
     """Parameters by piece: ``embedding`` (token + position), ``layers``, ``head`` (final norm and,
     when untied, lm_head), and ``total``."""
@@ -146,94 +159,99 @@ def param_count(shape: ModelShape) -> int:
     return param_breakdown(shape)["total"]
 
 
-# ------------------------------------------------------------------------- presets
+# ------------------------------------------------------------------- model files
 
-
-def gpt_tiny() -> ModelShape:
-    """mgpukit's tiny GPT (``mgpukit.models.gpt.gpt_tiny``): ~0.2 M parameters."""
-    return ModelShape(name="gpt-tiny", n_layer=4, d_model=64, n_head=4, d_ff=256, vocab=64, seq_len=64)
-
-
-def _gpt3(name: str, n_layer: int, d_model: int, n_head: int) -> ModelShape:
-    # Brown et al. 2020, Table 2.1; vocab 50257, context 2048, tied embeddings, dropout 0.1.
-    return ModelShape(
-        name=name, n_layer=n_layer, d_model=d_model, n_head=n_head, d_ff=4 * d_model,
-        vocab=50257, seq_len=2048, tied_embeddings=True, dropout=True,
-    )
-
-
-def gpt3_125m() -> ModelShape:
-    """GPT-3 Small (Brown et al. 2020, Table 2.1): 12 layers, d 768, 12 heads."""
-    return _gpt3("125m", 12, 768, 12)
-
-
-def gpt3_1_3b() -> ModelShape:
-    """GPT-3 XL (Brown et al. 2020): 24 layers, d 2048; 16 heads of 128 (the table's 24 heads
-    do not divide 2048; Megatron and OPT use head dim 128)."""
-    return _gpt3("1.3b", 24, 2048, 16)
-
-
-def gpt3_175b() -> ModelShape:
-    """GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, d 12288, 96 heads."""
-    return _gpt3("175b", 96, 12288, 96)
-
-
-def megatron_1t() -> ModelShape:
-    """The 1T model of Narayanan et al. 2021 (Table 1): 128 layers, d 25600, 160 heads, vocab 51200."""
-    return _gpt3("1t", 128, 25600, 160).with_(vocab=51200)
-
-
-def _llama(name, n_layer, d_model, n_head, n_kv_head, d_ff, vocab, seq_len) -> ModelShape:
-    return ModelShape(
-        name=name, n_layer=n_layer, d_model=d_model, n_head=n_head, n_kv_head=n_kv_head, d_ff=d_ff,
-        vocab=vocab, seq_len=seq_len, gated_mlp=True, bias=False, norm="rmsnorm", learned_pos=False,
-    )
-
-
-def llama2_7b() -> ModelShape:
-    """Llama 2 7B (Touvron et al. 2023; HF config): 32 layers, d 4096, d_ff 11008, 4k context."""
-    return _llama("7b", 32, 4096, 32, 32, 11008, 32000, 4096)
-
-
-def llama2_13b() -> ModelShape:
-    """Llama 2 13B: 40 layers, d 5120, 40 heads, d_ff 13824, 4k context."""
-    return _llama("13b", 40, 5120, 40, 40, 13824, 32000, 4096)
-
-
-def llama2_70b() -> ModelShape:
-    """Llama 2 70B: 80 layers, d 8192, 64 heads, 8 kv heads (GQA), d_ff 28672, 4k context."""
-    return _llama("70b", 80, 8192, 64, 8, 28672, 32000, 4096)
-
-
-def llama3_405b() -> ModelShape:
-    """Llama 3.1 405B (Dubey et al. 2024, Table 3): 126 layers, d 16384, 128 heads, 8 kv heads,
-    d_ff 53248, vocab 128256, 8k pre-training context."""
-    return _llama("405b", 126, 16384, 128, 8, 53248, 128256, 8192)
-
-
-PRESETS = {
-    "gpt-tiny": gpt_tiny,
-    "125m": gpt3_125m,
-    "1.3b": gpt3_1_3b,
-    "7b": llama2_7b,
-    "13b": llama2_13b,
-    "70b": llama2_70b,
-    "175b": gpt3_175b,
-    "405b": llama3_405b,
-    "1t": megatron_1t,
+# A model file (``data/models/NAME.toml``, or any path) names the sizes with the CLI's words:
+# ``mgpukit plan --layers 70 --hidden 14336 ...`` and ``layers = 70`` in a file mean the same.
+FILE_KEYS = {  # file key -> ModelShape field
+    "name": "name", "description": "description", "source": "source",
+    "layers": "n_layer", "hidden": "d_model", "heads": "n_head", "kv_heads": "n_kv_head", "ffn": "d_ff",
+    "vocab": "vocab", "seq": "seq_len", "gated_mlp": "gated_mlp", "bias": "bias", "norm": "norm",
+    "tied_embeddings": "tied_embeddings", "lm_head_bias": "lm_head_bias", "dropout": "dropout",
 }
+POSITIONS = ("learned", "rotary", "alibi")  # only "learned" has a (seq_len, d_model) table
+REQUIRED = ("layers", "hidden", "heads", "vocab", "seq")
+_INTS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
+_BOOLS = ("gated_mlp", "bias", "tied_embeddings", "lm_head_bias", "dropout")
+
+
+def models_dir() -> Path:
+    """Where the shipped model files live: ``<repo>/data/models`` (the one home of the presets)."""
+    return Path(__file__).resolve().parents[2] / "data" / "models"
+
+
+def shape_from_dict(d: dict, *, where: str = "model") -> ModelShape:
+    """A :class:`ModelShape` from a model file's keys (``FILE_KEYS``, plus ``positions``:
+    learned | rotary | alibi). ``ffn`` defaults to ``4·hidden``. Raises ValueError with one line
+    saying which key is wrong and what to write."""
+    unknown = sorted(set(d) - set(FILE_KEYS) - {"positions"})
+    if unknown:
+        raise ValueError(f"{where}: unknown key {unknown[0]!r}; use {', '.join(list(FILE_KEYS) + ['positions'])}")
+    missing = [k for k in REQUIRED if k not in d]
+    if missing:
+        raise ValueError(f"{where}: missing {', '.join(missing)} (a model needs {', '.join(REQUIRED)}; ffn "
+                         f"defaults to 4 × hidden)")
+    for k in _INTS:
+        if k in d and (isinstance(d[k], bool) or not isinstance(d[k], int)):
+            raise ValueError(f"{where}: {k} = {d[k]!r} must be a whole number")
+    for k in _BOOLS:
+        if k in d and not isinstance(d[k], bool):
+            raise ValueError(f"{where}: {k} = {d[k]!r} must be true or false")
+    positions = d.get("positions", "learned")
+    if positions not in POSITIONS:
+        raise ValueError(f"{where}: positions = {positions!r}; choose one of {', '.join(POSITIONS)}")
+    kw = {FILE_KEYS[k]: v for k, v in d.items() if k in FILE_KEYS}
+    kw.setdefault("d_ff", 4 * d["hidden"])
+    kw.setdefault("name", "custom")
+    try:
+        return ModelShape(learned_pos=positions == "learned", **kw)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def shape_to_dict(shape: ModelShape) -> dict:
+    """The inverse of :func:`shape_from_dict`: a model file's keys for ``shape``."""
+    back = {f: k for k, f in FILE_KEYS.items()}
+    out = {back[f]: getattr(shape, f) for f in back if getattr(shape, f) is not None}
+    out["positions"] = "learned" if shape.learned_pos else "rotary"
+    return out
+
+
+def load_model_file(path: "str | Path") -> ModelShape:
+    """Read one model file (TOML); the file's stem is the name unless it sets ``name``."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ValueError(f"no model file at {path}; write one like data/models/70b.toml")
+    try:
+        with open(path, "rb") as f:
+            d = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"model file {path}: not valid TOML ({e})") from None
+    d.setdefault("name", path.stem)
+    return shape_from_dict(d, where=f"model file {path}")
+
+
+@lru_cache(maxsize=None)
+def _shipped() -> dict[str, ModelShape]:
+    return {p.stem: load_model_file(p) for p in sorted(models_dir().glob("*.toml"))}
 
 
 def list_shapes() -> list[str]:
-    """Preset names, smallest first."""
-    return list(PRESETS)
+    """Names of the shipped model files, smallest first (by parameter count)."""
+    models = _shipped()
+    return sorted(models, key=lambda n: param_count(models[n]))
 
 
-def get_shape(model: "str | ModelShape") -> ModelShape:
-    """A preset by name, or ``model`` itself when it already is a :class:`ModelShape`."""
+def get_shape(model: "str | Path | ModelShape") -> ModelShape:
+    """``model`` itself when it is a :class:`ModelShape`; a shipped model by name
+    (``data/models/<name>.toml``); or a path to a model file."""
     if isinstance(model, ModelShape):
         return model
+    text = str(model)
+    if text.endswith(".toml") or "/" in text:
+        return load_model_file(text)
     try:
-        return PRESETS[model.lower()]()
+        return _shipped()[text.lower()]
     except KeyError:
-        raise ValueError(f"unknown model {model!r}; choose one of {', '.join(PRESETS)}") from None
+        raise ValueError(f"unknown model {text!r}; choose one of {', '.join(list_shapes())}, or give a model "
+                         f"file (--model-file my.toml) or the sizes (--layers --hidden --heads --vocab --seq)") from None

@@ -56,8 +56,11 @@ runs in :mod:`mgpukit.costmodel.published`.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mgpukit.costmodel.comm import allgather_time, allreduce_time, group_link, p2p_time, reduce_scatter_time
 from mgpukit.costmodel.flops import flops_per_step
+from mgpukit.costmodel.frameworks import get_framework
 from mgpukit.costmodel.hardware import HardwareProfile
 from mgpukit.costmodel.kernels import depth_efficiency, gemm_seconds, matmul_rate, memory_seconds, wave_efficiency
 from mgpukit.costmodel.layout import Layout
@@ -81,6 +84,11 @@ def _layer_kernels(shape: ModelShape, layout: Layout, profile: HardwareProfile) 
     g_fwd = sum(gemm_seconds(n, out, inp, profile, dtype=dt) for inp, out in linears)
     g_bwd = sum(gemm_seconds(n, inp, out, profile, dtype=dt) + gemm_seconds(inp, out, n, profile, dtype=dt)
                 for inp, out in linears)
+    # fp8 GEMMs (Transformer Engine's recipe): each linear's input is cast to fp8 in forward and
+    # its output gradient in backward (read 2 bytes, write 1); attention and the head stay bf16
+    cast_fwd = 3 * n * sum(inp for inp, _ in linears) if dt == "fp8" else 0.0
+    cast_bwd = 3 * n * sum(out for _, out in linears) if dt == "fp8" else 0.0
+    dt = "bf16" if dt == "fp8" else dt  # the attention core's dtype
 
     # attention core: (b · heads/tp) problems of q = s/cp queries against all s keys
     batch, q, hd = layout.micro_batch * shape.n_head // t, s // layout.cp, shape.head_dim
@@ -108,8 +116,8 @@ def _layer_kernels(shape: ModelShape, layout: Layout, profile: HardwareProfile) 
     return {
         "gemm_fwd": g_fwd + a_fwd,
         "gemm_bwd": g_bwd + a_bwd,
-        "mem_fwd": memory_seconds(mem_fwd, profile) + a_mem_fwd,
-        "mem_bwd": memory_seconds(mem_bwd, profile) + a_mem_bwd,
+        "mem_fwd": memory_seconds(mem_fwd + cast_fwd, profile) + a_mem_fwd,
+        "mem_bwd": memory_seconds(mem_bwd + cast_bwd, profile) + a_mem_bwd,
         "attn_gemm_fwd": a_fwd,
         "attn_mem_fwd": a_mem_fwd,
         "attn_fwd": a_fwd + a_mem_fwd,
@@ -119,7 +127,8 @@ def _layer_kernels(shape: ModelShape, layout: Layout, profile: HardwareProfile) 
 
 def _ends(shape: ModelShape, layout: Layout, profile: HardwareProfile, *, embed: bool, head: bool) -> dict:
     """GEMM and memory seconds of the embedding (first stage) and the head + loss (last stage)."""
-    t, dt, e = layout.tp, layout.dtype, layout.dtype_bytes
+    t, e = layout.tp, layout.dtype_bytes
+    dt = "bf16" if layout.dtype == "fp8" else layout.dtype  # fp8 recipes keep the output layer in bf16
     n, d, V = layout.micro_batch * shape.seq_len // layout.cp, shape.d_model, shape.vocab
     out = {"gemm_fwd": 0.0, "gemm_bwd": 0.0, "mem_fwd": 0.0, "mem_bwd": 0.0}
     if embed:  # lookup + position add; backward scatters into the table
@@ -141,7 +150,7 @@ def _dp_exposed(shape, layout, profile, *, fwd, bwd, layer_fwd, layer_bwd, layer
         return 0.0, 0.0, 0.0
     link = group_link(profile, layout.dp, stride=layout.tp * layout.cp)
     n, e = layout.dp, layout.dtype_bytes
-    nbytes = max(stage_params(shape, layout, s) for s in range(layout.pp)) * e
+    nbytes = max(stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer)) * e
     split, replicated = layer_param_split(shape)
     layer_bytes = min(nbytes, (split / layout.tp + replicated) * e)
     bucket = min(bucket_bytes, nbytes)
@@ -164,7 +173,7 @@ def _dp_exposed(shape, layout, profile, *, fwd, bwd, layer_fwd, layer_bwd, layer
     return per_mb, 0.0, layout.num_micro_batches * (2 * ag + rs)
 
 
-def _stage(shape, layout, profile, stage: int, kernels: dict) -> dict[str, float]:
+def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather: bool = True) -> dict[str, float]:
     """Busy seconds of one micro-batch on one GPU of pipeline ``stage``, by part."""
     p, t, e = layout.pp, layout.tp, layout.dtype_bytes
     layers = layout.layers_of_stage(shape.n_layer, stage)
@@ -212,7 +221,10 @@ def _stage(shape, layout, profile, stage: int, kernels: dict) -> dict[str, float
     pp_s = 0.0
     if p > 1:  # neighbouring stages; 1/tp of the activation, all-gathered inside the tp group
         pp_link = group_link(profile, 2, stride=t * layout.cp * layout.dp)
-        hop = p2p_time(activation / t, pp_link) + (0.0 if layout.sp else allgather_time(activation, t, tp_link))
+        if layout.sp or scatter_gather:
+            hop = p2p_time(activation / t, pp_link) + (0.0 if layout.sp else allgather_time(activation, t, tp_link))
+        else:  # the framework sends the whole activation from every tp rank (frameworks.Framework)
+            hop = p2p_time(activation, pp_link)
         pp_s = 2 * layout.v * hop
     return {"gemm": gemm, "mem": mem, "tp": tp_s, "cp": cp_s, "pp": pp_s, "layers": layers,
             "fwd": layers * (k["gemm_fwd"] + k["mem_fwd"]) + ends["gemm_fwd"] + ends["mem_fwd"],
@@ -222,7 +234,7 @@ def _stage(shape, layout, profile, stage: int, kernels: dict) -> dict[str, float
 
 def step_time(
     shape: ModelShape, layout: Layout, profile: HardwareProfile, *,
-    bucket_bytes: float = DDP_BUCKET_BYTES, overlap_dp: bool = True,
+    bucket_bytes: float = DDP_BUCKET_BYTES, overlap_dp: bool | None = None, framework=None,
 ) -> dict[str, float]:
     """Predicted seconds of one step (module docstring). Returns ``compute_s`` (GEMMs),
     ``memory_s`` (memory-bound kernels), ``comm_s`` (exposed; split as ``comm_tp_s``,
@@ -230,17 +242,27 @@ def step_time(
     ``bubble_fraction``, ``mfu``, ``hfu``, ``tokens_per_s`` and ``slowest_stage``; compute,
     memory and comm are the slowest stage's over the ``m`` micro-batches.
 
-    ``overlap_dp=False`` exposes the whole data-parallel sync (a naive all-reduce after backward).
+    ``framework`` (:class:`~mgpukit.costmodel.frameworks.Framework` or its name; default
+    Megatron-Core) sets the dp-sync convention, the pipeline's scatter/gather and the kernels'
+    efficiency. ``overlap_dp=False`` exposes the whole data-parallel sync (after the pipeline
+    flush) whatever the framework says; True overlaps it. MFU of fp8 layouts is against the
+    bf16 peak (the convention of torchtitan and of Llama 3's "BF16 MFU").
     """
-    peak = profile.flops(layout.dtype)
+    fw = get_framework(framework)
+    overlap_dp = fw.overlap_dp if overlap_dp is None else overlap_dp
+    profile = fw.on(profile)
+    peak = profile.flops("bf16" if layout.dtype == "fp8" else layout.dtype)
     p, m = layout.pp, layout.num_micro_batches
     kernels = _layer_kernels(shape, layout, profile)
-    if layout.stage_layers is not None:
-        stages = [_stage(shape, layout, profile, s, kernels) for s in range(p)]
-    else:  # equal stages: only the first (embedding) and the last (head) differ from the rest
-        ends = {s: _stage(shape, layout, profile, s, kernels) for s in {0, p - 1}}
-        middle = _stage(shape, layout, profile, 1, kernels) if p > 2 else None
-        stages = [ends.get(s, middle) for s in range(p)]
+    memo: dict = {}  # a stage's cost depends only on its layer count and whether it holds an end
+
+    def stage(s: int) -> dict:
+        key = (layout.layers_of_stage(shape.n_layer, s), s == 0, s == p - 1)
+        if key not in memo:
+            memo[key] = _stage(shape, layout, profile, s, kernels, scatter_gather=fw.pp_scatter_gather)
+        return memo[key]
+
+    stages = [stage(s) for s in range(p)]
 
     slow_i = max(range(p), key=lambda s: _busy(stages[s]))
     slow = stages[slow_i]
@@ -260,8 +282,10 @@ def step_time(
     pipeline = steady + fill * (sum(busy) - busy[slow_i])
 
     # optimizer step over the local (possibly ZeRO-sharded) parameters
-    psi = max(stage_params(shape, layout, s) for s in range(p))
+    psi = max(stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer))
     optimizer_s = ADAM_BYTES_PER_PARAM * psi / (layout.dp if layout.zero >= 1 else 1) / profile.memory_bandwidth
+    if layout.dtype == "fp8":  # the weights cast to fp8 once per step (Transformer Engine caches them over micro-batches)
+        optimizer_s += memory_seconds(3 * psi, profile)
 
     total = pipeline + dp_end + optimizer_s
     flops = flops_per_step(shape, layout.global_batch, checkpointing=layout.checkpointing)
@@ -282,6 +306,25 @@ def step_time(
         "tokens_per_s": layout.global_batch * shape.seq_len / total,
         "slowest_stage": slow_i,
     }
+
+
+def stage_cost_terms(shape: ModelShape, layout: Layout, profile: HardwareProfile, *,
+                     framework=None) -> tuple[float, float, float]:
+    """``(per_layer, first_extra, last_extra)``: one micro-batch's busy seconds on a pipeline stage
+    of ``n`` layers are ``n · per_layer + extra`` (+ its p2p, the same on every stage), where the
+    first stage's extra is the embedding (lookup, its tp all-reduce, its share of the gradient
+    accumulation) and the last stage's the final norm, the lm_head, the loss and their
+    collectives. What :func:`mgpukit.costmodel.balance.balance_stages` balances."""
+    fw = get_framework(framework)
+    profile = fw.on(profile)
+    kernels = _layer_kernels(shape, layout, profile)
+
+    def busy(stage: int, layers: int) -> float:
+        lay = replace(layout, pp=3, stage_layers=(layers,) * 3, schedule="1f1b", v=1)
+        return _busy(_stage(shape, lay, profile, stage, kernels, scatter_gather=fw.pp_scatter_gather))
+
+    one = busy(1, 1)
+    return busy(1, 2) - one, busy(0, 1) - one, busy(2, 1) - one
 
 
 def _busy(stage: dict) -> float:

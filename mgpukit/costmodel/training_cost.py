@@ -79,13 +79,23 @@ def time_to_train(plan, tokens: float, *, price_per_gpu_hour: "float | None" = N
 
     ``plan`` is a :class:`~mgpukit.costmodel.planner.Plan` (its layout's global batch, its
     model's sequence length, its predicted step time and GPU count). All figures are
-    predictions; the last step is counted whole."""
+    predictions; the last step is counted whole. ``ranges`` holds ``seconds``, ``days``,
+    ``gpu_hours``, ``cost`` and ``mfu`` as (low, high) from the plan's error bar (the planner's
+    errors on published runs of its framework), when it has one."""
     tokens = parse_tokens(tokens, what="tokens")
     price = check_price(price_per_gpu_hour, what="price_per_gpu_hour")
     per_step = plan.layout.global_batch * plan.model.seq_len
     steps = math.ceil(tokens / per_step)
     seconds = steps * plan.step_time_s
     gpu_hours = seconds * plan.gpus / SECONDS_PER_HOUR
+    eb = getattr(plan, "error_bar", None)
+    ranges = {}
+    if eb is not None:
+        for key, value in (("seconds", seconds), ("days", seconds / 86400), ("gpu_hours", gpu_hours),
+                           ("cost", None if price is None else gpu_hours * price)):
+            if value is not None:
+                ranges[key] = eb.time(value)
+        ranges["mfu"] = eb.rate(plan.mfu)
     return {
         "predicted": True,
         "tokens": tokens,
@@ -97,6 +107,8 @@ def time_to_train(plan, tokens: float, *, price_per_gpu_hour: "float | None" = N
         "price_per_gpu_hour": price,
         "cost": None if price is None else gpu_hours * price,
         "mfu": plan.mfu,
+        "ranges": ranges,
+        "error_bar": None if eb is None else eb.describe(),
     }
 
 
@@ -137,14 +149,23 @@ def format_money(amount: float) -> str:
     return f"${amount / 1e6:,.2f} M" if amount >= 1e6 else f"${amount:,.0f}"
 
 
+def _span(budget: dict, key: str, fmt) -> str:
+    lo_hi = budget.get("ranges", {}).get(key)
+    return f" ({fmt(lo_hi[0])} … {fmt(lo_hi[1])})" if lo_hi else ""
+
+
 def format_training(budget: dict) -> str:
-    """One block of text for ``mgpukit plan --tokens``: every figure labelled predicted."""
+    """One block of text for ``mgpukit plan --tokens``: every figure labelled predicted, with
+    its range from the error bar in brackets."""
     lines = [f"predicted time to train   {budget['tokens']:.3g} tokens = {budget['steps']:,} steps of "
-             f"{budget['tokens_per_step']:,} tokens: {format_duration(budget['seconds'])} wall, "
-             f"{budget['gpu_hours']:,.0f} GPU-hours"]
+             f"{budget['tokens_per_step']:,} tokens: {format_duration(budget['seconds'])} wall"
+             f"{_span(budget, 'seconds', format_duration)}, {budget['gpu_hours']:,.0f} GPU-hours"
+             f"{_span(budget, 'gpu_hours', lambda h: f'{h:,.0f}')}"]
     if budget["cost"] is not None:
-        lines.append(f"predicted cost            {format_money(budget['cost'])} at "
-                     f"${budget['price_per_gpu_hour']:,.2f} per GPU-hour")
+        lines.append(f"predicted cost            {format_money(budget['cost'])}{_span(budget, 'cost', format_money)} "
+                     f"at ${budget['price_per_gpu_hour']:,.2f} per GPU-hour")
+    if budget.get("error_bar"):
+        lines.append(f"  (ranges: the planner's {budget['error_bar']})")
     return "\n".join(lines)
 
 
@@ -152,12 +173,15 @@ def format_training_table(plans, budgets: list[dict]) -> str:
     """The ``--search`` table's companion: time to train, GPU-hours and cost of each ranked plan."""
     priced = budgets and budgets[0]["cost"] is not None
     lines = [f"time to train {budgets[0]['tokens']:.3g} tokens (predicted)" if budgets else "",
-             f"{'#':>3} {'dp':>4} {'tp':>3} {'pp':>3} {'steps':>10} {'wall':>12} {'GPU-hours':>12}"
-             + (f" {'cost':>12}" if priced else "")]
+             f"{'#':>3} {'dp':>4} {'tp':>3} {'pp':>3} {'steps':>10} {'wall':>12} {'wall range':>24} "
+             f"{'GPU-hours':>12}" + (f" {'cost':>12} {'cost range':>24}" if priced else "")]
     for i, (pl, b) in enumerate(zip(plans, budgets), 1):
         lay = pl.layout
         lines.append(f"{i:>3} {lay.dp:>4} {lay.tp:>3} {lay.pp:>3} {b['steps']:>10,} "
-                     f"{format_duration(b['seconds']):>12} {b['gpu_hours']:>12,.0f}"
-                     + (f" {format_money(b['cost']):>12}" if priced else "")
+                     f"{format_duration(b['seconds']):>12} {_span(b, 'seconds', format_duration).strip():>24} "
+                     f"{b['gpu_hours']:>12,.0f}"
+                     + (f" {format_money(b['cost']):>12} {_span(b, 'cost', format_money).strip():>24}" if priced else "")
                      + ("" if pl.fits else "  (does not fit)"))
+    if budgets and budgets[0].get("error_bar"):
+        lines.append(f"(ranges: the planner's {budgets[0]['error_bar']})")
     return "\n".join(lines)

@@ -53,7 +53,7 @@ def dp_collective_bytes(psi: float, layout: Layout) -> dict[str, float]:
 
 def comm_bytes_per_step(shape: ModelShape, layout: Layout) -> dict[str, float]:
     """Bytes sent per GPU per step: ``dp``, ``tp``, ``pp``, ``cp`` and ``total`` (fullest stage)."""
-    psi = max(stage_params(shape, layout, s) for s in range(layout.pp))
+    psi = max(stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer))
     n = layout.dp
     dp = 0.0
     for kind, (count, nbytes) in dp_collective_bytes(psi, layout).items():

@@ -2,14 +2,22 @@
 labels A, B, C. The reader reads their parity reports (losses, gradient norms, weights against
 the single-process reference, and the bytes each rank sent) and names the broken one.
 
-The bugs are the classics: a sum without the 1/n average, a gradient divided by n twice, no
-communication at all, a micro-batch loss not scaled by 1/m. Each variant is a gradient sync (or
+The bugs are the classics: a sum without the 1/n average, a gradient divided by n twice, one
+tensor never synced, rank 0's gradient broadcast instead of the ranks' gradients averaged, a
+micro-batch loss not scaled by 1/m. Beside each bug sits a variant that misses fp32 parity for a
+legitimate reason — its gradients exchanged in fp16 or bf16, its loss computed from bf16 logits —
+so two rows of the report differ from the reference and the reader has to read *how* they
+differ (a rounding-sized Δ, or a factor) instead of spotting the one odd row
+(`mgpukit.exercises.leaks` checks that no printed column singles the bug out by itself). Each variant is a gradient sync (or
 a pipeline worker) registered only while its runs last, so it never shows in `mgpukit list`,
 the tour or the exported script; forked workers inherit the registry.
 """
 from __future__ import annotations
 
 import contextlib
+
+import torch
+import torch.distributed as dist
 
 from mgpukit.strategies import registry
 
@@ -19,6 +27,7 @@ class _Sync:
 
     def __init__(self, rec, params, group, n: int, bug: str | None):
         self.rec, self.params, self.group, self.n, self.bug = rec, list(params), group, n, bug
+        self.ranks = dist.get_process_group_ranks(group) if group is not None else list(range(n))
 
     def no_sync(self):
         return contextlib.nullcontext()
@@ -29,12 +38,13 @@ class _Sync:
                 continue
             if self.bug == "skip_first" and i == 0:  # one tensor (the embedding) never synced
                 continue
-            if self.bug == "local_only":  # never communicates: each rank keeps its own gradient
-                continue
-            if self.bug == "fp16":  # correct, but the exchange rounds to 16 bits
-                g = (p.grad / self.n).half()
+            if self.bug in ("fp16", "bf16"):  # correct, but the exchange rounds to 16 bits
+                g = (p.grad / self.n).to(torch.float16 if self.bug == "fp16" else torch.bfloat16)
                 self.rec.all_reduce(g, group=self.group)
                 p.grad.copy_(g.float())
+                continue
+            if self.bug == "broadcast":  # every rank takes rank 0's half-batch gradient
+                self.rec.broadcast(p.grad, src=self.ranks[0], group=self.group)
                 continue
             self.rec.all_reduce(p.grad, group=self.group)
             if self.bug == "no_average":
@@ -48,7 +58,7 @@ def _sync_with(bug: str | None):
     return apply
 
 
-def _pipeline_worker(scale_losses: bool):
+def _pipeline_worker(scale_losses: bool, bf16_logits: bool = False):
     def worker(ctx, rec, cfg):
         from mgpukit.strategies.pipeline.engine import apply_pipeline
         from mgpukit.training.building import build_model, build_optimizer, loss_fn
@@ -57,6 +67,8 @@ def _pipeline_worker(scale_losses: bool):
         m = cfg.layout.num_micro_batches
         base = loss_fn(cfg)
         fn = base if scale_losses else (lambda out, y: m * base(out, y))  # the bug: 1/m undone
+        if bf16_logits:  # legitimate, but the loss (and its gradient) rounds to bf16's 8 bits
+            fn = (lambda out, y: base(out.to(torch.bfloat16).float(), y))
         parts = apply_pipeline(ctx, rec, build_model(cfg), cfg.layout, fn)
         return {"weights": train(ctx, rec, cfg, parts, build_optimizer(cfg, parts.params))}
     return worker
@@ -67,19 +79,21 @@ def _dp(bug):
     return {"grad_sync": _sync_with(bug)}, {}
 
 
-def _pp(scale):
+def _pp(variant):
     from mgpukit.strategies.pipeline.pipeline_parallel import PARITY_TOLERANCE, pipeline_layout
 
-    return ({"layout": pipeline_layout("1f1b"), "schedule": "1f1b", "worker": _pipeline_worker(scale)},
+    worker = _pipeline_worker(variant != "unscaled", bf16_logits=variant == "bf16-logits")
+    return ({"layout": pipeline_layout("1f1b"), "schedule": "1f1b", "worker": worker},
             {"tolerance": PARITY_TOLERANCE})
 
 
+# exercise -> (label, variant, kind): one bug, one legitimate difference, one exact copy
 MYSTERIES = {
-    "00": (("A", None, _dp), ("B", "no_average", _dp), ("C", None, _dp)),
-    "01": (("A", "skip_first", _dp), ("B", None, _dp), ("C", None, _dp)),
-    "02": (("A", None, _dp), ("B", None, _dp), ("C", "local_only", _dp)),
+    "00": (("A", None, _dp), ("B", "no_average", _dp), ("C", "fp16", _dp)),
+    "01": (("A", "skip_first", _dp), ("B", "bf16", _dp), ("C", None, _dp)),
+    "02": (("A", None, _dp), ("B", "fp16", _dp), ("C", "broadcast", _dp)),
     "03": (("A", "fp16", _dp), ("B", None, _dp), ("C", "average_twice", _dp)),
-    "04": (("A", True, _pp), ("B", False, _pp), ("C", True, _pp)),
+    "04": (("A", "bf16-logits", _pp), ("B", "unscaled", _pp), ("C", None, _pp)),
 }
 _BROKEN = {"00": "B", "01": "A", "02": "C", "03": "C", "04": "B"}
 

@@ -134,25 +134,29 @@ _add("00.missing-average", lambda: "grad_norms",
      why="summing without dividing by n makes every gradient n× too large at once; the loss only "
          "changes after the first (too large) update.",
      mistakes=(("losses", "step 0's loss comes from the initial weights, before any gradient is used."),))
-_add("00.bytes-growth", lambda: _bus(8) / _bus(2), rel=1e-3,
-     hint="evaluate 2(n−1)/n at n = 8 and at n = 2, then divide",
+_add("00.bytes-growth", lambda: _bus(16) / _bus(2), rel=1e-3,
+     hint="evaluate 2(n−1)/n at n = 16 and at n = 2, then divide",
      why="2(n−1)/n is 1 at n = 2 and tends to 2: the bytes per rank grow by less than 2× however many ranks.",
-     mistakes=((4.0, "that is the ratio of the rank counts; the bytes per rank barely depend on n."),))
+     mistakes=((8.0, "that is the ratio of the rank counts; the bytes per rank barely depend on n."),))
 _add("00.predict-ddp-3", lambda: _dp_bytes(3), rel=0.01,
      hint="the formula of section 3 at n = 3: 2(n−1)/n × 4Ψ",
      why="DDP's buckets are all-reduced by the backend's ring: 2·2/3 × 4Ψ bytes per rank per step.",
      mistakes=((lambda: _dp_bytes(2), "that is the 2-worker figure; at n = 3 the factor is 2·2/3 = 4/3."),))
 _add("00.debug", lambda: _mystery("00"),
-     hint="one variant's gradient norm is off from step 0 on — by what factor?",
+     hint="two variants miss parity: one by rounding (tiny differences, fewer bytes), one by a factor — "
+          "how large is a gradient norm that was summed over n ranks and never divided?",
      why="variant B sums the gradients and never divides by n: gradient norms n× too large from "
-         "step 0, losses off from step 1 (the first update was n× too big).")
+         "step 0 (a Δ the size of the norm itself), losses off from step 1 (the first update was n× "
+         "too big). Variant C exchanges its gradients in fp16: half the bytes, differences of 1e-4 — "
+         "rounding, not a bug.")
 
 # ---------------------------------------------------------------- 01 · data parallelism
 
-_add("01.allreduce-time", lambda: _allreduce_us(4 * _psi(), 8), rel=0.02,
-     hint="2(n−1)·α + 2(n−1)/n · bytes/β, with n = 8; the bytes are printed in section 1",
-     why="at this size the 14 latencies (28 µs) are most of it: the tiny GPT's all-reduce is latency-bound.",
-     mistakes=((lambda: 14 * 2.0, "that is the latency term alone; add 2(n−1)/n · bytes/β."),))
+_add("01.allreduce-time", lambda: _allreduce_us(4 * _psi(), 4), rel=0.02,
+     hint="2(n−1)·α + 2(n−1)/n · bytes/β, with n = 4; the gradients are 4Ψ bytes (Ψ: notebook 00, section 3)",
+     why="at this size the 6 latencies (12 µs) are most of it: the tiny GPT's all-reduce is latency-bound.",
+     mistakes=((lambda: 6 * 2.0, "that is the latency term alone; add 2(n−1)/n · bytes/β."),
+               (lambda: _allreduce_us(4 * _psi(), 8), "that is on 8 GPUs; here n = 4.")))
 _add("01.linear-scaling", lambda: 0.1 * 8192 / 256, rel=1e-3,
      hint="k = 8192 / 256; multiply the rate by k",
      why="Goyal et al.'s rule for SGD: the batch grew 32×, so the rate does — with 5 epochs of warmup.")
@@ -167,10 +171,12 @@ _add("01.predict-buckets", lambda: _buckets_at(0.2), rel=0.0, abs_tol=0.0,
          "hold more than 0.2 MiB (the embedding alone is large).")
 
 _add("01.debug", lambda: _mystery("01"),
-     hint="two variants match single to the last bits; look at which difference is large in the third",
+     hint="two variants miss parity; one of them sends half the bytes (a 16-bit exchange rounds) — "
+          "what does the other one's byte count say is missing?",
      why="variant A never all-reduces its first parameter tensor (an embedding table): each rank "
          "updates it from its own half-batch, so gradient norms and weights drift from step 0 "
-         "while the bytes sent barely change (one tensor of 69 is missing).")
+         "while the bytes sent barely change (one tensor of 69 is missing: 16 KiB fewer). Variant B "
+         "exchanges its gradients in bf16 — half the bytes, differences of bf16's rounding.")
 
 # ---------------------------------------------------------------- 02 · communication
 
@@ -179,9 +185,10 @@ _add("02.ring-gib", lambda: _bus(8) * 1.0, rel=0.02,
      why="2(n−1)/n × 1 GiB = 1.75 GiB at n = 8.",
      mistakes=((2.0, "2 B is the limit as n grows; at n = 8 it is 2·7/8."),
                (1.0, "that is one reduce-scatter (or one all-gather): an all-reduce is both.")))
-_add("02.ring-time", lambda: _allreduce_us(2**20, 8), rel=0.02,
-     hint="2(n−1)·α + 2(n−1)/n · B/β",
-     why="28 µs of latency plus ~5 µs of bandwidth: at 1 MiB on NVLink latency is most of the time.")
+_add("02.ring-time", lambda: _allreduce_us(2 * 2**20, 8), rel=0.02,
+     hint="2(n−1)·α + 2(n−1)/n · B/β, with B = 2 MiB = 2 · 2²⁰ bytes",
+     why="28 µs of latency plus ~10 µs of bandwidth: at 2 MiB on NVLink latency is still most of the time.",
+     mistakes=((lambda: _allreduce_us(2**20, 8), "that is for 1 MiB; the message here is 2 MiB."),))
 _add("02.param-server", lambda: [min(10, 2), 2 * 4 * 4 * 1_000_000], rel=1e-3,
      hint="staleness of update u is min(u, s); each worker pushes 4Ψ bytes and pulls 4Ψ bytes",
      why="the server's link carries every worker's push and pull: 2 · workers · 4Ψ bytes per step, "
@@ -190,9 +197,12 @@ _add("02.predict-busbw", lambda: _ring_busbw_gbps(2**20, 4), rel=0.03,
      hint="busbw = 2(n−1)/n · bytes / time, time = 2(n−1)·α + 2(n−1)/n · bytes/β (h100-nvlink: α = 2 µs, β = 370 GB/s)",
      why="at 1 MiB the 6 latencies still cost about as much as the bytes: busbw is far below β.")
 _add("02.debug", lambda: _mystery("02"),
-     hint="compare the bytes each variant sent with 2(n−1)/n · 4Ψ — and where its weights ended",
-     why="variant C never communicates: each rank steps on its own half-batch gradient (0 bytes "
-         "sent); its losses and weights drift from single from step 1.")
+     hint="two variants send half of 2(n−1)/n · 4Ψ; one rounds each number to 2 bytes, the other "
+          "sends every number in full — which collective sends (n−1)/n of a buffer?",
+     why="variant C broadcasts rank 0's gradient instead of all-reducing: a broadcast sends (n−1)/n "
+         "of the buffer, half an all-reduce's bytes, and every rank then steps on rank 0's half-batch "
+         "gradient — gradient norms off by per cents, not by rounding. Variant B all-reduces in fp16: "
+         "half the bytes too, but its differences are fp16's rounding (1e-4).")
 
 # ---------------------------------------------------------------- 03 · compression
 
@@ -202,10 +212,12 @@ _add("03.topk-4", lambda: 1 / (4 * 0.01), rel=0.02,
 _add("03.powersgd", lambda: 2 * (256 + 64), rel=0.0,
      hint="P is rows × r, Q is cols × r",
      why="r(rows + cols) = 640 numbers instead of 16 384: 25.6× fewer for this matrix.")
-_add("03.int8-8", lambda: 8 / 8 / (1 + 4 / 1024), rel=0.02,
-     hint="(n−1)(P + 4P/1024) against 2(n−1)/n · 4P",
-     why="8/n × a little less for the scales: on 8 workers the all-gathered int8 codes save nothing.",
-     mistakes=((4.0, "4× is int8 against fp32 per value; the all-gather sends n−1 payloads."),))
+_add("03.int8-16", lambda: 8 / 16 / (1 + 4 / 1024), rel=0.02,
+     hint="(n−1)(P + 4P/1024) against 2(n−1)/n · 4P, with n = 16",
+     why="8/n × a little less for the scales: on 16 workers the all-gathered int8 codes send twice "
+         "fp32's bytes (on 8 they save nothing).",
+     mistakes=((4.0, "4× is int8 against fp32 per value; the all-gather sends n−1 payloads."),
+               (8 / 8 / (1 + 4 / 1024), "that is on 8 workers; here n = 16."),))
 _add("03.predict-topk-tie", lambda: topk_ratio_tying_fp16(2), rel=0.1,
      hint="on 2 workers: top-k all-gathers 8 bytes per kept entry (1 hop), fp16 all-reduces 2 bytes "
           "per entry (2 hops); equate the alpha-beta times on α = 15 µs, β = 1.1 GB/s",
@@ -222,16 +234,19 @@ _add("04.gpipe-bubble", lambda: _bubble("gpipe", 8, 24), rel=0.02, hint="(p − 
 _add("04.in-flight", lambda: _in_flight(4, 16), rel=0.0,
      hint="GPipe runs every forward before any backward; 1F1B's rank r warms up with p − 1 − r forwards",
      why="GPipe holds every micro-batch; 1F1B's rank 0 never more than p.")
-_add("04.interleaved", lambda: _bubble("interleaved", 4, 8, 2), rel=0.02,
+_add("04.interleaved", lambda: _bubble("interleaved", 4, 8, 4), rel=0.02,
      hint="each fill step is 1/v of a stage: (p − 1) / (v·m + p − 1) — paid with v× more messages",
-     why="3/19: the fill and drain are made of half-stage chunks.")
+     why="3/35: the fill and drain are made of quarter-stage chunks.",
+     mistakes=((lambda: _bubble("interleaved", 4, 8, 2), "that is v = 2; here each rank holds 4 chunks."),))
 _add("04.predict-1f1b", lambda: _bubble("1f1b", 4, 12), rel=0.05,
      hint="(p − 1) / (m + p − 1), p = 4, m = 12",
      why="with equal stages and free messages the emulated run lands on the closed form.")
 _add("04.debug", lambda: _mystery("04"),
-     hint="all three split the model; one of them lets a micro-batch's gradient count m times",
-     why="variant B never scales each micro-batch's loss by 1/m: its gradients are m× too large "
-         "from step 0 (gradient norms), though the first loss matches.")
+     hint="two of the three miss parity; one by rounding, one by a factor — which one's gradient "
+          "norms are off by more than the norms themselves?",
+     why="variant B never scales each micro-batch's loss by 1/m: its gradients (and the summed loss "
+         "it reports) are m× too large from step 0. Variant A computes its loss from bf16 logits: "
+         "differences of 1e-5 to 1e-4, bf16's rounding — a precision choice, not a bug.")
 
 
 # ---- 05 tensor parallel

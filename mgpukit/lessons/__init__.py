@@ -8,6 +8,7 @@ from the layers underneath, so those can move without a notebook noticing
 - `data_parallel`  notebook 01's studies: strategies compared, scaling, the learning-rate rule
 - `compression`    notebook 03: `run_compressed`, `fp32_reference`
 - `pipeline_lab`   notebook 04: equal-cost stages, several schedules in one launch
+- `pipeline_balance` notebook 04: the split of a GPT's blocks that balances its stages' costs
 - `tensor_parallel` notebook 05: the matmul by hand, bytes vs the table, SP's memory, links
 - `sharding`       notebook 06: ZeRO stages measured vs formulas, zero3 vs fsdp2, offload
 - `memory`         notebook 07: activations measured vs predicted, checkpointing's trade,
@@ -17,10 +18,11 @@ from the layers underneath, so those can move without a notebook noticing
 - `stragglers`     notebook 10: a throttled rank measured, re-balanced and dropped
 """
 from mgpukit.lessons.compression import fp32_reference, run_compressed
-from mgpukit.lessons.launch import launch_bound_study
+from mgpukit.lessons.launch import gradient_tensors, launch_bound_study
 from mgpukit.lessons.data_parallel import (compare_strategies, lr_scaling_study, scaling_records,
                                            warm_parent)
 from mgpukit.lessons import memory  # noqa: F401  (notebook 07 uses it as a module)
+from mgpukit.lessons.pipeline_balance import balanced_split
 from mgpukit.lessons.pipeline_lab import run_lab
 from mgpukit.lessons import stragglers, syllabus  # noqa: F401  (notebook 10 uses them as modules)
 from mgpukit.lessons import tensor_parallel
@@ -55,8 +57,9 @@ from mgpukit.strategies.compression import theory as compression_theory  # noqa:
 from mgpukit.strategies.compression.common import steady_bytes_per_step  # 03
 from mgpukit.strategies.data_parallel.theory import dp_theory, predicted_speedup  # 00, 01
 from mgpukit.strategies.sharding.theory import predicted_model_states  # 06
+from mgpukit.training.building import count_params  # 08
 
-__all__ = ["launch_bound_study", "run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
+__all__ = ["launch_bound_study", "gradient_tensors", "balanced_split", "run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
            "lr_scaling_study", "warm_parent", "run_lab", "tensor_parallel", "sharding_study",
            "step_time_ratio", "model_state_table", "offload_trade", "syllabus", "stragglers",
            # re-exported from the layers underneath
@@ -66,5 +69,5 @@ __all__ = ["launch_bound_study", "run_compressed", "fp32_reference", "compare_st
            "format_money", "six_nd", "time_to_train", "predicted_from_costs", "Recorder", "gpt_tiny",
            "default_mode", "default_workers", "env_info", "collectives", "bandwidth_table",
            "compare_bandwidth", "predicted_busbw", "compression_theory", "steady_bytes_per_step",
-           "dp_theory", "predicted_speedup", "predicted_model_states", "check_larger_job", "show_flags",
-           "format_spread", "median_step"]
+           "dp_theory", "predicted_speedup", "predicted_model_states", "count_params", "check_larger_job",
+           "show_flags", "format_spread", "median_step"]

@@ -19,6 +19,7 @@ from mgpukit.costmodel.hardware import HardwareProfile, load_profile
 from mgpukit.costmodel.layout import Layout
 from mgpukit.plots.style import PREDICTED, time_unit
 from mgpukit.runtime.dims import ParallelDims
+from mgpukit.runtime.nodes import NodeLayoutWarning
 from mgpukit.strategies.hybrid.theory import predicted_step
 
 AXES = ("tp", "dp", "pp")
@@ -185,26 +186,47 @@ def layout_of(record: dict) -> Layout:
 
 
 def placements(dims=(2, 2, 2), *, gpus_per_node=(8, 4, 2, 1), emulate=(4, 2, 1), model: str = "gpt-tiny",
-               base: str = "h100-ib", steps: int = 2, shape: bool = False) -> list[dict]:
+               base: str = "h100-ib", steps: int = 2, shape: bool = False,
+               kernels_only: bool | None = None) -> list[dict]:
     """The same layout with nodes of `gpus_per_node` GPUs: which axes cross nodes, the
     predicted step (cost model) split by cause, and — for the node sizes in `emulate` — the
     emulated step (virtual clock, 8 CPU workers; `shape=True` runs them in shape mode, the
-    real program on fake tensors, for the GPT-2 sizes)."""
+    real program on fake tensors, for the GPT-2 sizes).
+
+    ``kernels_only`` (default: True for the tiny model, False in shape mode) runs the clock on
+    the profile's kernels alone (`HardwareProfile.kernels_only`), as `analytic_vs_emulated`
+    does: the cost model counts kernels and messages, and the tiny model on a GPU is made of
+    host launches, which hide every link. A layout the kit warns about (a tp group across
+    nodes: `NodeLayoutWarning`) keeps its sentence in the row's ``warning``."""
     d = dims_of(dims)
+    kernels_only = (not shape) if kernels_only is None else kernels_only
     rows = []
     layout = None
     for gpn in gpus_per_node:
         hw = node_profile(gpn, base)
-        rec = run_hybrid(d, steps=steps, mode="emulated", profile=hw, parity=False, model=model,
-                         shape=shape) if gpn in emulate else None
+        clock = hw.kernels_only() if kernels_only else hw
+        rec, warning = None, _node_warning(d, hw)
+        if gpn in emulate:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", NodeLayoutWarning)  # kept in the row, said once
+                rec = run_hybrid(d, steps=steps, mode="emulated", profile=clock, parity=False, model=model,
+                                 shape=shape)
         if layout is None or rec is not None:
             layout = layout_of(rec) if rec is not None else _layout_for(d, model, shape, base)
-        pred = predicted_step(model, layout, hw)
+        pred = predicted_step(model, layout, clock)
         rows.append({"gpus_per_node": gpn, "nodes": -(-d.world_size // gpn),
                      "across_nodes": [a for a, x in crossing(d, hw).items() if x],
-                     "predicted": pred, "predicted_s": pred["total_s"],
-                     "emulated_s": last_step(rec) if rec is not None else None, "record": rec})
+                     "predicted": pred, "predicted_s": pred["total_s"], "kernels_only": kernels_only,
+                     "emulated_s": last_step(rec) if rec is not None else None, "record": rec,
+                     "warning": warning})
     return rows
+
+
+def _node_warning(d: ParallelDims, hw: HardwareProfile) -> str | None:
+    """The kit's sentence about this placement (`runtime.nodes.NodeLayout.check`), or None."""
+    from mgpukit.runtime.nodes import NodeLayout
+
+    return NodeLayout.uniform(d.world_size, hw.gpus_per_node).check(d)
 
 
 def _layout_for(d: ParallelDims, model: str, shape: bool = False, profile: str = "h100-ib") -> Layout:
@@ -281,3 +303,73 @@ def analytic_vs_emulated(layouts=LAYOUTS, *, profile="h100-nvlink", model: str =
         rows.append({"dp": dp, "tp": tp, "pp": pp, "m": m, "analytic_s": analytic, "emulated_s": emulated,
                      "ratio": analytic / emulated, "within_10pct": abs(analytic / emulated - 1) <= 0.10})
     return rows
+
+
+# ------------------------------------------------------------------ the node boundary, by hand
+
+def busy_by_rank(record: dict, step: int = 1) -> dict[int, dict[str, float]]:
+    """Per rank, seconds of step `step` spent in each ``stream:kind`` of the timeline (a rank's
+    waits included as ``compute:wait``) — where an emulated step went, to set beside the cost
+    model's split."""
+    out: dict[int, dict[str, float]] = {}
+    for e in record["timeline"]:
+        if e.get("step", step) != step:
+            continue
+        d = out.setdefault(e["rank"], {})
+        key = f"{e['stream']}:{e['kind']}"
+        d[key] = d.get(key, 0.0) + e["end"] - e["start"]
+    return out
+
+
+def placement_lab(dims=(2, 2, 2), *, initial: dict | None = None, base: str = "h100-ib"):
+    """Widget: move the node boundary (GPUs per node), press Run — the (dp, tp, pp) hybrid of
+    gpt-tiny runs on 8 CPU workers under that placement's virtual clock (kernels only, as
+    `placements`), and its step, the axes that cross nodes and its timeline (messages between
+    nodes hatched) show beside the cost model's prediction. `initial`: a `placements` row to
+    show first."""
+    import ipywidgets as w
+    from IPython.display import display
+
+    from mgpukit.plots import plot_timeline
+    from mgpukit.widgets.output import errors_shown_in, show
+
+    d = dims_of(dims)
+    per_node = w.Dropdown(options=[8, 4, 2, 1], value=4, description="GPUs per node",
+                          style={"description_width": "initial"})
+    button = w.Button(description="Run it (emulated, 8 workers)", icon="play", button_style="primary",
+                      layout=w.Layout(width="auto"))
+    out = w.Output()
+
+    def result(row):
+        emu, pred = row["emulated_s"], row["predicted_s"]
+        text = (f"{row['gpus_per_node']} GPU/node, {row['nodes']} node(s); axes crossing nodes: "
+                f"{', '.join(row['across_nodes']) or 'none'} · step emulated (kernels only) {emu * 1e6:,.1f} µs · "
+                f"{PREDICTED} {pred * 1e6:,.1f} µs (×{pred / emu:.2f}"
+                + ("; the cost model adds the pipeline's messages and the bubble end to end, the clock overlaps them)"
+                   if pred / emu > 1.05 else ")"))
+        if row.get("warning"):
+            text += f"\nthe kit warns: {row['warning']}"
+        show(out, text, plot_timeline(row["record"], step=1))
+
+    def changed(*_):
+        hw = node_profile(per_node.value, base)
+        across = [a for a, x in crossing(d, hw).items() if x]
+        show(out, f"{per_node.value} GPU/node: {', '.join(across) or 'no axis'} would cross nodes — press Run "
+                  "(about 10 s of this machine)")
+
+    def run_it(*_):
+        show(out, f"launching 8 emulated workers, {per_node.value} GPU/node…")
+        with errors_shown_in(out):
+            (row,) = placements(d, gpus_per_node=(per_node.value,), emulate=(per_node.value,), base=base)
+            result(row)
+
+    per_node.observe(changed, names="value")
+    button.on_click(run_it)
+    if initial is not None:
+        per_node.value = initial["gpus_per_node"]
+        result(initial)
+    else:
+        changed()
+    box = w.VBox([w.HBox([per_node, button]), out])
+    display(box)
+    return box

@@ -38,3 +38,12 @@ def launch_bound_study(record: dict | None = None, *, profile: str = "h100-nvlin
             "graphed_step_s": split["kernel_s"] + gpu.dispatch_overhead("no_grad"),
             "dispatch_us": {c: gpu.dispatch_overhead(c) * 1e6 for c in OP_CONTEXTS},
             "min_kernel_us": gpu.min_kernel_time * 1e6}
+
+
+def gradient_tensors(model: str = "gpt-tiny") -> int:
+    """How many parameter tensors `model` has — each one a gradient DDP's reducer hooks, copies
+    into a bucket and (with the others of its bucket) all-reduces. Counted on the meta device."""
+    from mgpukit.config import RunConfig
+    from mgpukit.training.building import build_model_shapes
+
+    return len(list(build_model_shapes(RunConfig(model=model)).parameters()))

@@ -101,8 +101,10 @@ def fit_sentence(pl) -> str:
     gb = 1e9
     mem, limit = pl.memory, pl.memory_limit
     if pl.fits:
+        lo, hi = pl.ranges["mfu"]
         return (f"Fits: {mem['total'] / gb:.1f} GB of {limit / gb:.1f} GB usable per GPU "
-                f"({mem['total'] / limit:.0%}); predicted MFU {pl.mfu:.1%}.")
+                f"({mem['total'] / limit:.0%}); predicted MFU {pl.mfu:.1%} ({lo:.1%} … {hi:.1%}: the planner's "
+                f"{pl.error_bar.describe()}).")
     worst = max(("params", "grads", "optimizer", "activations"), key=lambda c: mem[c])
     ok = [f for f in fixes(pl) if f["fits"]]
     ok.sort(key=lambda f: f["plan"].step_time_s)
@@ -155,13 +157,20 @@ def speedup_curve(model: str, profile: str, *, tp: int = 1, pp: int = 1, gpu_cou
 
 def ranked(model: str, gpus: int, profile: str, *, global_batch: int = 512, tokens: float | None = None,
            price_per_gpu_hour: float | None = None, top: int = 10) -> list[dict]:
-    """`search`'s fitting layouts, fastest first, each with time to train and cost when given."""
+    """`search`'s fitting layouts, fastest first, each with time to train and cost when given.
+    ``ranges`` holds (low, high) of step time and MFU — and, with ``tokens``, of seconds, days,
+    GPU-hours and cost — from the planner's error bar (``error_bar``: its errors on published
+    runs of the same framework)."""
     rows = []
     for pl in search(model, gpus, profile, global_batch=global_batch, top=top):
         row = {"layout": pl.layout.describe(), "plan": pl, "memory_gb": pl.memory["total"] / 1e9,
-               "step_time_s": pl.step_time_s, "mfu": pl.mfu}
+               "step_time_s": pl.step_time_s, "mfu": pl.mfu, "ranges": dict(pl.ranges),
+               "error_bar": pl.error_bar.describe()}
         if tokens:
-            row.update(time_to_train(pl, tokens, price_per_gpu_hour=price_per_gpu_hour))
+            budget = time_to_train(pl, tokens, price_per_gpu_hour=price_per_gpu_hour)
+            ranges = {**row["ranges"], **budget.pop("ranges")}
+            budget.pop("error_bar")
+            row.update(budget, ranges=ranges)
         rows.append(row)
     return rows
 
@@ -191,7 +200,9 @@ GPU_HOUR_CLAIMS = (  # (model, low, high): "training a 7B model takes 100-500 GP
 def rule_gpu_hours(model: str, low: float, high: float, *, profile: str = "h100-ib", gpus: int = 64,
                    global_batch: int = 1024) -> dict:
     """A "model X takes low-high GPU-hours" claim against 6·N·D at the planner's MFU (best layout on
-    `gpus` GPUs): the token budget the claim implies, and what real budgets cost."""
+    `gpus` GPUs): the token budget the claim implies, and what real budgets cost — with the
+    planner's own step-by-step GPU-hours and their range from its error bar. The one home of
+    this check: notebook 10's list of the articles' claims should quote the same figures."""
     shape, hw = get_shape(model), load_profile(profile)
     n = param_count(shape)
     best = search(shape, gpus, hw, global_batch=global_batch, top=1)[0]
@@ -199,8 +210,12 @@ def rule_gpu_hours(model: str, low: float, high: float, *, profile: str = "h100-
     implied = [tokens_for_gpu_hours(h, n, peak_flops=peak, mfu=mfu) for h in (low, high)]
     budgets = {"Chinchilla-optimal (20 tokens/parameter)": CHINCHILLA_TOKENS_PER_PARAM * n,
                "Llama 2's 2T tokens": 2e12}
-    costs = {name: {"tokens": d, **six_nd(n, d, peak_flops=peak, mfu=mfu),
-                    "planner_gpu_hours": time_to_train(best, d)["gpu_hours"]} for name, d in budgets.items()}
+    costs = {}
+    for name, d in budgets.items():
+        planned = time_to_train(best, d)
+        costs[name] = {"tokens": d, **six_nd(n, d, peak_flops=peak, mfu=mfu),
+                       "planner_gpu_hours": planned["gpu_hours"],
+                       "planner_gpu_hours_range": planned["ranges"]["gpu_hours"]}
     chin = costs["Chinchilla-optimal (20 tokens/parameter)"]
     verdict = (f"holds only for {implied[0] / 1e9:.3g}-{implied[1] / 1e9:.3g} B tokens "
                f"({implied[0] / n:.2g}-{implied[1] / n:.2g} tokens per parameter): a fine-tuning budget. "

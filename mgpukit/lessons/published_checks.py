@@ -23,7 +23,8 @@ Sources (figures checked against the papers):
           43% BF16 MFU; 16,384 H100 with DP 128, 400 TFLOP/s per GPU, 41% BF16 MFU (the third
           row, CP 16 at 128k context, 380 TFLOP/s and 38%, is not checked here). §3.3.2
           balances the pipeline by removing one transformer layer from the first and the last
-          stage: 126 layers = 7 + 14 × 8 + 7 on 16 stages.
+          stage: 126 layers = 7 + 14 × 8 + 7 on 16 stages; what it says about memory is read in
+          :func:`llama3_memory_rows` (the layout: ``mgpukit.costmodel.validation.llama3_layout``).
 - [ZeRO]  Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
           Parameter Models", Figure 1: Ψ = 7.5B, N_d = 64, K = 12 -> 120 GB (DDP), 31.4 GB
           (P_os), 16.6 GB (P_os+g), 1.9 GB (P_os+g+p) of model states per GPU.
@@ -39,35 +40,20 @@ from mgpukit.costmodel.memory import model_state_bytes
 from mgpukit.costmodel.planner import plan, search
 from mgpukit.costmodel.shapes import ModelShape, get_shape, param_count
 from mgpukit.costmodel.training_cost import time_to_train
+from mgpukit.costmodel.validation import LLAMA3_STAGE_LAYERS, llama3_layout
 
 
 def llama1_65b() -> ModelShape:
-    """LLaMA 65B [L1, Table 2]: 80 layers, d 8192, 64 heads, SwiGLU d_ff 22016, vocab 32000, 2k context."""
-    return ModelShape(name="llama-65b", n_layer=80, d_model=8192, n_head=64, d_ff=22016, vocab=32000,
-                      seq_len=2048, gated_mlp=True, bias=False, norm="rmsnorm", learned_pos=False)
-
-
-LLAMA3_STAGE_LAYERS = (7,) + (8,) * 14 + (7,)  # [L3] §3.3.2: one layer fewer on the first and last stage
+    """LLaMA 65B [L1, Table 2]: ``data/models/llama-65b.toml`` (80 layers, d 8192, 64 heads, SwiGLU
+    d_ff 22016, vocab 32000, 2k context)."""
+    return get_shape("llama-65b")
 
 
 def llama3_405b_layout(dp: int, **kw) -> Layout:
-    """Llama 3 405B's 8k-context layout [L3, Table 4]: TP 8, CP 1, PP 16, ``dp`` replicas, 2,048
-    sequences of 8,192 tokens per step (16M tokens), 126 layers as 7 + 14 × 8 + 7.
-
-    Published: the degrees, the batch, the uneven stages, the interleaved schedule (§3.3.2,
-    which also lets the micro-batch count be any number; ours keeps Megatron's multiple of pp).
-    Not published, so assumed: chunks per rank ``v = 2`` (the paper's schedule figure draws
-    two stages per rank as an illustration; we could not confirm the 405B value), micro-batch 1,
-    sequence parallelism, selective checkpointing, ZeRO-1 on the dp axis (the paper shards
-    over data parallelism FSDP-style; its stage is not modelled here, and the predicted MFU
-    moves by < 0.5% between ZeRO 0, 1 and 2), and fused attention (``flash_attention``, the
-    Layout default: no s×s matrix stored; Table 4 does not say, but Meta's LLaMA already used
-    xformers' memory-efficient attention with FlashAttention's backward [L1, §2.4]; with it,
-    selective checkpointing saves only the log-sum-exp). Override any of them with ``kw``."""
-    opts = dict(tp=8, pp=16, sp=True, schedule="interleaved", v=2, micro_batch=1, checkpointing="selective",
-                zero=1, stage_layers=LLAMA3_STAGE_LAYERS)
-    opts.update(kw)
-    return Layout.from_global_batch(global_batch=2048, dp=dp, **opts)
+    """Llama 3 405B's 8k-context layout [L3, Table 4, §3.3.2]: `validation.llama3_layout`
+    (v = 8 chunks of one layer, no activation checkpointing, ZeRO-2 memory; its docstring says
+    which of these the paper states and which are derived or assumed). Override with ``kw``."""
+    return llama3_layout(dp, **kw)
 
 
 def _row(name, quantity, published, planner, source, note="", unit=""):
@@ -131,6 +117,37 @@ def throughput_rows() -> list[dict]:
     if best:
         rows.append(_row("Llama 3 405B, 8192 H100, planner's best layout", "MFU", 0.43, best[0].mfu,
                          "[L3] Table 4", f"planner's best layout: {best[0].layout.describe()}"))
+    return rows
+
+
+def llama3_memory_rows() -> list[dict]:
+    """Llama 3 405B on 8,192 H100: memory of the fullest GPU as each statement of the paper about
+    its memory is applied in turn [L3, §3.3.2] — the reconciliation of "trained" with "does not
+    fit". Each row: ``step``, ``statement`` (quoted or derived), ``layout``, ``plan``, ``gb``
+    (fullest GPU), ``usable_gb``, ``fits``, ``mfu``."""
+    h100 = load_profile("h100-ib")
+    steps = [
+        ("previous assumptions", "v = 2 chunks, selective checkpointing, ZeRO-1 (assumed, not published)",
+         llama3_layout(64, v=2, checkpointing="selective", zero=1)),
+        ("one layer per chunk", "\"the first model chunk on the first stage has only the embedding\": with one "
+         "layer fewer there, chunks hold one layer, so v = 8 (16 × 8 = 126 layers + the two ends)",
+         llama3_layout(64, checkpointing="selective", zero=1)),
+        ("no activation checkpointing", "\"we could pre-train Llama 3 on sequences of 8K tokens without activation "
+         "checkpointing\" (with fused attention, selective frees only the log-sum-exp)",
+         llama3_layout(64, zero=1)),
+        ("FSDP shards gradients", "\"Our use of FSDP for Llama 3 shards optimizer states and gradients\": "
+         "ZeRO-2's memory", llama3_layout(64)),
+        ("16,384 GPUs (Table 4, row 2)", "16 sequences per DP group: at most 16 micro-batches × 8 chunks in flight",
+         llama3_layout(128)),
+    ]
+    rows = []
+    for step, statement, layout in steps:
+        gpus = layout.world_size
+        p = plan("405b", gpus, h100, layout, framework="fsdp")
+        rows.append({"step": step, "statement": statement, "layout": layout.describe(), "plan": p, "gpus": gpus,
+                     "gb": p.memory["total"] / 1e9, "activations_gb": p.memory["activations"] / 1e9,
+                     "usable_gb": p.memory_limit / 1e9, "hbm_gb": h100.memory_bytes / 1e9, "fits": p.fits,
+                     "mfu": p.mfu})
     return rows
 
 

@@ -70,7 +70,7 @@ def nodes_of(ranks: list[dict]) -> dict:
 def save_record(record: dict, path: str | Path) -> Path:
     """Write `record` as strict JSON, atomically (a failed write leaves the old file whole);
     a non-finite number is written as the string "NaN" / "Infinity" / "-Infinity"."""
-    return write_text(path, to_json(record, indent=1))
+    return write_text(path, to_json(record, indent=1), what="record")
 
 
 def load_record(path: str | Path) -> dict:
@@ -106,4 +106,4 @@ def to_chrome_trace(record: dict) -> dict:
 
 
 def save_chrome_trace(record: dict, path: str | Path) -> Path:
-    return write_text(path, to_json(to_chrome_trace(record)))
+    return write_text(path, to_json(to_chrome_trace(record)), what="trace")

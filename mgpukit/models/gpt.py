@@ -90,7 +90,7 @@ def gpt2_350m(**overrides) -> GPTConfig:
 
 def gpt2_1_3b(**overrides) -> GPTConfig:
     """GPT-3 XL's layers (Brown et al. 2020, Table 2.1: 24 layers, d 2048; 16 heads of 128 as
-    `costmodel.shapes.gpt3_1_3b`) with GPT-2's vocabulary and 1024 context (1.41 B here)."""
+    `data/models/1.3b.toml`) with GPT-2's vocabulary and 1024 context (1.41 B here)."""
     kw = dict(vocab_size=50304, seq_len=1024, n_layer=24, n_head=16, d_model=2048, d_ff=4 * 2048)
     return GPTConfig(**{**kw, **overrides})
 

@@ -77,11 +77,12 @@ def plot_bandwidth(
                    line=dict(color=series_color(0)),
                    hovertemplate="%{x:.3s}B<br>%{y:.3g} GB/s<extra></extra>")
     )
+    fitted = isinstance(fit, Mapping) or "fit" in (fit_label or "")  # a fit describes the points: not a prediction
     if fit is not None:
         name = fit_label or f"alpha-beta model — {PREDICTED}"
         if isinstance(fit, Mapping):
             alpha, beta = float(fit["alpha"]), float(fit["beta"])
-            name = fit_label or f"alpha-beta fit (α={alpha * 1e6:.3g} µs, β={beta / 1e9:.3g} GB/s) — predicted"
+            name = fit_label or f"alpha-beta fit (α={alpha * 1e6:.3g} µs, β={beta / 1e9:.3g} GB/s) of the points"
             fn: Callable[[float], float] = lambda s: s / (alpha + s / beta)  # noqa: E731
         elif callable(fit):
             fn = fit
@@ -96,10 +97,11 @@ def plot_bandwidth(
             xs, ys = sizes, [float(b) / 1e9 for b in fit]
         fig.add_trace(
             go.Scatter(x=xs, y=ys, name=name, mode="lines", line=dict(color="#333333", dash="dash"),
-                       hovertemplate="%{x:.3s}B<br>predicted %{y:.3g} GB/s<extra></extra>")
+                       hovertemplate=f"%{{x:.3s}}B<br>{'fitted' if fitted else 'predicted'} %{{y:.3g}} GB/s<extra></extra>")
         )
     fig.update_layout(
         xaxis=dict(title="message size (bytes)", type="log"),
         yaxis=dict(title="bus bandwidth (GB/s)", type="log"),
     )
-    return finish(fig, title=f"{title} — {source}" + (" vs predicted" if fit is not None else ""))
+    vs = "" if fit is None else " with an alpha-beta fit" if fitted else " vs predicted"
+    return finish(fig, title=f"{title} — {source}{vs}")

@@ -193,6 +193,12 @@ def format_bytes(n: float | None) -> str:
     return f"{n / scale:.2f} {name}" if scale > 1 else f"{n:.0f} B"
 
 
+def percent(fraction: float, digits: int = 0) -> str:
+    """A share as a percentage, without the "-0%" a tiny negative rounds to: -0.001 -> '0%'."""
+    text = f"{fraction:.{digits}%}"
+    return text[1:] if text.startswith("-") and float(text[1:-1]) == 0 else text
+
+
 def format_time(seconds: float | None, digits: int = 3) -> str:
     """A duration with the unit that suits it: 3.2e-5 -> '32 µs', 0.0281 -> '28.1 ms'; None -> '—'.
 

@@ -15,7 +15,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from .layout import finish
-from .style import INTER_NODE_COLOR, KIND_COLORS, PREDICTED, Record, kind_color, record_name, source_kind, source_label, time_unit
+from .style import (INTER_NODE_COLOR, KIND_COLORS, PREDICTED, Record, kind_color, percent, record_name, source_kind,
+                    source_label, time_unit)
 
 # Text drawn on a bar that carries a micro-batch: "F3" = forward of micro-batch 3.
 # Zero-bubble schedules split backward into B (input gradient) and W (weight gradient).
@@ -115,8 +116,8 @@ def _bubble_note(record: Record) -> str:
         parts.append(f"bubble {record['bubble_fraction']:.1%} ({source_kind(record)})")
     split = record.get("idle_split")
     if split:
-        parts.append(f"{split['schedule']:.0%} schedule + {split['imbalance']:.0%} imbalance "
-                     f"+ {split['p2p']:.0%} p2p")
+        parts.append(f"{percent(split['schedule'])} schedule + {percent(split['imbalance'])} imbalance "
+                     f"+ {percent(split['p2p'])} p2p")
     predicted = (record.get("theory") or {}).get("bubble_fraction")
     if predicted is not None:
         parts.append(f"predicted {predicted:.1%}")

@@ -12,6 +12,10 @@ import signal
 from collections.abc import Sequence
 
 ERROR_KEY = "mgpukit/error/{rank}"  # value: "<time_ns>\n<traceback>"
+# A rank that stopped on purpose — its exception class has an `exit_code` (NonFiniteError, an
+# OutputError, a refused checkpoint) — also leaves "<exit code>\n<its message>" here: the
+# CLI then prints that one line, not the traceback.
+ONE_LINE_KEY = "mgpukit/one-line/{rank}"
 PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
 
 
@@ -22,11 +26,14 @@ class LaunchError(RuntimeError):
 class WorkerError(LaunchError):
     """A rank raised (or died). `rank` is the root cause, `traceback` its formatted traceback."""
 
-    def __init__(self, message: str, *, rank: int, traceback: str, exitcode: int | None):
+    def __init__(self, message: str, *, rank: int, traceback: str, exitcode: int | None,
+                 one_line: str | None = None, exit_code: int = 1):
         super().__init__(message)
         self.rank = rank
         self.traceback = traceback
-        self.exitcode = exitcode
+        self.exitcode = exitcode  # the process's (negative: the signal that ended it)
+        self.one_line = one_line  # the root cause's own message, when it stopped on purpose
+        self.exit_code = exit_code  # what the CLI exits with
 
 
 class LaunchTimeout(LaunchError):
@@ -37,7 +44,8 @@ class LaunchTimeout(LaunchError):
         self.ranks = list(ranks)
 
 
-def worker_error(log_dir: str, result, store, n: int, exitcodes: dict | None = None) -> WorkerError:
+def worker_error(log_dir: str, result, store, n: int, exitcodes: dict | None = None, *,
+                 ended: dict | None = None) -> WorkerError:
     """Find the root cause among the failed ranks; the others are listed, not blamed.
 
     Ranks that torch terminated after the first failure (SignalException, SIGTERM) are not
@@ -46,8 +54,11 @@ def worker_error(log_dir: str, result, store, n: int, exitcodes: dict | None = N
     consequences, whatever they say; else the earliest rank that raised an error of its own;
     else a rank that died without raising (os._exit); else the earliest "peer closed the
     connection". `exitcodes`: every rank's exit code where known (torch's result only keeps
-    the first failure it noticed, which need not be the first that happened).
+    the first failure it noticed, which need not be the first that happened). `ended`: the
+    ranks the launch killed itself after the first failure ({rank: psutil status then}): never
+    a crash; a *stopped* one is the root cause when its peers timed out waiting for it.
     """
+    ended = ended or {}
     raised = {}
     for r in range(n):
         key = ERROR_KEY.format(rank=r)
@@ -59,7 +70,7 @@ def worker_error(log_dir: str, result, store, n: int, exitcodes: dict | None = N
     codes = {r: f.exitcode for r, f in result.failures.items()}
     codes.update({r: c for r, c in (exitcodes or {}).items() if c is not None and r not in codes})
     died = sorted(r for r, c in codes.items() if c and r not in raised and r not in terminated
-                  and c != -signal.SIGTERM)
+                  and c != -signal.SIGTERM and r not in ended)
     crashed = [r for r in died if codes[r] < 0]  # by a signal, and not our SIGTERM
     own = {r: v for r, v in raised.items() if not any(p in v[1] for p in PEER_GONE)}
     if crashed:
@@ -72,7 +83,7 @@ def worker_error(log_dir: str, result, store, n: int, exitcodes: dict | None = N
         rank = min(raised, key=lambda r: raised[r][0])
     if rank in raised:
         how, trace = "raised", raised[rank][1]
-        if "Timed out waiting" in trace or "timed out" in trace.lower().splitlines()[-1]:
+        if _timed_out(trace):
             trace += ("\n(A collective waited past its timeout: the other ranks never joined it, or "
                       "joined a different one. Rerun with --debug-collectives "
                       "(debug_collectives=True) to have torch name the mismatch.)")
@@ -85,12 +96,36 @@ def worker_error(log_dir: str, result, store, n: int, exitcodes: dict | None = N
         trace = "(no Python traceback: the process ended without raising an exception)"
         trace += _LIKELY_CAUSE.get(code, "")
         trace += tail_logs(log_dir, [rank])
+    stopped = sorted(r for r, state in ended.items() if state == "stopped")
+    timed_out = rank in raised and _timed_out(raised[rank][1])
+    if ended:
+        trace += "\n(" + "; ".join(f"rank {r} was {_STATES.get(s, s)} when rank {rank} failed" for r, s
+                                    in sorted(ended.items())) + ": mgpukit ended it.)"
+    frozen = bool(stopped and timed_out)
+    if frozen:  # the peers waited on a frozen rank until their timeout
+        waited, rank = rank, stopped[0]
+        how = (f"was stopped (SIGSTOP, Ctrl-Z or a debugger: it could not run) and never joined the "
+               f"collective rank {waited} waited in; rank {waited} gave up at its collective "
+               f"timeout (--collective-timeout) and mgpukit ended rank {rank}. Rank {waited}'s error")
     others = sorted(r for r in {*raised, *died} if r != rank)
-    also = f" (rank(s) {others} failed after it)" if others else ""
+    also = f" (rank(s) {others} failed after it)" if others and not frozen else ""
     exitcode = codes.get(rank)
+    one_line, exit_code = None, 1
+    key = ONE_LINE_KEY.format(rank=rank)
+    if rank in raised and store.check([key]):
+        code, one_line = store.get(key).decode(errors="replace").split("\n", 1)
+        exit_code, one_line = int(code), " ".join(one_line.split())
     return WorkerError(f"rank {rank} {how}{also}:\n{trace}", rank=rank, traceback=trace,
-                       exitcode=exitcode)
+                       exitcode=exitcode, one_line=one_line, exit_code=exit_code)
 
+
+def _timed_out(trace: str) -> bool:
+    lines = trace.lower().splitlines()
+    return "Timed out waiting" in trace or bool(lines and "timed out" in lines[-1])
+
+
+_STATES = {"stopped": "stopped (SIGSTOP, Ctrl-Z or a debugger)", "running": "still running",
+           "sleeping": "still running (waiting)", "disk-sleep": "still running (in I/O)"}
 
 _LIKELY_CAUSE = {
     -signal.SIGKILL: ("\n(SIGKILL comes from outside the process; most often the kernel's out-of-memory "

@@ -20,7 +20,8 @@ start method), with the four traps of that launcher closed:
    and carries its traceback (the earliest failure is the root cause — a peer that died of a
    closed connection afterwards is listed, not blamed). A launch that runs past `timeout_s`
    (a collective some rank never joined) is ended with the ranks that never finished named.
-   Either way every worker process, and anything it started, is gone when `launch` returns.
+   Either way every worker process, and anything it started, is gone when `launch` returns —
+   and when the caller dies without returning (SIGKILL, SIGTERM, SIGHUP): `runtime/lifeline.py`.
 4. **CUDA before fork.** A forked child cannot use CUDA once the parent initialised it; that is
    refused up front with a sentence saying what to do.
 5. **What the parent left for the collector.** A forked worker inherits the parent's garbage
@@ -56,6 +57,8 @@ import torch
 import torch.distributed as dist
 
 from mgpukit.runtime.dims import ParallelDims
+from mgpukit.runtime.lifeline import Reaper, kill_groups, own_group
+from mgpukit.runtime.watch import wait
 from mgpukit.runtime.nodes import NodeLayout, for_profile
 from mgpukit.runtime.failures import (LaunchError, LaunchTimeout, WorkerError, tail_logs,
                                       worker_error)
@@ -241,6 +244,9 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
             start_method="fork",
         )
     worker_pids = list(pc.pids().values())
+    for pid in worker_pids:
+        own_group(pid)
+    reaper = Reaper(worker_pids)  # kills them if this process dies before the `finally` below
     os.close(port_read)
     store = listener = None
     try:
@@ -251,7 +257,7 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
         listener.detach()  # the store owns the socket now and closes it itself
         listener = None
         os.write(port_write, f"{store.port:08d}".encode() * n)  # 8 bytes per worker: atomic
-        result = pc.wait(timeout=spec.timeout_s, period=0.02)
+        result, ended = wait(pc, spec.timeout_s)  # a failure ends the others at once (watch.py)
         if result is None:
             unfinished = [r for r in range(n) if not store.check([_FINISHED_KEY.format(rank=r)])]
             raise LaunchTimeout(
@@ -265,14 +271,16 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
             # every rank's exit code: torch's result keeps only the first failure it noticed
             procs = getattr(getattr(pc, "_pc", None), "processes", None) or []
             exitcodes = {r: p.exitcode for r, p in enumerate(procs)}
-            raise worker_error(spec.log_dir, result, store, n, exitcodes)
+            raise worker_error(spec.log_dir, result, store, n, exitcodes, ended=ended)
         if echo:
             _echo(spec.log_dir, n)
         return [result.return_values[r] for r in range(n)]
     finally:
         tree = _process_tree(worker_pids)  # before close: orphans get re-parented away
+        kill_groups(worker_pids)  # what a worker started, even once re-parented away from it
         pc.close(death_sig=signal.SIGTERM, timeout=5)
-        _kill(tree)
+        _kill(tree)  # anything that left its worker's group
+        reaper.disarm()
         os.close(port_write)
         del store
         if listener is not None:

@@ -24,7 +24,8 @@ import torch.distributed as dist
 
 from mgpukit.runtime import context as _context
 from mgpukit.runtime.dims import ParallelDims
-from mgpukit.runtime.failures import ERROR_KEY, LaunchError
+from mgpukit.runtime.failures import ERROR_KEY, ONE_LINE_KEY, LaunchError
+from mgpukit.runtime.lifeline import die_with_parent
 from mgpukit.runtime.nodes import NodeLayout
 
 _FINISHED_KEY = "mgpukit/finished/{rank}"  # fn returned; waiting for the others to return too
@@ -48,6 +49,7 @@ class WorkerSpec:
     options: dict
     dims: ParallelDims  # the mesh every worker builds: (pp, dp, tp)
     nodes: NodeLayout  # which node each rank is on (emulated: the profile's gpus_per_node)
+    parent_pid: int = dataclasses.field(default_factory=os.getpid)  # the launching process
 
 
 def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
@@ -55,6 +57,7 @@ def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
     import traceback
 
     rank = int(os.environ["RANK"])
+    die_with_parent(spec.parent_pid)  # first: a parent killed from now on takes this worker along
     # A worker inherits elastic's handlers, which turn SIGTERM into a Python exception that a
     # rank blocked inside a gloo call never gets to raise. The parent owns shutdown: SIGTERM
     # ends a worker at once, and Ctrl-C (SIGINT, sent to the whole terminal's process group)
@@ -73,6 +76,10 @@ def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
         # Timestamped in the store, so the parent can tell the first failure from the peers
         # that failed because of it (the elastic error files only keep whole seconds). Written
         # before the process group is torn down, since tearing it down wakes the peers.
+        exc = sys.exc_info()[1]
+        code = getattr(exc, "exit_code", None)
+        if isinstance(code, int):  # stopped on purpose: the message is the news (failures.py)
+            store.set(ONE_LINE_KEY.format(rank=rank), f"{code}\n{exc}")
         store.set(ERROR_KEY.format(rank=rank), f"{time.time_ns()}\n{traceback.format_exc()}")
 
     return _run_in_worker(fn, args, kwargs, spec, rank, report_failure, store)

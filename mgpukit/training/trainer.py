@@ -43,6 +43,7 @@ from mgpukit.measure.memory import memory_breakdown, reset_device_peak
 from mgpukit.measure.progress import StepProgress, tick
 from mgpukit.training.backup import DropSlowest
 from mgpukit.training.building import grad_sq_norm
+from mgpukit.training.finite import NonFiniteError, check_finite  # noqa: F401 (re-exported)
 from mgpukit.training.hetero import apply_rank_profile
 from mgpukit.training.loader import BatchLoader
 from mgpukit.training.lr_scaling import lr_schedule, set_lr
@@ -144,25 +145,6 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
             rec.extra["loss_scale"] = {"final": parts.scaler.scale, "skipped_steps": parts.scaler.skipped,
                                        "history": parts.scaler.history}
     return None if shape else gather_weights(rec, ctx, parts)
-
-
-class NonFiniteError(FloatingPointError):
-    """The loss or a gradient was NaN or infinite; the optimizer step was not taken."""
-
-
-def check_finite(loss, sq_norm: float, *, step: int, rank: int) -> None:
-    """Raise `NonFiniteError` when the loss or the gradient's squared norm is not finite.
-
-    `sq_norm` is Σ‖g‖² in float64 over this rank's gradients (every float32 square fits), so
-    one `isfinite` on it covers every element: no extra pass over the gradients."""
-    loss_value = float(loss) if loss is not None else 0.0
-    bad = [what for what, v in (("loss", loss_value), ("gradient", sq_norm)) if not math.isfinite(v)]
-    if bad:
-        shown = loss_value if "loss" in bad else sq_norm ** 0.5
-        raise NonFiniteError(
-            f"non-finite {' and '.join(bad)} ({shown}) at step {step} on rank {rank}: stopped before "
-            f"the optimizer step, so the weights are those after step {step - 1}. Usually the "
-            f"learning rate is too high (lower --lr) or the inputs overflow.")
 
 
 def contribution(ctx, parts: Parts, loss: float | None, sq_norm: float) -> tuple[float, float]:

@@ -57,8 +57,8 @@ def memory_explorer(*, model: str = "7b", gpus: int = 8, profile: str = "h100-nv
             fits = [r["layout"] for r in rows if r["fits"]]
             refused = [f"{r['layout']}: {r['error']}" for r in rows if "error" in r]
             usable = load_profile(profile).usable_memory_bytes
-            text = (f"{model_w.value} on {gpus_w.value} GPUs, {usable / 1e9:.1f} GB usable each ({profile}; "
-                    f"{PREDICTED}): "
+            text = (f"{model_w.value} on {gpus_w.value} GPUs, {usable / 1e9:.1f} GB usable each ({profile}) — "
+                    f"{PREDICTED}: "
                     + (f"fits with {', '.join(fits)}" if fits else "no candidate layout fits")
                     + "".join(f"\n  cannot run {x}" for x in refused))
             show(out, text, plot_memory_breakdown(rows, title=f"{model_w.value}, {gpus_w.value} GPUs"))

@@ -67,15 +67,18 @@ def plot_in_flight(records: list[dict]) -> go.Figure:
         v = int(rec["extra"][ranks[0]].get("v") or (rec.get("theory") or {}).get("v") or 1)
         unit = "chunks" if v > 1 else "mb"
         long_unit = f"chunk activations (1/{v} stage each)" if v > 1 else "micro-batches"
+        # the number on the bar, its unit in the legend: "11.0 chunks" on a bar a quarter of a
+        # rank's width was shrunk by plotly until unreadable
         fig.add_trace(go.Bar(
-            x=[f"rank {r}" for r in ranks], y=[b / 1024 for b in peaks], name=rec["strategy"],
-            marker_color=series_color(i), text=[f"{c:.1f} {unit}" if c else "" for c in count],
-            textposition="outside",
+            x=[f"rank {r}" for r in ranks], y=[b / 1024 for b in peaks], name=f"{rec['strategy']} ({unit})",
+            marker_color=series_color(i), text=[f"{c:.1f}" if c else "" for c in count],
+            textposition="outside", textangle=0, cliponaxis=False, textfont=dict(size=12),
             hovertemplate=[f"{format_bytes(b)} = {c:.2f} {long_unit}<extra>{rec['strategy']}"
                            "</extra>" if c else "" for b, c in zip(peaks, count)]))
-    fig.update_layout(barmode="group", yaxis_title="KiB", xaxis_title="pipeline rank")
+    fig.update_layout(barmode="group", yaxis_title="KiB", xaxis_title="pipeline rank",
+                      uniformtext=dict(minsize=11, mode="show"))
     return finish(fig, title=f"Activations held per rank — measured bytes, {source_label(records[0])}",
-                  subtitle="peak bytes saved for backward (ActivationMeter) · bar label: micro-batches "
+                  subtitle="peak bytes saved for backward (ActivationMeter) · number on a bar: micro-batches "
                            "held (mb), or for interleaved chunks of 1/v stage (chunks)")
 
 

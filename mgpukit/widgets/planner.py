@@ -10,16 +10,14 @@
   one sentence: does it fit, and if not, which change would (computed). Headless (CI) it draws
   once; tests drive it by setting control values.
 
-The three figures are ``plotly.graph_objects.FigureWidget``s made once and updated in place
-(one ``batch_update`` each: one message to the browser, the same traces restyled, no redraw
-of a new output) on every change. ``FigureWidget`` needs ``anywidget`` (plotly ≥ 6 renders
-it through anywidget's JupyterLab extension); without it the explorer falls back to plain
-figures put into an ``Output`` in one assignment (`mgpukit.widgets.output.show`), as the
-other kit widgets do. anywidget is among the kit's dependencies (pyproject.toml,
-environment.yml), so the fallback is for an environment installed without it. Checked in Chromium 150
-/ JupyterLab 4.6 with plotly 7.1 and anywidget 0.11 (its lab extension on the Jupyter path):
-the figures draw, and a moved control restyles them in place. An earlier note here recorded
-empty axes in the same setting; that did not reproduce.
+The three figures go into an ``Output`` in one assignment (`mgpukit.widgets.output.show`), as
+the other kit widgets do: each change replaces them. ``PlannerExplorer(in_place=True)`` makes
+them ``plotly.graph_objects.FigureWidget``s instead, made once and updated in place (one
+``batch_update`` each: one message to the browser, the same traces restyled); that needs
+``anywidget`` (plotly ≥ 6 renders FigureWidget through it). It is not the default because in
+Chromium 150 / JupyterLab 4.6 with plotly 7.1 and anywidget 0.11, on a loaded machine, two of the
+three FigureWidgets drew empty default axes (2026-11-26, `make test-browser`; an earlier session
+saw the same once and could not reproduce it) — an Output of plain figures has always drawn.
 """
 from __future__ import annotations
 
@@ -30,7 +28,6 @@ from mgpukit.costmodel.hardware import list_profiles
 from mgpukit.costmodel.shapes import list_shapes
 from mgpukit.costmodel.training_cost import format_duration, format_money, parse_tokens, time_to_train
 from mgpukit.lessons.planning import GPU_COUNTS, TIME_PARTS, explain, speedup_curve
-from mgpukit.plots.layout import finish
 from mgpukit.plots.style import MEMORY_CATEGORIES, MEMORY_COLORS, PREDICTED, series_color
 from mgpukit.widgets.output import errors_shown_in, show
 
@@ -52,25 +49,43 @@ def plot_memory(pl) -> go.Figure:
                             hovertemplate=f"{cat} %{{y:.1f}} GB<extra></extra>") for cat in MEMORY_CATEGORIES])
     fig.add_trace(go.Scatter(x=[-0.4, 0.4], y=[limit / GB, limit / GB], mode="lines", name="usable memory",
                              line=dict(color="black", dash="dash")))
-    fig.update_layout(barmode="stack", height=400, yaxis_title="GB per GPU",
+    fig.update_layout(barmode="stack", yaxis_title="GB per GPU",
                       xaxis=dict(showticklabels=False, range=[-0.6, 0.6]),
-                      title=dict(text=f"memory per GPU: {mem['total'] / GB:.1f} of {limit / GB:.0f} GB usable "
-                                      f"{'✓ fits' if pl.fits else '✗ does not fit'}",
-                                 subtitle=dict(text=f"fullest GPU, by category — {PREDICTED}")))
+                      **_titled(f"memory per GPU: {mem['total'] / GB:.1f} of {limit / GB:.1f} GB usable "
+                                f"{'✓ fits' if pl.fits else '✗ does not fit'}",
+                                f"fullest GPU, by category — {PREDICTED}", 420))
     return fig
 
 
+def _titled(title: str, subtitle: str, height: int) -> dict:
+    """Layout keys for a title with a smaller grey line under it, pinned to the top-left of the
+    figure. The subtitle is a second line of the title (``<br><sup>``), not plotly's
+    ``title.subtitle``: a FigureWidget in JupyterLab drew that one on top of, or above, the title
+    (notebook 09's explorer, seen in Chromium), a plain figure below it. The block starts 40 px
+    below the figure's top (some renderers anchor a two-line title at its first line and draw it
+    ~15 px higher) inside a 100 px margin."""
+    return {"title": dict(text=f"{title}<br><sup style='color:#555'>{subtitle}</sup>", x=0.01, xanchor="left",
+                          xref="container", y=1 - 40 / height, yanchor="top", yref="container", font=dict(size=15)),
+            "margin": dict(t=100), "height": height}
+
+
 def plot_step_time(pl) -> go.Figure:
-    """One horizontal stacked bar: the step's compute, exposed comm per axis, bubble, optimizer."""
+    """One horizontal stacked bar: the step's compute, exposed comm per axis, bubble, optimizer;
+    the title gives the step's and the MFU's ranges from the planner's error bar."""
     t = pl.time
+    (t_lo, t_hi), (m_lo, m_hi) = pl.ranges["step_time_s"], pl.ranges["mfu"]
     fig = go.Figure([go.Bar(y=["step"], x=[t[key]], name=name, orientation="h", marker_color=color,
                             hovertemplate=f"{name} %{{x:.3g}} s<extra></extra>")
                      for (name, key), color in zip(TIME_PARTS, TIME_COLORS)])
-    fig.update_layout(barmode="stack", xaxis_title="seconds per step")
-    return finish(fig, title=f"one step: {pl.step_time_s:.3g} s · MFU {pl.mfu:.1%} · bubble "
-                             f"{t['bubble_fraction']:.1%} · {t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU",
-                  subtitle=f"GEMMs, memory-bound kernels, exposed communication per axis, bubble — {PREDICTED}",
-                  legend="right")
+    fig.update_layout(barmode="stack", xaxis_title="seconds per step",
+                      legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"),
+                      **_titled(f"one step: {pl.step_time_s:.3g} s ({t_lo:.3g} … {t_hi:.3g}) · MFU {pl.mfu:.1%} "
+                                f"({m_lo:.1%} … {m_hi:.1%}) · bubble {t['bubble_fraction']:.1%} · "
+                                f"{t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU",
+                                f"GEMMs, memory-bound kernels, exposed communication per axis, bubble — {PREDICTED}; "
+                                f"ranges: the planner's {pl.error_bar.describe()}",
+                                360))
+    return fig
 
 
 def plot_speedup(rows: list[dict], *, title: str = "") -> go.Figure:
@@ -85,10 +100,10 @@ def plot_speedup(rows: list[dict], *, title: str = "") -> go.Figure:
         go.Scatter(x=[r["gpus"] for r in bad], y=[r["speedup"] for r in bad], mode="markers", name="does not fit",
                    marker=dict(size=9, symbol="circle-open", color=series_color(3))),
     ])
-    fig.update_layout(height=400, xaxis=dict(title="GPUs", type="log", tickvals=list(GPU_COUNTS)),
+    fig.update_layout(xaxis=dict(title="GPUs", type="log", tickvals=list(GPU_COUNTS)),
                       yaxis=dict(title="speedup over 1 GPU", type="log"),
-                      title=dict(text=title or "speedup at the same global batch",
-                                 subtitle=dict(text=f"over one GPU running the whole step — {PREDICTED}")))
+                      **_titled(title or "speedup at the same global batch",
+                                f"over one GPU running the whole step — {PREDICTED}", 420))
     return fig
 
 
@@ -113,10 +128,14 @@ class PlannerExplorer:
     plan, sentence, figures and speedup rows (tests read it)."""
 
     def __init__(self, *, model="70b", gpus=64, profile="h100-ib", tp=8, pp=1, zero=1, checkpointing="selective",
-                 schedule="1f1b", v=2, dtype="bf16", micro_batch=1, global_batch=512, tokens="2T", price=2.0):
+                 schedule="1f1b", v=2, dtype="bf16", micro_batch=1, global_batch=512, tokens="2T", price=2.0,
+                 in_place: bool = False):
         import ipywidgets as w
 
+        self.figure_widget = FigureWidget if in_place else None  # None: plain figures in the Output
+
         profiles = [p for p in list_profiles() if not p.startswith("this-machine")]
+        wide = {"description_width": "initial"}  # the label in full ("v (interleaved)", "global batch")
         self.controls = c = {
             "model": w.Dropdown(options=[s for s in list_shapes() if s != "gpt-tiny"], value=model, description="model"),
             "gpus": w.Dropdown(options=list(GPU_COUNTS) + [2048, 4096], value=gpus, description="GPUs"),
@@ -124,16 +143,16 @@ class PlannerExplorer:
             "tp": w.Dropdown(options=[1, 2, 4, 8, 16], value=tp, description="tp"),
             "pp": w.Dropdown(options=[1, 2, 4, 5, 8, 10, 16, 20, 32], value=pp, description="pp"),
             "schedule": w.Dropdown(options=list(SCHEDULES), value=schedule, description="schedule"),
-            "v": w.IntSlider(value=v, min=2, max=8, description="v (interleaved)", continuous_update=False),
+            "v": w.IntSlider(value=v, min=2, max=8, description="v (interleaved)", continuous_update=False, style=wide),
             "zero": w.ToggleButtons(options=[0, 1, 2, 3], value=zero, description="ZeRO"),
             "checkpointing": w.ToggleButtons(options=["none", "selective", "full"], value=checkpointing,
-                                             description="checkpointing"),
-            "dtype": w.ToggleButtons(options=["bf16", "fp32"], value=dtype, description="precision"),
-            "micro_batch": w.Dropdown(options=[1, 2, 4, 8], value=micro_batch, description="micro-batch"),
+                                             description="checkpointing", style=wide),
+            "dtype": w.ToggleButtons(options=["bf16", "fp16", "fp8", "fp32"], value=dtype, description="precision"),
+            "micro_batch": w.Dropdown(options=[1, 2, 4, 8], value=micro_batch, description="micro-batch", style=wide),
             "global_batch": w.Dropdown(options=[256, 512, 1024, 2048, 4096], value=global_batch,
-                                       description="global batch"),
+                                       description="global batch", style=wide),
             "tokens": w.Text(value=tokens, description="tokens", continuous_update=False),
-            "price": w.BoundedFloatText(value=price, min=0, max=1e4, step=0.1, description="$/GPU-hour"),
+            "price": w.BoundedFloatText(value=price, min=0, max=1e4, step=0.1, description="$/GPU-hour", style=wide),
         }
         self.dp_label = w.HTML()
         self.sentence = w.HTML()
@@ -184,10 +203,10 @@ class PlannerExplorer:
             self.state.update(speedup=rows, figures=self._display(figures))
 
     def _display(self, figures: dict) -> dict:
-        """Show `figures`: restyle the FigureWidgets in place, or (no anywidget) fill the Output.
+        """Show `figures`: fill the Output, or (``in_place``) restyle the FigureWidgets.
         Returns what is on show (the tests read its traces)."""
-        if self.widgets is None and FigureWidget is not None:
-            self.widgets = {name: FigureWidget(fig) for name, fig in figures.items()}
+        if self.widgets is None and self.figure_widget is not None:
+            self.widgets = {name: self.figure_widget(fig) for name, fig in figures.items()}
             self.figure_box.children = tuple(self.widgets.values())
         elif self.widgets is not None:
             for name, fig in figures.items():
@@ -207,9 +226,12 @@ class PlannerExplorer:
             return str(e)
         b = time_to_train(pl, tokens, price_per_gpu_hour=c["price"].value)
         self.state["training"] = b
-        return (f"{tokens:.3g} tokens: {b['steps']:,} steps, {format_duration(b['seconds'])} on {pl.gpus} GPUs, "
-                f"{b['gpu_hours']:,.0f} GPU-hours, {format_money(b['cost'])} at ${b['price_per_gpu_hour']:.2f}/GPU-hour "
-                f"({PREDICTED})")
+        r = b["ranges"]
+        return (f"{tokens:.3g} tokens: {b['steps']:,} steps, {format_duration(b['seconds'])} on {pl.gpus} GPUs "
+                f"({format_duration(r['seconds'][0])} … {format_duration(r['seconds'][1])}), "
+                f"{b['gpu_hours']:,.0f} GPU-hours, {format_money(b['cost'])} "
+                f"({format_money(r['cost'][0])} … {format_money(r['cost'][1])}) at ${b['price_per_gpu_hour']:.2f}/GPU-hour "
+                f"— {PREDICTED}; ranges: the planner's {pl.error_bar.describe()}")
 
 
 def planner_explorer(**kw) -> PlannerExplorer:

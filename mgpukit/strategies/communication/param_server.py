@@ -59,7 +59,8 @@ from mgpukit.measure.memory import ActivationMeter, memory_breakdown
 from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.registry import register
 from mgpukit.training.building import (Batches, build_model, build_optimizer, count_params, full_state_dict,
-                                       grad_norm, loss_fn)
+                                       grad_sq_norm, loss_fn)
+from mgpukit.training.finite import check_finite
 
 SERVER = 0
 
@@ -157,7 +158,10 @@ def _sync_server(ctx, rec, cfg, model, optimizer, n_workers: int):
                 unpack(total[:-2], grads)
                 for p, g in zip(params, grads):
                     p.grad = g
-                norm = grad_norm(params)
+                sq_norm = grad_sq_norm(params)
+                norm = sq_norm ** 0.5
+                # a NaN / inf gradient or loss stops here, naming the step, before the update
+                check_finite(float(total[-2]), sq_norm, step=step, rank=ctx.rank)
                 optimizer.step()
                 weights = pack_weights(params, step + 1)
             for w in range(n_workers):
@@ -264,7 +268,9 @@ def _async_server(ctx, rec, cfg, model, optimizer, n_workers: int, bound: int):
                     unpack(inbox[:-2], grads)
                     for p, g in zip(params, grads):
                         p.grad = g
-                    norms.append(grad_norm(params))
+                    sq_norm = grad_sq_norm(params)
+                    norms.append(sq_norm ** 0.5)
+                    check_finite(losses[-1], sq_norm, step=r, rank=ctx.rank)
                     for g in grads:
                         g.div_(n_workers)  # one round ≈ one synchronous step
                     optimizer.step()

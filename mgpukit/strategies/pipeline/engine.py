@@ -78,7 +78,7 @@ def apply_pipeline(ctx, rec, model: nn.Module, layout, loss_fn, *, grad_sync=Non
     """The pipeline applier: this rank's stages of `model` on the pp axis, their gradients
     synchronised over dp by `grad_sync(holder) -> (holder, sync)`, and the engine that runs
     `layout.schedule` (``runtime``: "ours", the kit's executor, or "native", PyTorch's)."""
-    stages = split_for_rank(ctx, model, layout.pp * layout.v)
+    stages = split_for_rank(ctx, model, layout.pp * layout.v, getattr(layout, "stage_layers", None))
     holder = nn.ModuleList(stages.values())  # this rank's share, for the optimizer and memory
     holder, sync = grad_sync(holder) if grad_sync is not None else (holder, NoSync())
     if runtime == "native":
@@ -96,10 +96,12 @@ def apply_pipeline(ctx, rec, model: nn.Module, layout, loss_fn, *, grad_sync=Non
                  state_dict=lambda: stages_state_dict(holder))
 
 
-def split_for_rank(ctx, model: nn.Module, num_stages: int) -> dict:
-    """This rank's stages (index -> module), moved to its device; the other layers dropped."""
+def split_for_rank(ctx, model: nn.Module, num_stages: int, stage_layers=None) -> dict:
+    """This rank's stages (index -> module), moved to its device; the other layers dropped.
+    `stage_layers`: layers per stage for an uneven split (`stages.split_model`)."""
     p, pp_rank = ctx.size("pp"), ctx.coords["pp"]
-    stages = split_model(model, num_stages, keep=[s for s in range(num_stages) if s % p == pp_rank])
+    stages = split_model(model, num_stages, keep=[s for s in range(num_stages) if s % p == pp_rank],
+                         stage_layers=stage_layers)
     for stage in stages.values():
         to_device(stage, ctx.device)
     return stages

@@ -16,7 +16,7 @@ import dataclasses
 from mgpukit.costmodel.pipeline import bubble_fraction
 from mgpukit.costmodel.schedules import build_schedule, max_in_flight
 from mgpukit.costmodel.simulate import simulate
-from mgpukit.strategies.pipeline.stages import check_split
+from mgpukit.strategies.pipeline.stages import check_split, check_stage_layers
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -36,9 +36,11 @@ def _n_layers(cfg) -> tuple[int, str]:
     return (mcfg.n_layer, "transformer blocks") if cfg.is_gpt else (mcfg.n_layers, "layers")
 
 
-def plan_for(schedule: str, cfg, p: int, dp: int = 1, v: int | None = None) -> PipelinePlan:
+def plan_for(schedule: str, cfg, p: int, dp: int = 1, v: int | None = None,
+             stage_layers: tuple[int, ...] | None = None) -> PipelinePlan:
     """The plan for ``schedule`` on ``p`` ranks, each of ``dp`` replicas taking its slice of
-    the global batch; raises ``ValueError`` with what to change."""
+    the global batch (``stage_layers``: an uneven split, v = 1); raises ``ValueError`` with
+    what to change."""
     asked = v if v is not None else cfg.options.get("v")
     v = int(2 if asked is None else asked) if schedule == "interleaved" else 1
     if schedule != "interleaved" and asked not in (None, 1):
@@ -48,7 +50,13 @@ def plan_for(schedule: str, cfg, p: int, dp: int = 1, v: int | None = None) -> P
         raise ValueError(f"v={v}: the number of model chunks per rank must be at least 1 (2 or more "
                          f"for the interleaved schedule).")
     n_layers, what = _n_layers(cfg)
-    check_split(n_layers, p, v, model_name=cfg.model, what=what)
+    if stage_layers is not None:
+        if v != 1:
+            raise ValueError(f"stage_layers splits the model into one stage per rank; the interleaved "
+                             f"schedule's v={v} chunks per rank are equal slices. Drop stage_layers or use 1f1b.")
+        check_stage_layers(stage_layers, n_layers, p, what=what)
+    else:
+        check_split(n_layers, p, v, model_name=cfg.model, what=what)
     if cfg.global_batch % dp:
         raise ValueError(f"global_batch={cfg.global_batch} does not split over dp={dp} replicas; "
                          f"use a multiple of {dp}.")

@@ -49,6 +49,15 @@ def check_split(n_layers: int, p: int, v: int = 1, *, model_name: str = "the mod
                      f"number of {what}. {hint[0].upper()}{hint[1:]}.")
 
 
+def check_stage_layers(stage_layers, n_layers: int, num_stages: int, *, what: str = "layers") -> None:
+    """Refuse, with what to change, an uneven split that does not cover the model exactly."""
+    counts = tuple(stage_layers)
+    if (len(counts) != num_stages or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts)
+            or sum(counts) != n_layers):
+        raise ValueError(f"stage_layers={counts!r}: give {num_stages} positive whole numbers (one per "
+                         f"pipeline stage, v=1) that add up to the model's {n_layers} {what}.")
+
+
 class Stage(nn.Module):
     """A contiguous slice of a GPT or MLP: ``[embed] -> layers[first:last] -> [head]``.
 
@@ -87,22 +96,29 @@ class Stage(nn.Module):
         return x
 
 
-def split_model(model: nn.Module, num_stages: int, *, keep=None) -> dict[int, Stage]:
-    """Cut ``model`` into ``num_stages`` contiguous stages with equal numbers of layers.
+def split_model(model: nn.Module, num_stages: int, *, keep=None,
+                stage_layers: tuple[int, ...] | None = None) -> dict[int, Stage]:
+    """Cut ``model`` into ``num_stages`` contiguous stages: equal numbers of layers, or
+    ``stage_layers[s]`` layers on stage ``s`` (an uneven split that balances the stages' costs
+    when the first holds the embedding and the last the head — Megatron-LM's
+    ``--pipeline-model-parallel-layout``, Llama 3's shorter first and last stages).
 
     ``keep`` (a set of stage indices, default all) selects which stages to build — a rank
     builds only its own, and the other layers are simply dropped with the full model.
     """
     name, layers, what = _layer_source(model)
     n = len(layers)
-    if n % num_stages:
-        check_split(n, num_stages, 1, model_name=type(model).__name__, what=what)
-    per = n // num_stages
+    if stage_layers is None:
+        if n % num_stages:
+            check_split(n, num_stages, 1, model_name=type(model).__name__, what=what)
+        stage_layers = (n // num_stages,) * num_stages
+    check_stage_layers(stage_layers, n, num_stages, what=what)
+    starts = [sum(stage_layers[:s]) for s in range(num_stages + 1)]
     keep = set(range(num_stages)) if keep is None else set(keep)
     out = {}
     for s in sorted(keep):
         out[s] = Stage(index=s, num_stages=num_stages, layers_name=name,
-                       layers={i: layers[i] for i in range(s * per, (s + 1) * per)},
+                       layers={i: layers[i] for i in range(starts[s], starts[s + 1])},
                        embed=getattr(model, "embed", None) if s == 0 else None,
                        head=getattr(model, "head", None) if s == num_stages - 1 else None)
     return out

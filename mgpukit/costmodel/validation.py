@@ -1,0 +1,212 @@
+"""The planner's validation table — published training runs beside its predictions — and the
+error bars every prediction carries from it.
+
+Each row is a run someone published, with its model, layout, cluster and framework, the
+figure they measured (step time, TFLOP/s per GPU or MFU), and the planner's prediction of the
+same figure under the same conventions. The error is on throughput, ``predicted / published −
+1`` (for a step time: ``published / predicted − 1``): positive means the planner is optimistic.
+
+Rows (each cites paper, table, row; what the source does not publish is assumed, stated in
+``assumed``, and the same for every row of a source — nothing is tuned per row):
+
+* Megatron-LM Table 1 (Narayanan et al. 2021): ten rows, :mod:`mgpukit.costmodel.published`;
+  the profiles' GEMM tables were fitted on them (two constants for all ten).
+* BLOOM 176B (BigScience): 104.70 s per step at global batch 2,048, TP 4, PP 12, DP 8 on 384
+  A100-80GB of Jean Zay (the tr11-176B-ml README, "Important checkpoints", iteration 85,376;
+  the layout from its slurm script and "Replica setup"). Not fitted on: a check of the
+  ``deepspeed-pipe`` framework.
+* Megatron-Turing NLG 530B (Smith et al. 2022, arXiv:2201.11990, §2.4): 60.1, 50.2 and 44.4 s
+  per iteration at batch 1,920 on 280, 350 and 420 DGX A100 servers, TP 8, PP 35; DeepSpeed's
+  pipeline engine. The ``deepspeed-pipe`` kernel efficiency is fitted on these three rows.
+* Llama 3 405B (Dubey et al. 2024, arXiv:2407.21783, Table 4, rows 1 and 2): 43% and 41% BF16
+  MFU on 8,192 and 16,384 H100 (TP 8, CP 1, PP 16, DP 64 / 128, 16M tokens per batch); the
+  ``fsdp`` framework; the layout as :func:`llama3_layout` derives it from §3.3.2. The planner
+  is 12-14 % optimistic on both (:data:`KNOWN_GAPS`): they stay in the table, outside its ±10 %
+  check, and widen the error bar of every framework they count for.
+
+**Scale.** What the planner models of scale: ring/tree collectives' latency and bandwidth per
+link (``comm``), the dp sync and the bubble that do not shrink as dp grows (which is why the
+per-GPU throughput of MT-NLG falls from 2,240 to 3,360 GPUs, as published). What it does not:
+collective efficiency lost to oversubscribed network tiers at thousands of GPUs, stragglers
+(a step waits for the slowest of N GPUs), and communication kernels slowing the GEMMs they
+overlap. The residuals show it: MT-NLG's error rises by about 4 points from 2,240 to 3,360
+GPUs after the fit, and the Llama 3 rows at 8-16K GPUs are the worst in the table.
+
+**Error bars.** A prediction's error bar is the spread (lowest to highest error) of the rows
+validated for its framework (``Framework.validated_by``; all rows when fewer than
+:data:`MIN_ROWS`): if the planner was 6% optimistic at worst and 7% pessimistic at worst on
+those runs, a predicted step time ``T`` reads as ``T·(1 − 0.07) … T·(1 + 0.06)``, and MFU,
+days and cost follow. It is the spread of past errors, not a confidence interval.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from mgpukit.costmodel import published
+from mgpukit.costmodel.flops import megatron_flops
+from mgpukit.costmodel.frameworks import Framework, get_framework
+from mgpukit.costmodel.hardware import load_profile
+from mgpukit.costmodel.layout import Layout
+from mgpukit.costmodel.shapes import ModelShape, get_shape
+from mgpukit.costmodel.steptime import step_time
+
+MIN_ROWS = 3
+CHECK = 0.10  # every row within ±10 %, except the known gaps below (tests/test_published_runs.py)
+KNOWN_GAPS = {  # rows outside the check, with what is missing; kept in the table (their error feeds the bars)
+    "Llama 3 405B, 8192 H100": "planner +12-14 % optimistic at 8-16K H100: not modelled are the scale effects "
+                               "of Meta's cluster (RoCE with a 1:7 oversubscribed aggregation layer above 3,072-GPU "
+                               "pods, §3.3.1; stragglers; FSDP collectives sharing SMs with GEMMs); not tuned away",
+    "Llama 3 405B, 16384 H100": "as the 8,192-GPU row",
+}
+LLAMA3_STAGE_LAYERS = (7,) + (8,) * 14 + (7,)  # [L3] §3.3.2: one layer fewer on the first and the last stage
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """One published run: what was measured and everything needed to predict it."""
+
+    name: str
+    model: ModelShape
+    layout: Layout
+    profile: str
+    framework: str
+    measure: str  # "step_time_s" | "mfu" | "tflops_megatron" (Narayanan's count with full recompute)
+    published: float
+    source: str  # paper, table, row
+    assumed: str = ""  # what the source does not publish, assumed the same for all its rows
+
+
+def llama3_layout(dp: int, **kw) -> Layout:
+    """Llama 3 405B's 8K-context layout (Dubey et al. 2024, Table 4; §3.3.2).
+
+    Published: TP 8, CP 1, PP 16, ``dp``; 16M tokens per batch = 2,048 sequences of 8,192
+    (Table 4: 32 and 16 sequences per DP group); the interleaved schedule; one layer fewer on the
+    first and the last stage, "the first model chunk on the first stage has only the embedding,
+    and the last model chunk on the last stage has only output projection and loss" — which
+    holds only with **one layer per chunk**, so ``v = 8`` chunks per rank (16 × 8 = 128 slots,
+    126 layers and the two ends); "without activation checkpointing" at 8K; FSDP sharding
+    "optimizer states and gradients" (ZeRO-2's memory). Assumed (not published): micro-batch 1
+    sequence, sequence parallelism with TP (the paper cites Korthikanti et al. for its TP), fused
+    attention."""
+    opts = dict(tp=8, pp=16, sp=True, schedule="interleaved", v=8, micro_batch=1, checkpointing="none",
+                zero=2, stage_layers=LLAMA3_STAGE_LAYERS)
+    opts.update(kw)
+    return Layout.from_global_batch(global_batch=2048, dp=dp, **opts)
+
+
+def _megatron_rows() -> list[Run]:
+    return [Run(name=f"Megatron-LM {r.params_b:g}B, {r.gpus} A100", model=published.megatron_shape(r),
+                layout=published.megatron_layout(r), profile="a100-nvlink", framework="megatron-lm-2021",
+                measure="tflops_megatron", published=r.tflops_per_gpu,
+                source=f"Narayanan et al. 2021, Table 1, row {r.params_b:g}B",
+                assumed="micro-batch 1, fewest interleaved chunks > 1 (published.py)")
+            for r in published.MEGATRON_TABLE_1]
+
+
+def _bloom() -> Run:
+    layout = Layout.from_global_batch(
+        global_batch=2048, dp=8, tp=4, pp=12, micro_batch=2, zero=1, checkpointing="full", dtype="bf16",
+        flash_attention=False, stage_layers=(5,) + (6,) * 10 + (5,))
+    return Run(name="BLOOM 176B, 384 A100 (Jean Zay)", model=get_shape("bloom-176b"), layout=layout,
+               profile="a100-opa", framework="deepspeed-pipe", measure="step_time_s", published=104.70,
+               source="BigScience tr11-176B-ml README, 'Important checkpoints' (iteration 85,376: 104.70 s, "
+                      "149.77 TFLOPs); layout: tr11-176B-ml.slurm and 'Replica setup' (TP 4, PP 12, DP 8, MBS 2, "
+                      "GBS 2048, --checkpoint-activations, bf16, BF16_Optimizer = ZeRO-1; pp rank 0 = embed + 5 "
+                      "blocks, pp rank 11 = 5 blocks + embed)",
+               assumed="Megatron's fused softmax (no flash attention in 2022)")
+
+
+def _mtnlg() -> list[Run]:
+    rows = []
+    for nodes, seconds in ((280, 60.1), (350, 50.2), (420, 44.4)):
+        layout = Layout.from_global_batch(global_batch=1920, dp=nodes * 8 // 280, tp=8, pp=35, micro_batch=1, zero=1,
+                                          checkpointing="full", flash_attention=False)
+        rows.append(Run(name=f"MT-NLG 530B, {nodes * 8} A100", model=get_shape("mt-nlg-530b"), layout=layout,
+                        profile="a100-nvlink", framework="deepspeed-pipe", measure="step_time_s", published=seconds,
+                        source=f"Smith et al. 2022, §2.4: {seconds} s per iteration, batch 1,920, {nodes} DGX A100 "
+                               f"servers; §2.3: 8-way tensor and 35-way pipeline parallelism, ZeRO-1",
+                        assumed="micro-batch 1, full activation recomputation, Megatron's fused softmax"))
+    return rows
+
+
+def _llama3() -> list[Run]:
+    return [Run(name=f"Llama 3 405B, {gpus} H100", model=get_shape("405b"), layout=llama3_layout(dp), profile="h100-ib",
+                framework="fsdp", measure="mfu", published=mfu,
+                source=f"Dubey et al. 2024, Table 4, row {row}: {gpus} GPUs, TP 8, CP 1, PP 16, DP {dp}, "
+                       f"{mfu:.0%} BF16 MFU",
+                assumed="micro-batch 1, sequence parallelism, fused attention; v = 8 derived from §3.3.2")
+            for row, gpus, dp, mfu in ((1, 8192, 64, 0.43), (2, 16384, 128, 0.41))]
+
+
+def runs() -> list[Run]:
+    """Every row of the validation table."""
+    return _megatron_rows() + [_bloom()] + _mtnlg() + _llama3()
+
+
+def predict(run: Run) -> dict:
+    """The planner's prediction of ``run``'s published figure, and its error on throughput."""
+    t = step_time(run.model, run.layout, load_profile(run.profile), framework=run.framework)
+    if run.measure == "step_time_s":
+        predicted, error = t["total_s"], run.published / t["total_s"] - 1
+    elif run.measure == "mfu":
+        predicted = t["mfu"]
+        error = predicted / run.published - 1
+    elif run.measure == "tflops_megatron":
+        flops = megatron_flops(run.model, run.layout.global_batch, full_recompute=True)
+        predicted = flops / t["total_s"] / run.layout.world_size / 1e12
+        error = predicted / run.published - 1
+    else:
+        raise ValueError(f"unknown measure {run.measure!r}")
+    return {"run": run, "time": t, "predicted": predicted, "published": run.published, "error": error}
+
+
+@lru_cache(maxsize=1)
+def validation_table() -> tuple[dict, ...]:
+    """:func:`predict` for every row (computed once: milliseconds)."""
+    return tuple(predict(r) for r in runs())
+
+
+@dataclass(frozen=True)
+class ErrorBar:
+    """The spread of the planner's throughput errors on ``rows`` published runs of ``kind``."""
+
+    low: float  # most pessimistic error (negative: predicted slower than published)
+    high: float  # most optimistic
+    rows: int
+    kind: str
+
+    def time(self, seconds: float) -> tuple[float, float]:
+        """A predicted duration (step, days, GPU-hours, cost) as the range the errors allow."""
+        return seconds * (1 + self.low), seconds * (1 + self.high)
+
+    def rate(self, value: float) -> tuple[float, float]:
+        """A predicted rate (MFU, tokens/s) as the range the errors allow."""
+        return value / (1 + self.high), value / (1 + self.low)
+
+    def describe(self) -> str:
+        return f"errors {self.low:+.0%} … {self.high:+.0%} on {self.rows} published runs ({self.kind})"
+
+
+def error_bar(framework: "str | Framework | None" = None) -> ErrorBar:
+    """The error bar of predictions made for ``framework`` (module docstring)."""
+    fw = get_framework(framework)
+    kinds = fw.validated_by or (fw.name,)
+    rows = [r for r in validation_table() if r["run"].framework in kinds]
+    kind = ", ".join(kinds)
+    if len(rows) < MIN_ROWS:
+        rows, kind = list(validation_table()), f"all frameworks: fewer than {MIN_ROWS} runs of {fw.name}"
+    errors = [r["error"] for r in rows]
+    return ErrorBar(low=min(errors), high=max(errors), rows=len(rows), kind=kind)
+
+
+def format_validation(rows=None) -> str:
+    """The table: run, framework, measure, published, predicted, error."""
+    rows = validation_table() if rows is None else rows
+    lines = [f"{'run':<34} {'framework':<17} {'measure':<16} {'published':>10} {'predicted':>10} {'error':>7}"]
+    for r in rows:
+        run = r["run"]
+        fmt = (lambda x: f"{x:.1%}") if run.measure == "mfu" else (lambda x: f"{x:.1f}")
+        lines.append(f"{run.name:<34} {run.framework:<17} {run.measure:<16} {fmt(r['published']):>10} "
+                     f"{fmt(r['predicted']):>10} {r['error']:>+7.1%}")
+    return "\n".join(lines)

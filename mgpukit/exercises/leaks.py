@@ -1,0 +1,296 @@
+"""Hidden answers: does a reader see an exercise's answer before its check cell?
+
+A notebook exercise is a cell that calls `check("NN.topic", answer)`. Its expected value lives
+in `registry.py`, never in the cell — but another cell can still print it: a table of the
+bus factor printed for n = 2…8 answers "by what factor do the bytes grow from 2 to 8 ranks?"
+before it is asked. This module reads an **executed** notebook the way a reader does, top to
+bottom, and reports every exercise whose answer is already on the screen when the reader
+reaches its check cell:
+
+- **what is seen**: every markdown cell, and every code cell's outputs (printed text, rich
+  text, the titles, annotations, bar labels and legend names of plotly figures) up to and
+  including the check cell's own output (its hint). Code is not read (a number in code is a
+  parameter, not a result; `tests/test_exercises.py` keeps answers out of exercise cells).
+- **a leak** is a shown number that gives the answer to the precision it is shown with:
+  rounded to the shown digits it equals the expected value — as shown, a percentage as a fraction, or,
+  when a prefixed unit follows it ("0.032 ms", "1.27 MB"), in any power of 1000 or 1024 — and it lies within the exercise's tolerance (at least 1 %), so a reader who
+  copied it would be told "correct". Numbers of one significant digit ("2 µs", "8 GPUs") are
+  too common to count; a list answer leaks when each of its informative elements is shown;
+  a whole number the question itself gives (`m = 16`) is not a leak of an answer that equals it.
+- **a debugging quiz** (`NN.debug`, three variants A/B/C, one broken) leaks when the printed
+  table of its variants singles the broken one out by itself: it is the only row with a
+  different word in some column (the only `parity False`), or in some numeric column the other
+  rows agree within 10× while the broken row is 10× away from them (the only large Δ, the
+  only zero bytes). A quiz needs a second row that differs for a legitimate reason — a
+  compressed exchange that misses fp32 parity by rounding — so that reading the numbers, not
+  spotting the odd row, finds the bug.
+
+`find_leaks(nb)` returns one line per leak; `notebooks/conftest.py` runs it on every notebook
+nbmake executes (the notebook runs once), `tests/test_hidden_answers.py` tests it on planted
+leaks. String answers other than the quizzes' letters are not searched (a word such as
+"grad_norms" is a column name, not a give-away).
+"""
+from __future__ import annotations
+
+import functools
+import html
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+
+from mgpukit.exercises.registry import get
+
+_CHECK = re.compile(r"""\bcheck\(\s*["']([\w.\-]+)["']""")
+# 1,274,112 · 1.750 · 3.2e-01 · −0.5 · 27.3 % · 3/19 (a fraction of two whole numbers)
+_NUMBER = re.compile(r"(?<![\w.])([-−]?)(\d{1,3}(?:,\d{3})+|\d[\d_]*)(\.\d+)?(?:[eE]([-+]?\d+))?(?![\w])"
+                     r"(\s?%)?(?:/(\d+)(?![\d.]))?")
+_VARIANT = re.compile(r"^\s*variant\s+([A-Z])\b(.*)$", re.M)
+_SCALES = sorted({1000.0 ** k for k in range(-3, 4)} | {1024.0 ** k for k in range(-3, 4)})
+
+
+# a unit with a prefix after the number ("0.032 ms", "1.27 MB", "6.7 B parameters"): its value
+# may be the answer in another power of 1000 or 1024; a bare number or "32 bytes" is taken as shown
+_PREFIXED = re.compile(r"\s?(?:[kKMGTPmµμun][A-Za-z/]*|B\b|[mb]illion|thousand)")
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A number as the reader sees it: its value, half a unit of its last shown digit, and
+    whether a prefixed unit follows it (then it may be the answer in another unit)."""
+
+    value: float
+    half_ulp: float
+    sig_digits: int
+    raw: str
+    prefixed: bool = False
+
+
+def numbers(text: str) -> list[Shown]:
+    """Every number in `text` with the precision it is shown with (a percentage as the
+    fraction it is, "3/19" as the fraction)."""
+    out = []
+    for m in _NUMBER.finditer(text):
+        sign, whole, frac, exp, pct, denom = m.groups()
+        digits = whole.replace(",", "").replace("_", "")
+        value = float(digits + (frac or ""))
+        decimals = len(frac) - 1 if frac else 0
+        e = int(exp) if exp else 0
+        value *= 10.0 ** e
+        half = 0.5 * 10.0 ** (e - decimals)
+        sig = len((digits + (frac or "")[1:]).lstrip("0")) or 1
+        if sign:
+            value = -value
+        raw = m.group(0).strip()
+        if denom and not frac and not exp and int(denom):
+            out.append(Shown(value / int(denom), 1e-9 * abs(value / int(denom)), 3, raw))
+            continue
+        if pct:  # "38 %" is the fraction 0.38, never the answer 38
+            out.append(Shown(value / 100, half / 100, sig, raw))
+            continue
+        out.append(Shown(value, half, sig, raw, bool(_PREFIXED.match(text, m.end()))))
+    return out
+
+
+def gives(shown: Shown, expected: float, rel: float) -> bool:
+    """Would copying `shown` (in another power of 1000 or 1024 when a prefixed unit follows
+    it) answer `expected`?"""
+    if shown.sig_digits < 2 or not expected or shown.value == 0:
+        return False
+    for scale in _SCALES if shown.prefixed else (1.0,):
+        v = shown.value * scale
+        if (abs(v - expected) <= shown.half_ulp * scale * 1.0001
+                and math.isclose(v, expected, rel_tol=max(rel, 0.01))):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- what the reader sees
+
+def _figure_text(fig: dict) -> list[str]:
+    """The words and labels a plotly figure draws (not its raw coordinates)."""
+    out = []
+    layout = fig.get("layout", {})
+
+    def title(t):
+        if isinstance(t, dict):
+            t = t.get("text")
+        if isinstance(t, str):
+            out.append(t)
+    title(layout.get("title"))
+    for key, axis in layout.items():
+        if key.startswith(("xaxis", "yaxis")) and isinstance(axis, dict):
+            title(axis.get("title"))
+    out += [a.get("text", "") for a in layout.get("annotations", []) if isinstance(a, dict)]
+    for trace in fig.get("data", []):
+        if isinstance(trace.get("name"), str) and trace.get("showlegend", True) is not False:
+            out.append(trace["name"])
+        text = trace.get("text")
+        if isinstance(text, str):
+            out.append(text)
+        elif isinstance(text, list):
+            out += [str(t) for t in text if t is not None]
+    return out
+
+
+def _strip_html(s: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", " ", s))
+
+
+def output_text(output: dict) -> str:
+    """What one code-cell output shows a reader."""
+    if output.get("output_type") == "stream":
+        return "".join(output.get("text", ""))
+    if output.get("output_type") == "error":
+        return f"{output.get('ename')}: {output.get('evalue')}"
+    data = output.get("data", {})
+    for mime in ("application/vnd.plotly.v1+json",):
+        if mime in data:
+            fig = data[mime]
+            fig = json.loads(fig) if isinstance(fig, str) else fig
+            return _strip_html("\n".join(_figure_text(fig)))
+    if "application/vnd.jupyter.widget-view+json" in data:
+        return ""  # a widget's view: drawn by the browser from its state, not text
+    for mime in ("text/markdown", "text/html"):
+        if mime in data:
+            return _strip_html("".join(data[mime]))
+    return "".join(data.get("text/plain", ""))
+
+
+def cell_text(cell: dict) -> str:
+    """A markdown cell's source, or a code cell's outputs."""
+    if cell["cell_type"] == "markdown":
+        return "".join(cell["source"])
+    if cell["cell_type"] == "code":
+        return "\n".join(output_text(o) for o in cell.get("outputs", []))
+    return ""
+
+
+def exercise_cells(nb: dict) -> list[tuple[int, list[str]]]:
+    """(cell index, exercise names) of every code cell that calls `check("name", ...)`."""
+    return [(i, _CHECK.findall("".join(c["source"]))) for i, c in enumerate(nb["cells"])
+            if c["cell_type"] == "code" and _CHECK.search("".join(c["source"]))]
+
+
+def _question(nb: dict, i: int) -> str:
+    """The markdown right above check cell `i` (the question it answers)."""
+    j, parts = i - 1, []
+    while j >= 0 and nb["cells"][j]["cell_type"] == "markdown":
+        parts.append("".join(nb["cells"][j]["source"]))
+        j -= 1
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- the two kinds of leak
+
+@functools.lru_cache(maxsize=None)
+def _expected(name: str):
+    """An exercise's expected value, computed once per process (some build a model to count)."""
+    return get(name).expected()
+
+
+def _flat(value):
+    return [x for v in value for x in _flat(v)] if isinstance(value, (list, tuple)) else [value]
+
+
+def number_leak(name: str, seen: list[tuple[int, str]], question: str) -> str | None:
+    """Where the reader already saw exercise `name`'s numeric answer, or None."""
+    ex = get(name)
+    want = [v for v in _flat(_expected(name))
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v]
+    given = {s.value for s in numbers(question)}
+    informative = [v for v in want
+                   if not (float(v).is_integer() and (abs(v) < 10 or v in given))]
+    if not informative:
+        return None
+    where = []
+    for v in informative:
+        hit = next(((i, s.raw) for i, text in seen for s in numbers(text)
+                    if gives(s, v, ex.rel)), None)
+        if hit is None:
+            return None
+        where.append(f"{v:.6g} shown as {hit[1]!r} in cell {hit[0]}")
+    return f"{name}: the answer is on screen before its check — " + "; ".join(where)
+
+
+def _token_value(tok: str) -> float | None:
+    try:
+        return float(tok.replace(",", "").replace("_", ""))
+    except ValueError:
+        return None
+
+
+def variant_table(text: str) -> dict[str, list[str]]:
+    """{"A": [tokens…], …} from the printed rows that start with "variant X"."""
+    return {m.group(1): m.group(2).split() for m in _VARIANT.finditer(text)}
+
+
+def singled_out(rows: dict[str, list[str]], broken: str) -> str | None:
+    """The column that singles `broken` out by itself, or None (see the module docstring)."""
+    if broken not in rows or len(rows) < 3:
+        return None
+    width = min(len(r) for r in rows.values())
+    others = [k for k in rows if k != broken]
+    for col in range(width):
+        mine, theirs = rows[broken][col], [rows[k][col] for k in others]
+        values = [_token_value(t) for t in [mine, *theirs]]
+        if any(v is None for v in values):
+            if mine not in theirs and len(set(theirs)) == 1:
+                return f"column {col + 1} reads {mine!r} only for variant {broken}"
+            continue
+        m, rest = abs(values[0]), [abs(v) for v in values[1:]]
+        lo, hi = min(rest), max(rest)
+        if not (hi == 0 or (lo > 0 and hi <= 10 * lo)):
+            continue  # the other rows disagree among themselves: nothing stands out alone
+        alone = m > 0 if hi == 0 else (m == 0 or m >= 10 * hi or m <= lo / 10)
+        if alone:
+            return (f"column {col + 1}: variant {broken} shows {mine} where the others agree "
+                    f"({', '.join(theirs)})")
+    return None
+
+
+def quiz_leak(name: str, seen: list[tuple[int, str]]) -> str | None:
+    """A debugging quiz whose printed table gives its broken variant away, or None."""
+    broken = _expected(name)
+    rows: dict[str, list[str]] = {}
+    for _, text in seen:
+        found = variant_table(text)
+        if len(found) >= 3:
+            rows = found  # the last table above the check cell
+    if not rows:
+        return None
+    why = singled_out(rows, broken)
+    return f"{name}: the printed table gives the broken variant away — {why}" if why else None
+
+
+def find_leaks(nb: dict) -> list[str]:
+    """One line per exercise of executed notebook `nb` whose answer a reader sees first."""
+    leaks = []
+    texts = [cell_text(c) for c in nb["cells"]]
+    for i, names in exercise_cells(nb):
+        seen = [(j, texts[j]) for j in range(i + 1)]  # everything above, and the check's own hint
+        for name in names:
+            if name.endswith(".debug"):
+                leak = quiz_leak(name, seen)
+            else:
+                leak = number_leak(name, seen, _question(nb, i))
+            if leak:
+                leaks.append(leak)
+    return leaks
+
+
+def main(argv=None) -> int:
+    """`python -m mgpukit.exercises.leaks executed.ipynb …`: print the leaks, exit 1 if any."""
+    bad = 0
+    for path in argv if argv is not None else sys.argv[1:]:
+        with open(path) as f:
+            leaks = find_leaks(json.load(f))
+        for line in leaks:
+            print(f"{path}: {line}")
+        bad += len(leaks)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

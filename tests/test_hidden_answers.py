@@ -1,0 +1,192 @@
+"""Hidden answers (issue 27): no exercise's answer is on screen before its check cell, no
+debugging quiz's printed table singles out its broken variant, and every notebook tells the
+reader about `reveal()`.
+
+`mgpukit.exercises.leaks.find_leaks` reads an executed notebook as a reader does;
+`notebooks/conftest.py` runs it on every notebook nbmake executes. These tests plant leaks in
+small notebooks with outputs and check that it finds each one and nothing else (the test of the
+test), then run nbmake itself on a planted leak to see the hook fail it."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mgpukit.exercises import expected_value
+from mgpukit.exercises.leaks import find_leaks, gives, numbers, singled_out, variant_table
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _md(text):
+    return {"cell_type": "markdown", "id": f"m{abs(hash(text)) % 10**8}", "metadata": {}, "source": text}
+
+
+def _code(src, *printed, fig=None):
+    outputs = [{"output_type": "stream", "name": "stdout", "text": t} for t in printed]
+    if fig is not None:
+        outputs.append({"output_type": "display_data", "metadata": {},
+                        "data": {"application/vnd.plotly.v1+json": fig, "text/plain": "Figure"}})
+    return {"cell_type": "code", "execution_count": 1, "id": f"c{abs(hash(src)) % 10**8}", "metadata": {},
+            "outputs": outputs, "source": src}
+
+
+def _nb(*cells):
+    return {"cells": list(cells), "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def _check(name):
+    return _code(f'answer = None\ncheck("{name}", answer)', f"[{name}] not answered yet")
+
+
+GROWTH = "00.bytes-growth"  # 2(n-1)/n at 16 over at 2 = 1.875
+
+
+def test_numbers_are_read_with_the_precision_they_are_shown_with():
+    got = {s.raw: (s.value, s.half_ulp, s.sig_digits) for s in numbers("1,274,112 B · 1.750× · 3.2e-01 · 27.3 % · 3/19")}
+    assert got["1,274,112"] == (1274112.0, 0.5, 7)
+    assert got["1.750"] == (1.75, 0.0005, 4)
+    assert got["3.2e-01"][0] == pytest.approx(0.32)
+    assert [s.value for s in numbers("27.3 %")] == [pytest.approx(0.273)]
+    assert numbers("3/19")[0].value == pytest.approx(3 / 19)
+
+
+@pytest.mark.parametrize("shown, leaks", [
+    ("1.750", True), ("1.75", True), ("1.8", False),   # 1.8 rounds 1.75 but is 3 % off: not an answer
+    ("2", False),                                       # one significant digit: too common to count
+    ("1.749", False), ("175 %", True), ("1750", False),  # a percentage gives it, a bare 1750 does not
+    ("1750 m", True), ("0.00175 k", True), ("1,750 bytes", False),  # a prefixed unit: any power of 1000
+])
+def test_a_shown_number_gives_the_answer_only_at_its_precision(shown, leaks):
+    assert any(gives(s, 1.75, 1e-3) for s in numbers(shown)) is leaks
+
+
+def test_an_answer_printed_above_its_check_is_a_leak_and_below_it_is_not():
+    want = expected_value(GROWTH)
+    table = f"each rank sends {want:.3f} × what it sends at n = 2"
+    leaky = _nb(_code("print(table)", table), _md("**Q3.** from 2 to 16 ranks?"), _check(GROWTH))
+    (leak,) = find_leaks(leaky)
+    assert GROWTH in leak and f"'{want:.3f}'" in leak and "cell 0" in leak
+    after = _nb(_md("**Q3.** from 2 to 16 ranks?"), _check(GROWTH), _code("print(table)", table))
+    assert find_leaks(after) == []
+    in_prose = _nb(_md(f"The bytes grow by {want:.4g}× from 2 to 16 ranks."), _check(GROWTH))
+    assert len(find_leaks(in_prose)) == 1
+    in_hint = _nb(_code(f'check("{GROWTH}", None)', f"hint: the answer is {want:.3g}"))
+    assert len(find_leaks(in_hint)) == 1
+    rounded_away = _nb(_md(f"about {want:.1f}×"), _check(GROWTH))   # 1.9: within its digit, 1.3 % off
+    assert find_leaks(rounded_away) == []
+
+
+def test_a_figure_title_or_bar_label_leaks_its_raw_coordinates_do_not():
+    want = expected_value("04.gpipe-bubble")  # 7/31 = 0.226
+    labelled = {"data": [{"type": "bar", "x": [1], "y": [want], "text": [f"{want:.3f}"]}], "layout": {}}
+    titled = {"data": [{"type": "bar", "x": [1], "y": [want]}],
+              "layout": {"title": {"text": f"bubble {want:.1%}"}}}
+    silent = {"data": [{"type": "bar", "x": [1], "y": [want]}], "layout": {"title": {"text": "bubble"}}}
+    for fig, leaks in ((labelled, 1), (titled, 1), (silent, 0)):
+        assert len(find_leaks(_nb(_code("fig.show()", fig=fig), _check("04.gpipe-bubble")))) == leaks
+
+
+def test_a_list_answer_leaks_when_its_informative_elements_show_and_givens_do_not_count():
+    gpipe, one_f_one_b = expected_value("04.in-flight")  # p = 4, m = 16: [16, 4]
+    question = _md("**Q2.** p = 4, m = 16: how many micro-batches does rank 0 hold?")
+    assert find_leaks(_nb(_code("", "m = 16, 16 micro-batches"), question, _check("04.in-flight"))) == []
+    ps = expected_value("02.param-server")  # [staleness 2, 32,000,000 bytes]
+    shown = _code("", f"server link: {ps[1]:,} bytes per step")
+    assert len(find_leaks(_nb(shown, _md("**9.3**"), _check("02.param-server")))) == 1
+
+
+def _quiz(rows, name="00.debug"):
+    header = f"{'':10} {'parity':>7} {'losses Δ':>10} {'grad norms Δ':>13} {'weights Δ':>10} {'sent':>12}"
+    table = "\n".join([header] + [f"variant {k}  {r}" for k, r in rows.items()])
+    return _nb(_code("print(parity_report(mystery))", table), _md("Which one?"), _check(name))
+
+
+def test_a_quiz_whose_table_singles_out_the_broken_variant_leaks():
+    broken = expected_value("00.debug")
+    ok = "True 1.2e-07 2.8e-08 1.5e-08 849,408 B"
+    bug = "False 1.9e-01 3.4e+00 8.9e-02 849,408 B"
+    rounding = "False 1.6e-05 1.4e-04 5.5e-05 424,704 B"
+    others = [k for k in "ABC" if k != broken]
+    only_false = {broken: bug, others[0]: ok, others[1]: ok}
+    (leak,) = find_leaks(_quiz(dict(sorted(only_false.items()))))
+    assert f"only for variant {broken}" in leak
+    # a second variant that misses parity by rounding: the verdict and the Δs no longer single it out
+    with_decoy = {broken: bug, others[0]: ok, others[1]: rounding}
+    assert find_leaks(_quiz(dict(sorted(with_decoy.items())))) == []
+    # … unless one column still does: the only variant that sends nothing
+    silent = {broken: "False 1.9e-01 3.4e+00 8.9e-02 0 B", others[0]: ok, others[1]: rounding}
+    (leak,) = find_leaks(_quiz(dict(sorted(silent.items()))))
+    assert "column 5" in leak
+
+
+def test_singled_out_reads_columns_not_labels():
+    rows = variant_table("variant A True 1e-7 5 B\nvariant B False 1e-1 5 B\nvariant C False 1e-4 5 B")
+    assert rows["B"] == ["False", "1e-1", "5", "B"] and singled_out(rows, "B") is None
+    assert "column 1" in singled_out({"A": ["1e-7"], "B": ["1e-1"], "C": ["2e-7"]}, "B")
+
+
+def test_every_debugging_quiz_has_a_legitimate_second_suspect():
+    from mgpukit.exercises.debugging import MYSTERIES, broken_label
+
+    for name, variants in MYSTERIES.items():
+        changed = [label for label, arg, _ in variants if arg not in (None, True)]
+        assert broken_label(name) in changed and len(changed) == 2, (name, variants)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_notebook_with_exercises_tells_the_reader_about_reveal(path):
+    cells = json.loads(path.read_text())["cells"]
+    if not any('check("' in "".join(c["source"]) for c in cells if c["cell_type"] == "code"):
+        pytest.skip("no exercises")
+    told = [c for c in cells if c["cell_type"] == "markdown" and "reveal(" in "".join(c["source"])]
+    assert told, f"{path.name}: no markdown cell mentions `reveal(...)`"
+
+
+def test_nbmake_fails_a_notebook_that_prints_an_answer_before_its_check(tmp_path):
+    work = tmp_path / "repo" / "notebooks"
+    work.mkdir(parents=True)
+    shutil.copy(ROOT / "notebooks" / "conftest.py", work / "conftest.py")
+
+    def notebook(*sources):
+        cells = [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
+                  "outputs": [], "source": s} for i, s in enumerate(sources)]
+        return json.dumps({"cells": cells, "metadata": {"kernelspec": {
+            "name": "python3", "display_name": "Python 3", "language": "python"}},
+            "nbformat": 4, "nbformat_minor": 5})
+
+    imports = "from mgpukit.exercises import check\nfrom mgpukit.costmodel.comm import bus_factor"
+    show = "print(f\"{bus_factor('all_reduce', 16) / bus_factor('all_reduce', 2):.3f}\")"
+    ask = f'check("{GROWTH}", None)'
+    (work / "leaky.ipynb").write_text(notebook(imports, show, ask))
+    (work / "clean.ipynb").write_text(notebook(imports, ask, show))
+    home = tmp_path / "home"
+    home.mkdir()
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbmake",
+                          "leaky.ipynb", "clean.ipynb"], cwd=work, env={**os.environ, "HOME": str(home)},
+                         capture_output=True, text=True, timeout=240)
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out
+    assert "1 failed, 1 passed" in out and "leaky.ipynb shows exercise answers" in out and "'1.875'" in out, out
+
+
+def test_a_raw_warning_on_stderr_fails_a_notebook_a_sentence_on_stdout_does_not():
+    sys.path.insert(0, str(ROOT / "notebooks"))
+    try:
+        from conftest import raw_warnings, reader_report
+    finally:
+        sys.path.remove(str(ROOT / "notebooks"))
+    cell = _code("run()", "ok\n")
+    cell["outputs"].append({"output_type": "stream", "name": "stderr",
+                            "text": "/x/experiment.py:173: OversubscribedWarning: 3 CPU workers on 2 cores\n  launch(...)\n"})
+    found = raw_warnings(_nb(_md("text"), cell))
+    assert found == ["cell 1: /x/experiment.py:173: OversubscribedWarning: 3 CPU workers on 2 cores"]
+    assert raw_warnings(_nb(_code("run()", "Warning: printed on stdout is a sentence, not a raw warning"))) == []
+    assert "shows raw warnings" in reader_report("x.ipynb", _nb(_md("text"), cell))
+    assert reader_report("x.ipynb", _nb(_md("text"), _code("run()", "ok\n"))) is None

@@ -1,0 +1,206 @@
+"""Issue 26: the planner takes any dense model, searches uneven stages, fp16/fp8, the dp-sync
+convention and ZeRO with pipelining, lists each prediction once, and puts an error bar on every
+figure. Method: closed-form arithmetic checked against the published partitions (BLOOM, Llama 3),
+against its own parts (a range brackets its point; after-flush costs exactly the exposed sync),
+and against the CLI's one-line refusals."""
+import dataclasses
+import json
+import time
+
+import pytest
+
+from mgpukit.costmodel import Layout, LayoutError, get_shape, load_profile, param_count, plan, plan_cli, search
+from mgpukit.costmodel.balance import balance_stages, split_layers
+from mgpukit.costmodel.frameworks import get_framework, list_frameworks
+from mgpukit.costmodel.planner import candidate_layouts
+from mgpukit.costmodel.shapes import list_shapes, load_model_file, models_dir, shape_to_dict
+from mgpukit.costmodel.steptime import step_time
+from mgpukit.costmodel.training_cost import time_to_train
+from mgpukit.costmodel.validation import LLAMA3_STAGE_LAYERS, error_bar, llama3_layout, validation_table
+
+A100, H100 = load_profile("a100-nvlink"), load_profile("h100-ib")
+BLOOM = ["--layers", "70", "--hidden", "14336", "--heads", "112", "--vocab", "250880", "--seq", "2048",
+         "--positions", "alibi", "--tied-embeddings", "--dropout"]
+
+
+# ------------------------------------------------------------------------- model files
+
+
+def test_every_shipped_model_is_a_file_that_cites_its_source():
+    names = list_shapes()
+    assert {"7b", "70b", "405b", "175b", "1t", "bloom-176b", "mt-nlg-530b"} <= set(names)
+    assert {p.stem for p in models_dir().glob("*.toml")} == set(names)  # one home: the files
+    for name in names:
+        shape = get_shape(name)
+        assert shape.name == name and shape.source, name
+    sizes = [param_count(get_shape(n)) for n in names]
+    assert sizes == sorted(sizes)  # smallest first
+
+
+def test_published_parameter_counts_from_the_files():
+    # BLOOM: "176,247M parameters" (Le Scao et al. 2022, Table 1 / the model card); Llama 3 8B/70B
+    assert param_count(get_shape("bloom-176b")) == pytest.approx(176_247e6, abs=0.5e6)
+    assert param_count(get_shape("llama3-8b")) == 8_030_261_248  # meta-llama/Meta-Llama-3-8B
+    assert param_count(get_shape("llama3-70b")) == 70_553_706_496  # meta-llama/Meta-Llama-3-70B
+
+
+def test_the_cli_builds_any_model_from_its_sizes_or_a_file(tmp_path, capsys):
+    """--layers ... alone, a --model-file, and a preset's own file all make the same shape."""
+    args = ["--gpus", "8", "--tp", "8", "--global-batch", "8", "--json"]
+    flags = ["--layers", "80", "--hidden", "8192", "--heads", "64", "--kv-heads", "8", "--ffn", "28672",
+             "--vocab", "32000", "--seq", "4096", "--gated-mlp", "--norm", "rmsnorm", "--positions", "rotary",
+             "--no-bias"]
+    out = {}
+    for name, model in (("flags", flags), ("preset", ["--model", "70b"])):
+        path = tmp_path / f"{name}.json"
+        assert plan_cli.main([*model, *args, str(path)]) == 0
+        out[name] = json.loads(path.read_text())
+    assert out["flags"]["params"] == out["preset"]["params"] == param_count(get_shape("70b"))
+    assert out["flags"]["time"] == out["preset"]["time"]
+    mine = tmp_path / "mine.toml"
+    mine.write_text("\n".join(f"{k} = {json.dumps(v)}" for k, v in shape_to_dict(get_shape("70b")).items()))
+    assert load_model_file(mine) == get_shape("70b")
+    assert plan_cli.main(["--model-file", str(mine), *args, str(tmp_path / "f.json")]) == 0
+    assert json.loads((tmp_path / "f.json").read_text())["time"] == out["preset"]["time"]
+    # a size flag changes a preset: 8k context instead of 4k
+    assert plan_cli.main(["--model", "70b", "--seq", "8192", "--gpus", "8", "--tp", "8", "--global-batch", "8"]) == 0
+    assert "seq 8192" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------- balanced stages, search
+
+
+def test_balancing_by_cost_recovers_the_published_partitions():
+    """BLOOM's tr11 README: 'pp rank 0: [embed | 5 transformer blocks] ... pp rank 11: [5 transformer
+    blocks | embed]'; Llama 3 §3.3.2: one layer fewer on the first and the last stage (v = 8)."""
+    bloom = Layout(dp=8, tp=4, pp=12, micro_batch=2, num_micro_batches=128, checkpointing="full",
+                   flash_attention=False)
+    assert balance_stages(get_shape("bloom-176b"), bloom, load_profile("a100-opa"),
+                          framework="deepspeed-pipe") == (5,) + (6,) * 10 + (5,)
+    llama = Layout(dp=64, tp=8, pp=16, sp=True, schedule="interleaved", v=8, num_micro_batches=32)
+    assert balance_stages(get_shape("405b"), llama, H100) == LLAMA3_STAGE_LAYERS
+    # water-filling: a heavy head sheds layers from the last stage; a layer count pp does not divide
+    assert split_layers(32, 4, 0.0, 2.6) == (9, 9, 8, 6)
+    assert sum(split_layers(70, 12, 0.0, 0.0)) == 70 and max(split_layers(70, 12, 0.0, 0.0)) == 6
+    assert split_layers(30, 4, 0.0, 0.0, 4) == (7, 8, 8, 7)  # chunks of 4; the ends may be one short
+    assert split_layers(29, 4, 0.0, 0.0, 4) is None  # 29 + 0, 1 or 2 is no multiple of 4
+
+
+def test_bloom_on_384_gpus_finds_fitting_layouts_with_tp4_pp12_reachable(capsys):
+    """The issue's case: 70 layers, hidden 14336, 112 heads, vocab 250,880, seq 2048 on 384 A100-80GB.
+    The old search tried only pp dividing 70 on 384 GPUs and found nothing."""
+    assert plan_cli.main([*BLOOM, "--gpus", "384", "--profile", "a100-nvlink", "--global-batch", "2048",
+                          "--search", "--top", "10"]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln[:3].strip().isdigit()]
+    assert len(rows) == 10 and all(" yes " in ln for ln in rows)
+    plans = search(get_shape("bloom-176b"), 384, A100, global_batch=2048, tp=4, pp=12)
+    assert plans and all(p.fits and p.layout.tp == 4 and p.layout.pp == 12 for p in plans)
+    assert {sum(p.layout.stage_layers or (70,)) for p in plans} == {70}
+    assert plan_cli.main([*BLOOM, "--gpus", "384", "--profile", "a100-nvlink", "--global-batch", "2048",
+                          "--search", "--tp", "4", "--pp", "12", "--top", "3"]) == 0
+    assert capsys.readouterr().out.count(" yes ") == 3
+
+
+def test_search_lists_each_prediction_once_and_skips_selective_under_flash():
+    plans = search("13b", 64, H100, global_batch=512, top=30)
+    keys = [(f"{p.step_time_s:.6g}", f"{p.memory['total']:.6g}") for p in plans]
+    assert len(keys) == len(set(keys)) == 30
+    assert not any(p.layout.checkpointing == "selective" for p in plans)  # = none under flash attention
+    unfused = list(candidate_layouts(get_shape("13b"), 64, H100, global_batch=512, flash_attention=False))
+    assert any(lay.checkpointing == "selective" for lay in unfused)  # there it frees the s×s scores
+
+
+def test_search_offers_zero_with_pipelining_and_keeps_to_the_frameworks_schedules():
+    layouts = list(candidate_layouts(get_shape("70b"), 256, H100, global_batch=512))
+    assert {lay.zero for lay in layouts if lay.pp > 1} == {0, 1, 2, 3}
+    ds = list(candidate_layouts(get_shape("70b"), 256, H100, global_batch=512, framework="deepspeed-pipe"))
+    assert {lay.schedule for lay in ds if lay.pp > 1} == {"1f1b"}
+
+
+def test_a_70b_search_on_1024_gpus_takes_under_2_s_of_cpu():
+    start = time.process_time()  # CPU time: the machine is shared, wall time is not ours
+    plans = search("70b", 1024, H100, global_batch=512, include_unfit=True)
+    assert time.process_time() - start < 2.0
+    assert plans and plans[0].fits
+
+
+# ------------------------------------------------------------------- dtypes, frameworks
+
+
+def test_fp8_uses_the_profiles_fp8_rate_and_an_a100_refuses_it(capsys):
+    shape = get_shape("70b")
+    bf16 = Layout.from_global_batch(global_batch=64, dp=8, tp=8, sp=True)
+    fp8 = dataclasses.replace(bf16, dtype="fp8")
+    t16, t8 = plan(shape, 64, H100, bf16), plan(shape, 64, H100, fp8)
+    assert H100.flops("fp8") == 1979e12  # NVIDIA H100 SXM datasheet: 3,958 TFLOPS sparse, 1,979 dense
+    assert t8.time["compute_s"] < 0.62 * t16.time["compute_s"]  # linears at twice the rate, attention not
+    assert t8.time["memory_s"] > t16.time["memory_s"]  # the casts to fp8
+    assert t8.memory == t16.memory  # weights, gradients, activations stay 16-bit
+    assert t8.mfu > t16.mfu  # both against the bf16 peak
+    fp16 = plan(shape, 64, H100, dataclasses.replace(bf16, dtype="fp16"))
+    assert fp16.step_time_s == pytest.approx(t16.step_time_s)
+    with pytest.raises(LayoutError, match="no fp8 tensor cores"):
+        plan(shape, 64, A100, fp8)
+    assert plan_cli.main(["--model", "7b", "--profile", "a100-nvlink", "--dtype", "fp8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no fp8 tensor cores" in err[0]
+
+
+def test_dp_sync_after_the_flush_exposes_the_whole_sync(capsys):
+    shape = get_shape("13b")
+    lay = Layout.from_global_batch(global_batch=256, dp=16, tp=4, pp=2, sp=True, micro_batch=1)
+    over = step_time(shape, lay, H100, framework="megatron-core")
+    flush = step_time(shape, lay, H100, framework=get_framework("megatron-core").with_(dp_sync="after-flush"))
+    assert flush["comm_dp_s"] > over["comm_dp_s"]
+    assert flush["total_s"] - over["total_s"] == pytest.approx(flush["comm_dp_s"] - over["comm_dp_s"], rel=0.05)
+    argv = ["--model", "13b", "--gpus", "128", "--tp", "4", "--pp", "2", "--global-batch", "256"]
+    assert plan_cli.main(argv) == 0 and "dp sync overlapped" in capsys.readouterr().out
+    assert plan_cli.main([*argv, "--dp-sync", "after-flush"]) == 0 and "dp sync after-flush" in capsys.readouterr().out
+
+
+def test_frameworks_are_files_that_cite_their_sources():
+    assert {"megatron-core", "megatron-lm-2021", "deepspeed-pipe", "fsdp"} <= set(list_frameworks())
+    for name in list_frameworks():
+        assert get_framework(name).sources, name
+    ds = get_framework("deepspeed-pipe")
+    assert ds.dp_sync == "after-flush" and not ds.pp_scatter_gather and ds.schedules == ("1f1b",)
+
+
+# --------------------------------------------------------------------------- error bars
+
+
+def test_error_bars_come_from_the_validation_table_and_bracket_every_figure(capsys):
+    table = validation_table()
+    megatron = [r["error"] for r in table if r["run"].framework == "megatron-lm-2021"]
+    eb = error_bar("megatron-core")  # validated by Megatron-LM 2021's runs: the same kernels
+    assert (eb.low, eb.high, eb.rows) == (min(megatron), max(megatron), 10)
+    pl = plan("70b", 64, H100, Layout.from_global_batch(global_batch=512, dp=8, tp=8, sp=True, zero=1))
+    for key, value in (("step_time_s", pl.step_time_s), ("mfu", pl.mfu), ("tokens_per_s", pl.time["tokens_per_s"])):
+        lo, hi = pl.ranges[key]
+        assert lo < value < hi, key
+    assert pl.ranges["step_time_s"][1] == pytest.approx(pl.step_time_s * (1 + eb.high))
+    budget = time_to_train(pl, 2e12, price_per_gpu_hour=2.0)
+    for key in ("seconds", "days", "gpu_hours", "cost"):
+        lo, hi = budget["ranges"][key]
+        assert lo < budget[key] < hi, key
+    assert budget["ranges"]["days"][0] == pytest.approx(budget["days"] * (1 + eb.low))
+    assert plan_cli.main(["--model", "70b", "--gpus", "64", "--tp", "8", "--global-batch", "512", "--tokens", "2T",
+                          "--price-per-gpu-hour", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "error bar errors" in out and "from the error bar" in out and "(ranges: the planner's" in out
+
+
+def test_every_validation_row_cites_its_source_and_stays_within_its_kind():
+    for r in validation_table():
+        run = r["run"]
+        assert run.source and (run.framework in list_frameworks()), run.name
+        eb = error_bar(run.framework)
+        assert eb.low <= r["error"] <= eb.high
+
+
+def test_llama3_layout_is_read_from_the_paper():
+    lay = llama3_layout(64)
+    assert (lay.tp, lay.pp, lay.dp, lay.v, lay.checkpointing, lay.zero) == (8, 16, 64, 8, "none", 2)
+    assert lay.global_batch * 8192 == 16 * 2**20  # 16M tokens per batch (Table 4)
+    assert lay.num_micro_batches == 32 and llama3_layout(128).num_micro_batches == 16  # batch size / DP
