@@ -57,7 +57,8 @@ def rank_bytes(cfg, layout, *, optimizer: str | None = None) -> dict[str, float]
 
 
 def _reference_layout(cfg, layout):
-    return dataclasses.replace(layout, dp=1, tp=1, pp=1, zero=0, sp=False, v=1,
+    return dataclasses.replace(layout, dp=1, tp=1, pp=1, zero=0, sp=False, v=1, schedule="1f1b",
+                               cp=1, tp_overlap=False,
                                micro_batch=cfg.global_batch // cfg.micro_batches,
                                num_micro_batches=cfg.micro_batches, checkpointing="none",
                                dtype="fp32", stage_layers=None)
@@ -148,7 +149,8 @@ def fixes(cfg, layout, workers: int, mode: str, strategy: str, usable: float, *,
             if gpus is None:
                 return None
             state = _changed(*state, mode, "shard", gpus)
-            words.append(f"zero3 or fsdp2 over {gpus} GPUs")
+            words.append(f"zero3 or fsdp2 over {gpus * layout.tp * layout.pp} GPUs"
+                         + (f" (dp {gpus})" if layout.tp * layout.pp > 1 else ""))
         if "rows" in combo:
             rows = next((r for r in _halvings(layout.micro_batch)
                          if size(_changed(*state, mode, "rows", r)) <= usable), None)

@@ -91,3 +91,12 @@ def test_one_gpt2_124m_step_on_a_cpu_worker_fits_the_prediction(capsys):
 
 def rec_layout(rec) -> Layout:
     return Layout(**rec["layout"])
+
+
+@pytest.mark.parametrize("strategy, workers", [("pp-interleaved", 2), ("hybrid", 8), ("tp-sp", 2), ("zero3", 2)])
+def test_every_layout_gets_a_memory_check_and_a_valid_reference_layout(strategy, workers):
+    """The reference is one process at fp32: its layout drops pp, v, tp, sp, ZeRO (an interleaved
+    schedule with pp=1 once made the check itself fail)."""
+    p = prepare(strategy, workers=workers, mode="cpu", steps=1)
+    check = fits.check_fits(p.cfg, p.cfg.layout, workers=workers, mode="cpu", strategy=strategy)
+    assert check["fits"] and check["predicted_bytes"] > 0

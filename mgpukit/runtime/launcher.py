@@ -94,7 +94,7 @@ def resolve_mode(mode: str, world_size: int) -> str:
     if mode not in MODES:
         raise LaunchError(f"mode={mode!r} is not one of {MODES}.")
     if mode == "auto":
-        chosen, why = placement(world_size)
+        chosen, why = placement(world_size, cuda_device_count())
         if chosen == "cpu" and cuda_device_count() > 0:  # GPUs present but too few: say so
             warnings.warn(f"mode auto: {why}.", GpuPlacementWarning, stacklevel=3)
         return chosen
