@@ -48,7 +48,7 @@ from mgpukit.measure.recorder import Recorder
 from mgpukit.measure.shape import maybe as maybe_fake
 from mgpukit.parallelize import parallelize, resolve_layout
 from mgpukit.runtime.dims import ParallelDims
-from mgpukit.runtime.hardware import env_info
+from mgpukit.runtime.hardware import env_info, placement
 from mgpukit.runtime.launcher import WorkerError, launch, resolve_mode
 from mgpukit.strategies.policies.precision import loss_curve_parity
 from mgpukit.strategies.registry import Strategy
@@ -324,6 +324,8 @@ def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool
     record["layout"] = dataclasses.asdict(cfg.layout)
     record["shape"] = p.shape
     record["threads"].update(thread_policy())
+    if p.mode in ("cpu", "gpu"):  # where auto puts this many ranks on this machine, and why
+        record["placement"] = placement(p.workers)[1]
     if p.shape:  # fake tensors: no values to compare
         record["parity"] = "n/a (shape mode)"
         record["reference"] = None

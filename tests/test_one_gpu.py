@@ -1,7 +1,8 @@
 """One GPU, as most learners have: what `auto` and `mgpukit info` do with it (no GPU here:
 the count is patched; the CUDA path itself is checked on a GPU by `make test-gpu`).
 
-1-worker runs go to the GPU; more workers than GPUs go to CPU workers with the reason said —
+1-worker runs go to the GPU; more workers than GPUs go to CPU workers with the reason said (in
+`mgpukit info` and in each record's `placement`) —
 NCCL refuses two ranks on one GPU ("Duplicate GPU detected", measured on an H200:
 shared/FACTS.md); `mode="gpu"` with too few GPUs is refused in one line.
 """
@@ -11,7 +12,7 @@ import pytest
 
 from mgpukit.cli import main
 from mgpukit.runtime import hardware, launcher
-from mgpukit.runtime.launcher import GpuPlacementWarning, LaunchError, resolve_mode
+from mgpukit.runtime.launcher import LaunchError, resolve_mode
 
 
 @pytest.fixture
@@ -22,8 +23,8 @@ def one_gpu(monkeypatch):
 
 def test_auto_puts_one_worker_on_the_gpu_and_more_on_cpu_workers_saying_why(one_gpu):
     assert resolve_mode("auto", 1) == "gpu"
-    with pytest.warns(GpuPlacementWarning, match="NCCL refuses two ranks on one GPU"):
-        assert resolve_mode("auto", 2) == "cpu"
+    assert resolve_mode("auto", 2) == "cpu"
+    assert "NCCL refuses two ranks on one GPU" in hardware.placement(2)[1]
     with pytest.raises(LaunchError, match="NCCL refuses two ranks on one GPU"):
         resolve_mode("gpu", 2)
 

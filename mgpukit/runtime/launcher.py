@@ -64,7 +64,7 @@ from mgpukit.runtime.failures import (LaunchError, LaunchTimeout, WorkerError, t
                                       worker_error)
 
 __all__ = ["launch", "resolve_mode", "build_mesh", "LaunchError", "LaunchTimeout", "WorkerError",
-           "OversubscribedWarning", "SpinWaitWarning", "GpuPlacementWarning"]
+           "OversubscribedWarning"]
 from mgpukit.runtime.hardware import cuda_device_count, placement, usable_cores
 from mgpukit.threads import worker_threads
 from mgpukit.runtime.worker import (_FINISHED_KEY, BAD_FORK, WorkerSpec, _worker_main, build_mesh,  # noqa: F401
@@ -81,23 +81,13 @@ class OversubscribedWarning(UserWarning):
     """More CPU workers than cores: results stay correct, wall-clock speedups do not."""
 
 
-class GpuPlacementWarning(UserWarning):
-    """mode auto put a multi-worker run on CPU workers although GPUs are present (too few)."""
-
-
-class SpinWaitWarning(UserWarning):
-    """OpenMP spin-waits in this process (torch came before mgpukit): workers get 1 thread each."""
-
-
 def resolve_mode(mode: str, world_size: int) -> str:
     """"auto" -> "gpu" when at least `world_size` GPUs are visible, else "cpu"."""
     if mode not in MODES:
         raise LaunchError(f"mode={mode!r} is not one of {MODES}.")
     if mode == "auto":
-        chosen, why = placement(world_size, cuda_device_count())
-        if chosen == "cpu" and cuda_device_count() > 0:  # GPUs present but too few: say so
-            warnings.warn(f"mode auto: {why}.", GpuPlacementWarning, stacklevel=3)
-        return chosen
+        # the reason (too few GPUs: NCCL wants one rank per GPU) is the record's `placement`
+        return placement(world_size, cuda_device_count())[0]
     if mode == "gpu" and cuda_device_count() < world_size:
         raise LaunchError(
             f"mode='gpu' needs {world_size} GPUs but {cuda_device_count()} are visible (NCCL "
@@ -179,9 +169,9 @@ def launch(
     nodes = (for_profile(world_size, profile) if mode == "emulated"
              else NodeLayout(of_rank=(0,) * world_size, hosts=(socket.gethostname(),)))
     nodes.warn(dims)
-    threads, forced = worker_threads(world_size, threads_per_worker, cores=cores)
-    if forced:
-        warnings.warn(forced, SpinWaitWarning, stacklevel=2)
+    # 1 per worker when OpenMP spin-waits (torch imported before mgpukit): said in the record
+    # (`record["threads"]["note"]`) and by `mgpukit info`, not as a warning a notebook would show
+    threads, _ = worker_threads(world_size, threads_per_worker, cores=cores)
     options = dict(options or {})
     for key, var in _CHECK_SWITCHES.items():  # read once, here, and handed to every worker
         options.setdefault(key, os.environ.get(var) == "1")
