@@ -17,11 +17,11 @@ def __getattr__(name):
     # Loaded on first use: `import mgpukit.costmodel` (pure arithmetic) must not pay for torch,
     # and `mgpukit.run` imports every strategy.
     if name == "run":
-        from mgpukit.experiment import run
+        from mgpukit.experiment import run  # lazy: see above
 
         return run
     if name in __all__:
-        from mgpukit import runtime
+        from mgpukit import runtime  # lazy: see above
 
         return getattr(runtime, name)
     raise AttributeError(f"module 'mgpukit' has no attribute {name!r}")

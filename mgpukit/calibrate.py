@@ -39,10 +39,13 @@ from pathlib import Path
 import torch
 
 from mgpukit.costmodel.comm import allreduce_time, fit_alpha_beta, ring_link
-from mgpukit.files import write_text
-from mgpukit.costmodel.hardware import (OP_CONTEXTS, THIS_MACHINE, HardwareProfile, PeakFlops, profile_toml,
-                                       user_profile_dir)
-from mgpukit.files import write_text
+from mgpukit.costmodel.hardware import (HardwareProfile, OP_CONTEXTS, PeakFlops, THIS_MACHINE, load_profile,
+                                        profile_toml, user_profile_dir)
+from mgpukit.files import check_output, write_text
+from mgpukit.measure.vclock import is_free, op_context, op_cost
+from mgpukit.models import GPT, gpt_tiny, lm_loss
+from mgpukit.runtime.hardware import usable_cores
+from mgpukit.runtime.launcher import OversubscribedWarning, launch
 
 SIZES = (2**10, 2**12, 2**14, 2**16, 2**18, 2**20, 2**22, 2**24)  # all-reduce bytes, 1 KB … 16 MB
 QUICK_SIZES = (2**10, 2**14, 2**18, 2**20, 2**22)
@@ -76,9 +79,6 @@ def census(fn) -> dict:
     (bytes moved by the ops that do no FLOPs)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from mgpukit.costmodel.hardware import load_profile
-    from mgpukit.measure.vclock import is_free, op_context, op_cost
-
     reference = load_profile("h100-nvlink")  # only FLOPs and bytes are read, not its rates
     out = {"ops": 0, "ops_by_context": dict.fromkeys(OP_CONTEXTS, 0), "flops": 0.0, "memory_bytes": 0.0}
 
@@ -102,8 +102,6 @@ def census(fn) -> dict:
 def _gpt_step(batch: int, **sizes):
     """The phases of a training step of a GPT of `sizes`: forward (to the loss), backward,
     and the optimizer (SGD with momentum, then zeroing the gradients), as three callables."""
-    from mgpukit.models import GPT, gpt_tiny, lm_loss
-
     model = GPT(gpt_tiny(**sizes))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9)
     idx = torch.zeros(batch, model.cfg.seq_len, dtype=torch.long)
@@ -223,15 +221,10 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
 
     import psutil
 
-    from mgpukit.runtime.hardware import usable_cores
-    from mgpukit.runtime.launcher import OversubscribedWarning, launch
-
     if not isinstance(workers, int) or workers < 2:
         raise ValueError(f"workers={workers!r}: calibrate needs at least 2 workers to measure "
                          f"gloo's alpha and beta.")
     if out is not None:
-        from mgpukit.files import check_output
-
         check_output(out, what="profile file (--out)")
     sizes = tuple(sizes or (QUICK_SIZES if quick else SIZES))
     with warnings.catch_warnings():

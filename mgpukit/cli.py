@@ -13,13 +13,20 @@ import sys
 import warnings
 
 from mgpukit.argtypes import key_value, nonnegative_int, positive_float, positive_int
+from mgpukit.costmodel import plan_cli
+from mgpukit.files import OutputError, check_output, describe_os_error
 from mgpukit.signals import Terminated, ignore_file_size_limit, raise_on_termination, restore
+
+# Every other mgpukit import in this file is made inside the function that needs it, on
+# purpose: `mgpukit plan` builds only its own subcommand and must never import torch
+# (tests/test_training_cost.py), and `mgpukit info` / `--help` should not pay for importing
+# every strategy. Each such import is marked "# lazy: start-up".
 
 
 def _info(args):
-    from mgpukit.runtime.hardware import (cuda_device_count, default_mode, default_workers, env_info,
-                                          placement_lines)
-    from mgpukit.threads import policy as thread_policy
+    from mgpukit.runtime.hardware import (cuda_device_count, default_mode,  # lazy: start-up
+                                          default_workers, env_info, placement_lines)
+    from mgpukit.threads import policy as thread_policy  # lazy: start-up
 
     env = env_info()
     print(f"mgpukit — torch {env['torch']}, accelerate {env['accelerate']}, python {env['python']}")
@@ -44,7 +51,7 @@ def _info(args):
 
 
 def _list(args):
-    from mgpukit.strategies import available
+    from mgpukit.strategies import available  # lazy: start-up
 
     rows = sorted(available(), key=lambda s: (s.family, s.name))
     width = max(len(s.name) for s in rows)
@@ -103,6 +110,8 @@ def add_run_arguments(p):
                     help="save checkpoints here (= -o checkpoint_dir=DIR); any layout can load them")
     ck.add_argument("--checkpoint-every", type=positive_int, default=None, metavar="K",
                     help="save every K steps (default: after the last step only)")
+    ck.add_argument("--keep-checkpoints", type=positive_int, default=None, metavar="K",
+                    help="keep the newest K checkpoints in --checkpoint-dir, delete older ones (default 3)")
     ck.add_argument("--resume", action="store_true", default=None,
                     help="start from the latest checkpoint in --checkpoint-dir")
     ck.add_argument("--max-restarts", type=nonnegative_int, default=0, metavar="N",
@@ -116,7 +125,7 @@ def layout_from_args(args) -> dict:
 
 
 def config_from_args(args):
-    from mgpukit.config import RunConfig
+    from mgpukit.config import RunConfig  # lazy: start-up
 
     fields = {k: v for k, v in {"steps": args.steps, "model": args.model,
                                 "global_batch": args.global_batch, "lr": args.lr,
@@ -128,15 +137,17 @@ def config_from_args(args):
 def checkpoint_options(args, options: dict) -> dict:
     """`options` with the checkpoint flags' knobs; a flag and an `-o` that disagree are refused."""
     for flag, key in (("checkpoint_dir", "checkpoint_dir"), ("checkpoint_every", "checkpoint_every"),
-                      ("resume", "resume")):
+                      ("resume", "resume"), ("keep_checkpoints", "keep_checkpoints")):
         value = getattr(args, flag, None)
         if value is None:
             continue
+        if value == "":
+            raise ValueError(f"--{flag.replace('_', '-')} is empty; give a folder.")
         if key in options and options[key] != value:
             raise ValueError(f"--{flag.replace('_', '-')} {value} and -o {key}={options[key]} disagree; "
                              f"give one of them.")
         options[key] = value
-    for flag, key in (("--checkpoint-every", "checkpoint_every"),):
+    for flag, key in (("--checkpoint-every", "checkpoint_every"), ("--keep-checkpoints", "keep_checkpoints")):
         if options.get(key) and not options.get("checkpoint_dir"):  # used to be ignored
             raise ValueError(f"{flag} {options[key]} needs --checkpoint-dir DIR: where to save them.")
     restarts = getattr(args, "max_restarts", 0)
@@ -147,8 +158,9 @@ def checkpoint_options(args, options: dict) -> dict:
 
 
 def _run(args):
-    from mgpukit.files import OutputError
-
+    if args.emulate is not None and not args.emulate.strip():  # '' used to run unemulated
+        raise ValueError("--emulate needs a hardware profile name, e.g. --emulate h100-nvlink "
+                         "(`mgpukit plan --help` lists them).")
     if args.emulate and args.mode not in ("auto", "emulated"):  # it used to run emulated, silently
         raise ValueError(f"--emulate {args.emulate} runs on the virtual clock (emulated mode), not "
                          f"--mode {args.mode}; drop one of them.")
@@ -167,7 +179,7 @@ def _run(args):
 
 
 def _run_record(args, mode):
-    from mgpukit.experiment import run
+    from mgpukit.experiment import run  # lazy: start-up
 
     return run(args.strategy, workers=args.workers, mode=mode, profile=args.emulate,
                shape=bool(getattr(args, "shape", False)),
@@ -196,8 +208,8 @@ def _report_run(args, record):
 
 def print_breakdown(record):
     """Emulated runs: where the step went; pipelines: why they idle."""
-    from mgpukit.measure.breakdown import describe_time_split, time_split
-    from mgpukit.measure.idle import describe_idle_split
+    from mgpukit.measure.breakdown import describe_time_split, time_split  # lazy: start-up
+    from mgpukit.measure.idle import describe_idle_split  # lazy: start-up
 
     split = time_split(record)
     if split is not None:
@@ -208,13 +220,13 @@ def print_breakdown(record):
 
 
 def print_summary(records):
-    from mgpukit.plots.summary import format_summary
+    from mgpukit.plots.summary import format_summary  # lazy: start-up
 
     print(format_summary(records))
 
 
 def _bench(args):
-    from mgpukit.bench import BENCHES, load_all
+    from mgpukit.bench import BENCHES, load_all  # lazy: start-up
 
     load_all()
     names = sorted(BENCHES) if args.name == "all" else [args.name]
@@ -226,7 +238,7 @@ def _bench(args):
         print(f"== bench {name} ==")
         results[name] = BENCHES[name][0](args)
     if args.json:
-        from mgpukit.measure.record import save_record
+        from mgpukit.measure.record import save_record  # lazy: start-up
 
         save_record(results, args.json)
     return 0
@@ -235,8 +247,6 @@ def _bench(args):
 def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
     """The whole CLI; ``only="plan"`` builds just ``plan``, which is pure arithmetic: it then
     never imports torch (4 s of the 5 s `mgpukit plan --search` used to take)."""
-    from mgpukit.costmodel import plan_cli
-
     parser = _Parser(prog="mgpukit", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True)  # subcommands are _Parsers too
@@ -244,7 +254,7 @@ def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
         plan_cli.register(sub)
         sub.choices["plan"].add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
         return parser
-    from mgpukit import calibrate, export, tour
+    from mgpukit import calibrate, export, tour  # lazy: start-up
 
     p = sub.add_parser("info", help="devices, versions, default mode and worker count")
     p.add_argument("--json", action="store_true")
@@ -290,15 +300,13 @@ def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
 
 def _error_message(e: BaseException) -> tuple[int, str] | None:
     """(exit code, message) for an error the user can act on; None for a bug (traceback)."""
-    from mgpukit.runtime.launcher import LaunchError, LaunchTimeout, WorkerError
+    from mgpukit.runtime.launcher import LaunchError, LaunchTimeout, WorkerError  # lazy: start-up
 
     if isinstance(e, WorkerError) and e.one_line:  # a rank stopped on purpose, saying why
         return e.exit_code, e.one_line
     if isinstance(e, (WorkerError, LaunchTimeout)):  # the run failed: the rank's traceback is the news
         return 1, str(e)
     if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):  # a write failed
-        from mgpukit.files import describe_os_error
-
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
         return 2, " ".join(f"{where}{describe_os_error(e) if e.errno else e}".split())
     if isinstance(e, KeyError) and e.args and isinstance(e.args[0], str):
@@ -317,8 +325,6 @@ def main(argv=None) -> int:
     ignore_file_size_limit()  # `ulimit -f`: a failed write, not a process killed mid-file
     try:
         if isinstance(getattr(args, "json", None), str):  # run, bench, plan: checked before the work
-            from mgpukit.files import check_output
-
             check_output(args.json, what="--json file")
         return int(args.func(args) or 0)
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP: the launch already ended its workers

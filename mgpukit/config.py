@@ -1,4 +1,9 @@
-"""`RunConfig`: what one experiment trains — model, data, optimizer, steps — and its knobs."""
+"""`RunConfig`: what one experiment trains — model, data, optimizer, steps — and its knobs.
+
+The parallel layout is not kept here beside it: `micro_batches` and `layout` are what was asked,
+and `mgpukit.prepare` resolves them once into the run's `Layout`, which the workers then read
+(`ctx.layout`). A record's `config` is this object as a dict, so `RunConfig(**record["config"])`
+rebuilds it."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,7 +24,9 @@ class RunConfig:
     model: str = "gpt-tiny"
     steps: int = 20
     global_batch: int = 8  # sequences (GPT) or rows (MLP) per optimizer step, over all ranks
-    micro_batches: int = 1  # per step, per data-parallel rank (gradient accumulation / pipeline)
+    # micro-batches per step per data-parallel rank, as asked (1: a pipeline picks 2p). What a run
+    # uses is its layout's `num_micro_batches`, resolved once before launch (`mgpukit.prepare`)
+    micro_batches: int = 1
     # SGD with momentum by default: parity with the single-process reference then holds at
     # torch's fp32 tolerances for the whole run. Adam divides by sqrt(v), which amplifies the
     # last-bit differences of a different summation order (2 half-batch gradients averaged vs
@@ -28,8 +35,9 @@ class RunConfig:
     optimizer: str = "sgd"  # "sgd" | "adamw"
     seed: int = 0
     options: dict = dataclasses.field(default_factory=dict)  # strategy knobs (bucket_mb, …)
-    # the parallel layout (dp, tp, pp, schedule, v, …): None until the runner resolves the
-    # strategy's on the launched workers; the cost model predicts from the same object
+    # the parallel layout (dp, tp, pp, schedule, v, m, …): as given, a request (its fields are
+    # overrides); after `mgpukit.prepare`, the resolved one — the same object every worker's
+    # context carries (`ctx.layout`) and the cost model predicts from
     layout: Layout | None = None
 
     def __post_init__(self):
@@ -65,7 +73,7 @@ class RunConfig:
         return not self.model.startswith("mlp")  # the GPTs, and the Llama-sized GPT
 
     def model_config(self):
-        from mgpukit import models as m
+        from mgpukit import models as m  # lazy: a RunConfig is made without importing torch (the CLI's)
 
         return {"gpt-tiny": m.gpt_tiny, "gpt-small": m.gpt_small,
                 "mlp-tiny": m.mlp_tiny, "mlp-wide": m.mlp_wide,

@@ -9,13 +9,9 @@ its parity, the files):
     rec = mgpukit.run("pp-1f1b", workers=4, layout={"dp": 2, "pp": 2})      # dp × pp
     rec["parity"]["ok"], rec["tokens_per_s"], rec["layout"]
 
-Parity: the strategy's logged losses and gradient norms (per step) and its final weights are
-compared with the `single` reference trained on the same global batches, at torch's default
-fp32 tolerances (`torch.testing.assert_close`: rtol 1.3e-6, atol 1e-5) unless the strategy
-states its own (pipelines: PyTorch's pipelining tolerances; lossy compression: a loss-curve
-check) or the layout trains in bf16 / fp16 (every step's loss within 5% of the fp32 reference's). The gradient norm is what catches a missing average: Adam's update barely changes if
-every gradient is doubled, but the norm does. A run *is* the reference (`single`, no parity) or
-*has no* reference (`ps-async`): the record says which.
+Parity (`mgpukit.parity`): the strategy's losses, gradient norms and final weights against the
+`single` reference trained on the same global batches, in `finish`. A run *is* the reference
+(`single`, no parity) or *has no* reference (`ps-async`): the record says which.
 
 Shape mode (`shape=True`, emulated only; `mgpukit.measure.shape`): every rank runs the same
 code under torch's `FakeTensorMode` — real-scale models (`gpt2-350m`, `llama-7b`, …) with no
@@ -42,93 +38,26 @@ from mgpukit import strategies
 from mgpukit.config import SHAPE_MODELS, RunConfig
 from mgpukit.files import OutputError, check_output, export_profiler_trace, write_all, write_bytes
 from mgpukit.fits import check_fits
+from mgpukit.measure.device_guard import DeviceGuard
 from mgpukit.measure.progress import follow
 from mgpukit.measure.record import build_record, save_chrome_trace, save_record
 from mgpukit.measure.recorder import Recorder
 from mgpukit.measure.shape import maybe as maybe_fake
-from mgpukit.parallelize import parallelize, resolve_layout
-from mgpukit.runtime.dims import ParallelDims
+from mgpukit.parallelize import parallelize
+from mgpukit.parity import check_parity
+from mgpukit.prepare import Prepared, check_outputs, default_collective_timeout, prepare
+from mgpukit.runtime import context as _context
+from mgpukit.runtime.context import current, worker_context
 from mgpukit.runtime.hardware import env_info, placement
-from mgpukit.runtime.launcher import WorkerError, launch, resolve_mode
-from mgpukit.strategies.policies.precision import loss_curve_parity
+from mgpukit.runtime.launcher import WorkerError, launch
 from mgpukit.strategies.registry import Strategy
 from mgpukit.threads import policy as thread_policy
 from mgpukit.training.building import build_model, build_optimizer
-from mgpukit.training import backup, hetero
 from mgpukit.training.checkpoint import checkpointing, has_checkpoint
+from mgpukit.training.checkpoint_files import FolderLock, check_folder
 from mgpukit.training.trainer import train
 
-FP32_TOL = {"rtol": 1.3e-6, "atol": 1e-5}  # torch.testing.assert_close defaults for float32
 _REFERENCE_CACHE: dict[str, dict] = {}
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Prepared:
-    """A run that passed every check: what `launch` needs and what the record says."""
-
-    strategy: Strategy
-    cfg: RunConfig  # with its resolved layout
-    workers: int
-    dims: ParallelDims
-    mode: str
-    profile: str | None
-    shape: bool = False  # shape mode: fake tensors at real scale (module docstring)
-
-
-def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", profile=None,
-            config: RunConfig | None = None, layout: dict | None = None, shape: bool = False,
-            **overrides) -> Prepared:
-    """Every check a run needs, before anything starts; raises ValueError saying what to change."""
-    strat = strategies.get(strategy)
-    cfg = (config or RunConfig()).replace(**overrides) if overrides else (config or RunConfig())
-    check_shape(shape, mode, cfg.model, strat, cfg.options)
-    cfg = cfg.replace(options=strat.check_options(cfg.options))
-    if cfg.model not in strat.models:
-        raise ValueError(f"strategy {strategy!r} runs on models {strat.models}, not {cfg.model!r}.")
-    if workers is not None and (not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"workers={workers!r}: use a positive number of workers.")
-    if cfg.layout is not None:  # a full layout given: its fields are the overrides
-        layout = {**{k: getattr(cfg.layout, k) for k in ("dp", "tp", "pp", "schedule", "v",
-                                                         "checkpointing", "dtype", "stage_layers")},
-                  **(layout or {})}
-    resolved = resolve_layout(strat, cfg, workers, layout)
-    workers = resolved.world_size
-    if workers < strat.min_workers:
-        raise ValueError(f"strategy {strategy!r} needs at least {strat.min_workers} workers, got {workers}.")
-    dims = ParallelDims(dp=resolved.dp, tp=resolved.tp, pp=resolved.pp, world_size=workers)
-    cfg = cfg.replace(layout=resolved)
-    if resolved.pp == 1 and not cfg.options.get("batch_split"):
-        check_batch(cfg, strat.batch_ranks(workers) if strat.batch_ranks else dims.dp)
-    if strat.validate:
-        strat.validate(cfg, dims)
-    if mode == "emulated" and not strat.emulation:
-        raise ValueError(f"strategy {strategy!r} has no emulated mode; use mode='cpu'.")
-    mode = resolve_mode(mode, workers)
-    hetero.check(cfg, dims, mode)  # unequal batches / per-rank profiles (training/hetero.py)
-    backup.check(cfg, dims, strat.name)  # dropping the slowest ranks (training/backup.py)
-    if mode == "emulated" and not profile:
-        raise ValueError("mode='emulated' needs a hardware profile, e.g. profile='h100-nvlink'.")
-    if mode == "emulated" and isinstance(profile, str):
-        from mgpukit.costmodel.hardware import load_profile
-
-        load_profile(profile)  # an unknown profile fails here, naming the known ones
-    return Prepared(strategy=strat, cfg=cfg, workers=workers, dims=dims, mode=mode,
-                    profile=profile if mode == "emulated" else None, shape=bool(shape))
-
-
-def check_shape(shape, mode: str, model: str, strat: Strategy, options: dict) -> None:
-    """Shape mode is emulated only (fake tensors have no values to measure). The real-scale
-    models run in shape mode or for real, after the memory check (`mgpukit.fits`)."""
-    if not isinstance(shape, bool):
-        raise ValueError(f"shape={shape!r}: give True or False.")
-    if shape and mode != "emulated":
-        raise ValueError("shape mode runs on the virtual clock only: add --emulate PROFILE "
-                         "(mode='emulated', profile='h100-nvlink').")
-    if shape and strat.worker is not None:
-        raise ValueError(f"{strat.name} runs its own worker loop; shape mode runs the appliers "
-                         f"and the one trainer only.")
-    if shape and options.get("checkpoint_dir"):
-        raise ValueError("shape mode has no weights to checkpoint (fake tensors); drop checkpoint_dir.")
 
 
 def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profile: str | None = None,
@@ -171,29 +100,24 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     if p.cfg.options.get("checkpoint_every") and not p.cfg.options.get("checkpoint_dir"):
         raise ValueError(f"checkpoint_every={p.cfg.options['checkpoint_every']} needs checkpoint_dir=... "
                          f"(--checkpoint-dir): where to save them.")
-    if p.cfg.options.get("checkpoint_dir"):
-        check_output(p.cfg.options["checkpoint_dir"], what="checkpoint folder (checkpoint_dir)",
-                     directory=True)
-    memory_check = {} if p.shape else check_fits(
+    root = p.cfg.options.get("checkpoint_dir")
+    if root:
+        check_output(root, what="checkpoint folder (checkpoint_dir)", directory=True)
+    memory_check = {} if p.shape else check_fits(  # real scale: refused here if it cannot fit
         p.cfg, p.cfg.layout, workers=p.workers, mode=p.mode, strategy=p.strategy.name,
         parity=parity and p.strategy.reference is not None)
-    restarts = []
-    while True:
-        try:
-            with progress_bar(p) as progress_file:
-                results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
-                                 dims=p.dims, timeout_s=timeout_s, echo=echo,
-                                 threads_per_worker=threads_per_worker,
-                                 collective_timeout_s=min(collective_timeout_s, timeout_s),
-                                 debug_collectives=debug_collectives,
-                                 options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None,
-                                          "shape": p.shape, "progress_file": progress_file})
-            break
-        except WorkerError as e:  # a rank died: go on from the last checkpoint, if there is one
-            if len(restarts) >= max_restarts or not has_checkpoint(p.cfg.options["checkpoint_dir"]):
-                raise
-            restarts.append({"error": str(e).splitlines()[0], "rank": e.rank})
-            p = dataclasses.replace(p, cfg=p.cfg.replace(options={**p.cfg.options, "resume": True}))
+    lock = FolderLock(root).acquire() if root else None  # one run per checkpoint folder
+    try:
+        if root:
+            check_folder(p.cfg)  # resume: there, whole, this model and optimizer, steps left
+        results, p, restarts = _launch_with_restarts(
+            p, max_restarts, timeout_s=timeout_s, echo=echo, threads_per_worker=threads_per_worker,
+            collective_timeout_s=min(collective_timeout_s, timeout_s), debug_collectives=debug_collectives,
+            options={"torch_profile_dir": str(torch_profile_dir) if torch_profile_dir else None,
+                     "shape": p.shape, "checkpoint_verified": bool(root)})  # check_folder did
+    finally:
+        if lock is not None:
+            lock.release()
     record = finish(p, [r["result"] for r in results], results[0].get("weights"), parity=parity,
                     tolerance=tolerance, timeout_s=timeout_s)
     record["restarts"] = restarts
@@ -202,6 +126,38 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
                   weights_path=weights_path, failed=[r["output_error"] for r in results
                                                      if r.get("output_error")])
     return record
+
+
+def _launch_with_restarts(p: Prepared, max_restarts: int, **launch_kw) -> tuple[list, Prepared, list]:
+    """Launch `p`; when a rank dies, go on from the last checkpoint up to `max_restarts` times.
+    Returns (each rank's result, the run as it ran last — resumed after a restart —, the
+    restarts). A rank that stopped on purpose (a NaN, a full disk: `WorkerError.one_line`) is
+    not restarted: it would stop again the same way."""
+    restarts = []
+    base_options = launch_kw.pop("options", {})
+    while True:
+        try:
+            with progress_bar(p) as progress_file:
+                options = {**base_options, "progress_file": progress_file}
+                results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
+                                 dims=p.dims, layout=p.layout, options=options, **launch_kw)
+            return results, p, restarts
+        except WorkerError as e:  # a rank died: go on from the last checkpoint, if there is one
+            root = p.cfg.options.get("checkpoint_dir")
+            if len(restarts) >= max_restarts or e.one_line or not has_checkpoint(root):
+                raise
+            restarts.append({"error": str(e).splitlines()[0], "rank": e.rank})
+            p = dataclasses.replace(p, cfg=p.cfg.replace(options={**p.cfg.options, "resume": True}))
+            check_folder(p.cfg)  # what the failed run saved last is whole
+
+
+def progress_bar(p: Prepared):
+    """A tqdm bar in this process for a real-scale model trained on CPU workers (minutes per
+    step: `measure/progress.py`); the path the workers write to, or None for everything else."""
+    if p.shape or p.cfg.model not in SHAPE_MODELS or p.mode == "gpu":
+        return contextlib.nullcontext(None)
+    path = os.path.join(tempfile.gettempdir(), f"mgpukit-progress-{os.getpid()}-{time.monotonic_ns()}")
+    return follow(path, steps=p.cfg.steps, desc=f"{p.cfg.model} · {p.strategy.name} ({p.mode})")
 
 
 def write_outputs(record: dict, weights, *, json_path=None, trace_path=None, weights_path=None,
@@ -219,52 +175,11 @@ def write_outputs(record: dict, weights, *, json_path=None, trace_path=None, wei
         raise
 
 
-def progress_bar(p: Prepared):
-    """A tqdm bar in this process for a real-scale model trained on CPU workers (minutes per
-    step: `measure/progress.py`); the path the workers write to, or None for everything else."""
-    if p.shape or p.cfg.model not in SHAPE_MODELS or p.mode == "gpu":
-        return contextlib.nullcontext(None)
-    path = os.path.join(tempfile.gettempdir(), f"mgpukit-progress-{os.getpid()}-{time.monotonic_ns()}")
-    return follow(path, steps=p.cfg.steps, desc=f"{p.cfg.model} · {p.strategy.name} ({p.mode})")
-
-
-def default_collective_timeout(cfg: RunConfig, mode: str, *, shape: bool = False) -> float:
-    """Seconds one collective may wait for its peers, proportionate to the job.
-
-    On the shipped models a step takes milliseconds to a second, so a collective that waits a
-    minute is a rank that will never come (a mismatch), not a slow one: 60 s for the tiny
-    models, 180 s for gpt-small, an hour for a real-scale model trained for real (CPU workers
-    take minutes per step), plus the seconds a deliberate input delay adds per step
-    (`loader_delay_s` × micro-batches); at least 300 s on GPUs, where NCCL's first collective
-    sets up its communicators."""
-    seconds = 180.0 if cfg.model == "gpt-small" else 60.0
-    if shape:  # fake tensors: a rank of a real-scale model spends seconds per step on the host
-        seconds = 600.0
-    elif cfg.model in SHAPE_MODELS:  # real tensors at real scale: minutes per step on CPU workers
-        seconds = 3600.0
-    delay = cfg.options.get("loader_delay_s") or 0.0
-    seconds += 4 * float(delay) * cfg.micro_batches
-    return max(seconds, 300.0) if mode == "gpu" else seconds
-
-
-def check_outputs(*, json_path=None, trace_path=None, weights_path=None, torch_profile_dir=None) -> None:
-    """Every file a run will write can be written — checked before it trains, so a typo in a
-    path does not throw a finished run away (ValueError naming the path and the fix)."""
-    for path, what in ((json_path, "record (--json)"), (trace_path, "trace (--trace)"),
-                       (weights_path, "weights (--save-weights)")):
-        if path:
-            check_output(path, what=what)
-    if torch_profile_dir:
-        check_output(torch_profile_dir, what="torch.profiler folder (--profile-torch)", directory=True)
-
-
 def run_rank(name: str, cfg: RunConfig):
     """What every rank runs: the strategy with a recorder (optional torch.profiler trace).
 
     An unmodified model -> the layout's appliers (`parallelize`) -> the one trainer; a strategy
     with a topology of its own (the parameter server) runs its `worker` instead."""
-    from mgpukit.runtime.context import current
-
     ctx = current()
     if ctx.options.get("shape") and ctx.device.type == "cpu":
         # fake tensors tell "cpu" (where the model is built) from "cpu:0" (Accelerate's name)
@@ -292,7 +207,6 @@ def run_rank(name: str, cfg: RunConfig):
 
 def _train(strat: Strategy, ctx, rec, cfg) -> dict | None:
     if ctx.options.get("device_guard"):  # factory calls without device= become meta tensors
-        from mgpukit.measure.device_guard import DeviceGuard
 
         with DeviceGuard():
             return _train_unguarded(strat, ctx, rec, cfg)
@@ -342,10 +256,8 @@ def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool
     elif parity:
         ref = reference(strat.reference, cfg, mode=p.mode, timeout_s=timeout_s, in_process=in_process,
                         threads=record["threads"]["per_worker"])
-        check, tol = strat.compare or compare, tolerance or strat.tolerance
-        if cfg.layout.dtype != "fp32":  # reduced precision changes the numbers on purpose
-            check, tol = loss_curve_parity(), tolerance
-        record["parity"] = check(record, weights, ref, tol)
+        record["parity"] = check_parity(record, weights, ref, strategy=strat, layout=p.layout,
+                                        tolerance=tolerance)
         record["reference"] = strat.reference
     write_outputs(record, weights, json_path=json_path, trace_path=trace_path, weights_path=weights_path)
     return record
@@ -372,17 +284,6 @@ def load_weights(path: str | Path) -> dict:
     from safetensors.torch import load_file
 
     return load_file(str(path))
-
-
-def check_batch(cfg: RunConfig, ranks: int) -> None:
-    """Every rank that takes a slice of the batch gets the same number of whole micro-batches."""
-    per = ranks * cfg.micro_batches
-    if cfg.global_batch % per:
-        good = per * max(1, round(cfg.global_batch / per))
-        raise ValueError(
-            f"global_batch={cfg.global_batch} does not split into {ranks} data ranks × "
-            f"micro_batches={cfg.micro_batches}; use a global batch that is a multiple of {per} "
-            f"(e.g. {good}), or change the number of workers or micro-batches.")
 
 
 def is_reference_layout(layout) -> bool:
@@ -412,12 +313,10 @@ def reference(name: str, cfg: RunConfig, *, mode: str = "cpu", timeout_s: float 
         run(name, workers=1, mode="gpu" if mode == "gpu" else "cpu", config=_reference_config(cfg),
             parity=False, timeout_s=timeout_s, threads_per_worker=threads or 1)
         return _REFERENCE_CACHE[key]
-    from mgpukit.runtime import context as _context
-    from mgpukit.runtime.context import WorkerContext
-
     p = prepare(name, workers=1, mode="cpu", config=_reference_config(cfg))
-    solo = WorkerContext(rank=0, world_size=1, mode=in_process.mode, profile=None,
-                         device=in_process.device, t0=in_process.t0, threads=in_process.threads)
+    solo = worker_context(rank=0, world_size=1, mode=in_process.mode, device=in_process.device,
+                          t0=in_process.t0, threads=in_process.threads, dims=p.dims, layout=p.layout,
+                          mesh=False)
     _context.set_current(solo)
     try:
         out = run_rank(name, p.cfg)
@@ -425,55 +324,3 @@ def reference(name: str, cfg: RunConfig, *, mode: str = "cpu", timeout_s: float 
         _context.set_current(None)
     finish(dataclasses.replace(p, mode=mode), [out["result"]], out["weights"], parity=False)
     return _REFERENCE_CACHE[key]
-
-
-def _max(diff: torch.Tensor) -> float:
-    """The largest element, NaN if any is NaN (torch's max propagates NaN)."""
-    return float(diff.max()) if diff.numel() else 0.0
-
-
-def _nan_max(a: float, b: float) -> float:
-    """max() that keeps NaN: Python's `max(0.0, nan)` is 0.0, which reported a NaN run as exact."""
-    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
-
-
-def compare(record: dict, weights: dict | None, ref: dict, tol: dict | None) -> dict:
-    """Losses, gradient norms and final weights against the reference, elementwise with tolerance."""
-    tol = tol or FP32_TOL
-    ref_record, ref_weights = ref["record"], ref["weights"]
-    checks = {
-        "losses": (record["losses"], ref_record["losses"]),
-        "grad_norms": (record["grad_norms"], ref_record["grad_norms"]),
-    }
-    out = {"reference": ref_record["strategy"], "tolerance": dict(tol)}
-    ok = True
-    worst = 0.0
-    for name, (got, want) in checks.items():
-        got_t, want_t = torch.tensor(got, dtype=torch.float64), torch.tensor(want, dtype=torch.float64)
-        if got_t.shape != want_t.shape:
-            out[f"{name}_max_abs_diff"] = math.inf
-            ok = False
-            continue
-        diff = (got_t - want_t).abs()
-        out[f"{name}_max_abs_diff"] = _max(diff)
-        ok &= bool(torch.all(diff <= tol["atol"] + tol["rtol"] * want_t.abs()))
-        worst = _nan_max(worst, out[f"{name}_max_abs_diff"])
-    if weights is None:
-        out["weights_max_abs_diff"] = None
-        out["weights_checked"] = False
-    else:
-        missing = sorted(set(ref_weights) ^ set(weights))
-        if missing:
-            raise ValueError(f"weights returned by the strategy don't match the reference's names: {missing[:5]}")
-        wdiff = 0.0
-        for k, want in ref_weights.items():
-            got = weights[k].to(want.dtype)
-            diff = (got - want).abs()
-            wdiff = _nan_max(wdiff, _max(diff))
-            ok &= bool(torch.all(diff <= tol["atol"] + tol["rtol"] * want.abs()))
-        out["weights_max_abs_diff"] = wdiff
-        out["weights_checked"] = True
-        worst = _nan_max(worst, wdiff)
-    out["max_abs_diff"] = worst
-    out["ok"] = bool(ok)
-    return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mgpukit.files import check_output, write_text
+from mgpukit.strategies import available, get
 
 TEMPLATE = '''"""Train any mgpukit strategy on the processes `accelerate launch` or `torchrun` start.
 
@@ -113,8 +114,6 @@ if __name__ == "__main__":
 
 
 def script_for(name: str = "ddp") -> str:
-    from mgpukit.strategies import get
-
     return TEMPLATE.format(name=get(name).name)
 
 
@@ -132,8 +131,6 @@ def export(name: str, out: str | Path, *, force: bool = False) -> Path:
 def exportable() -> list[str]:
     """Strategies `--strategy all` runs on several processes (`single`, the one-process
     reference, runs inside every parity check; `--nproc_per_node 1` runs it alone)."""
-    from mgpukit.strategies import available
-
     return sorted(s.name for s in available() if s.family not in ("test", "reference"))
 
 

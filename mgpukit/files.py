@@ -32,6 +32,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from mgpukit.signals import ignore_file_size_limit
+
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -41,9 +43,9 @@ def check_output(path: str | os.PathLike, *, what: str = "output file", overwrit
 
     `directory=True`: `path` is a folder to create or fill. `overwrite=False`: an existing file
     is refused (say `force_hint` to allow it). Nothing is created here."""
+    if str(path).strip() == "":  # before Path(), which reads "" as "."
+        raise ValueError(f"the {what} path is empty; give a {'folder' if directory else 'file'} name.")
     path = Path(path).expanduser()
-    if str(path).strip() == "":
-        raise ValueError(f"the {what} path is empty; give a file name.")
     if path.exists():
         if directory and not path.is_dir():
             raise ValueError(f"{what} {path} exists and is not a directory; choose another path.")
@@ -106,8 +108,6 @@ def atomic_path(path: str | os.PathLike, *, what: str = "file") -> Iterator[Path
     `path` in one rename (after an fsync), else it is deleted and `path` is left untouched.
     An OSError on the way (the block's own writes included) becomes an `OutputError` naming
     `what` and `path`."""
-    from mgpukit.signals import ignore_file_size_limit
-
     ignore_file_size_limit()  # a write past `ulimit -f` fails instead of killing us mid-file
     path = Path(path).expanduser()
     tmp = None
@@ -195,7 +195,7 @@ def export_profiler_trace(prof, path: str | os.PathLike, *, what: str = "torch.p
         leftover = Path(f"{tmp}.tmp")
         if leftover.exists():  # kineto keeps errno to itself: say what is likely
             leftover.unlink()
-            free, limit = free_bytes(tmp.parent), _file_size_limit()
+            free, limit = free_bytes(tmp.parent), file_size_limit()
             code = (errno.ENOSPC if free is not None and free < 1 << 20 else
                     errno.EFBIG if limit is not None else errno.EIO)
             raise OSError(code, f"torch.profiler could not write the trace ({free_bytes_text(free)} "
@@ -208,7 +208,7 @@ def export_profiler_trace(prof, path: str | os.PathLike, *, what: str = "torch.p
     return Path(path)
 
 
-def _file_size_limit() -> int | None:
+def file_size_limit() -> int | None:
     """This process's file-size limit in bytes (`ulimit -f`), None when unlimited or unknown."""
     try:
         import resource

@@ -27,9 +27,13 @@ may still fail.
 from __future__ import annotations
 
 import dataclasses
+from itertools import combinations
+
+import psutil
 
 from mgpukit.costmodel.memory import model_state_bytes, stage_memory, stage_params
 from mgpukit.costmodel.shapes import ModelShape, layer_param_split
+from mgpukit.runtime.hardware import gpu_info
 
 USABLE = 0.9  # of a GPU's memory, or of the RAM available (module docstring)
 GB = 1e9
@@ -81,14 +85,10 @@ def need(cfg, layout, workers: int, mode: str, *, parity: bool = True) -> dict:
 def limit(mode: str) -> tuple[float, str]:
     """(usable bytes, how they were found) for `mode`."""
     if mode == "gpu":
-        from mgpukit.runtime.hardware import gpu_info
-
         sizes = [g["memory_bytes"] for g in gpu_info() if g.get("memory_bytes")]
         if not sizes:
             return float("inf"), "GPU memory unknown"
         return USABLE * min(sizes), f"{USABLE:.0%} of the smallest GPU's {min(sizes) / GB:.1f} GB"
-    import psutil
-
     avail = psutil.virtual_memory().available
     return USABLE * avail, f"{USABLE:.0%} of the {avail / GB:.1f} GB of RAM available now"
 
@@ -129,8 +129,6 @@ def _applicable(change, cfg, layout, workers, mode, parity) -> bool:
 def fixes(cfg, layout, workers: int, mode: str, strategy: str, usable: float, *, parity: bool) -> list[str]:
     """The fewest changes that make the run fit (up to three ways), each checked with `need`;
     shape mode last, which always fits."""
-    from itertools import combinations
-
     def size(state):
         c, lay, w, par = state
         return (rank_bytes(c, lay)["total"] if mode == "gpu" and lay.zero == 3 and lay.dp > layout.dp

@@ -25,6 +25,9 @@ import torch
 import torch.distributed as dist
 
 from mgpukit.config import RunConfig
+from mgpukit.experiment import finish, run_rank
+from mgpukit.export import exportable
+from mgpukit.prepare import check_outputs, prepare
 from mgpukit.runtime import context as _context
 from mgpukit.runtime.nodes import NodeLayout, node_rank_from_env
 from mgpukit.runtime.peers import PeerLostError, PeerWatch
@@ -41,10 +44,6 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
     or a model it does not train) is skipped — `on_skip(strategy, reason)` on rank 0, or a
     warning — and the others run; one named strategy that cannot run raises, as before."""
     from accelerate import PartialState
-
-    from mgpukit.experiment import check_outputs, finish, prepare, run_rank
-    from mgpukit.export import exportable
-    from mgpukit.runtime.launcher import build_mesh
 
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -94,10 +93,10 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
                 watch.started()
             if dist.is_initialized():
                 dist.barrier()  # a common origin for every rank's timeline
-            ctx = _context.WorkerContext(rank=state.process_index, world_size=world_size, mode=p.mode,
-                                         profile=None, device=state.device, t0=time.perf_counter(),
-                                         threads=torch.get_num_threads(), dims=p.dims,
-                                         mesh=build_mesh(p.dims, state.device), nodes=nodes)
+            ctx = _context.worker_context(rank=state.process_index, world_size=world_size, mode=p.mode,
+                                          device=state.device, t0=time.perf_counter(),
+                                          threads=torch.get_num_threads(), dims=p.dims, layout=p.layout,
+                                          nodes=nodes)
             _context.set_current(ctx)
             out = run_rank(p.strategy.name, p.cfg)
             results = [None] * world_size

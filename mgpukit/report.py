@@ -2,7 +2,8 @@
 
 `write_report` writes `out_dir/index.html` that opens offline: plotly.js is embedded once,
 in the first figure, and every later figure reuses it. Nothing here trains or measures;
-it only lays out records (DESIGN.md §4) and the figures `mgpukit.plots` draws from them.
+it only lays out records (docs/ARCHITECTURE.md, "The result record") and the figures
+`mgpukit.plots` draws from them.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ stderr line naming its cause. The public functions behind the CLI are fed bad va
 must raise ValueError (or LaunchError, a RuntimeError naming what to change) before launching.
 `tests/test_cli.py` checks the same contract through the real console entry point."""
 import math
+import shlex
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,7 @@ def files(tmp_path):
         return str(path)
     (tmp_path / "bad.toml").write_text("name = [\n")
     (tmp_path / "plain").write_text("x")
+    (tmp_path / "adir").mkdir()
     (tmp_path / "mine.py").write_text("# the user's own script\n")
     return {
         "bad_toml": str(tmp_path / "bad.toml"),
@@ -79,6 +81,7 @@ def files(tmp_path):
         "launch_str": as_value("launch", '"fast"'),
         "gemm_list": as_value("gemm", "[0.7]"),
         "file": str(tmp_path / "plain"),
+        "dir": str(tmp_path / "adir"),
         "mine": str(tmp_path / "mine.py"),
         "missing": str(tmp_path / "nope.md"),
     }
@@ -270,16 +273,218 @@ CLI_CASES = [
     ("info --bogus", "unrecognized arguments: --bogus"),
     ("nope-command", "invalid choice: 'nope-command'"),
     ("", "required: command"),
+    # issue 25: a probe's worth more, each one line and exit 2 (inputs tried per class: see
+    # `test_the_table_covers_every_class`)
+    ('--bogus run', 'the following arguments are required: st'),
+    ('--debug', 'the following arguments are required: co'),
+    ("bench ''", "unknown benchmark ''; choose from: all,"),
+    ('bench comm --workers 0', 'argument --workers: 0 must be at least 1'),
+    ('bench launch --json /proc/b.json', 'cannot write --json file /proc/b.json: /'),
+    ('bench launch --repeats x', "argument --repeats: 'x' is not a whole n"),
+    ('bench launch --workers 99999999999999', 'argument --workers: 99999999999999 is to'),
+    ('calibrate --out /proc/m.toml', 'cannot write profile file (--out) /proc/'),
+    ('calibrate --out {dir}', 'is a directory; give a file name inside'),
+    ('calibrate --workers -1', 'workers=-1: calibrate needs at least 2 w'),
+    ('calibrate --workers x', "argument --workers: invalid int value: '"),
+    ("export ''", "unknown strategy ''; `mgpukit list` show"),
+    ('export --out /proc/x.py', 'cannot write export file (--out) /proc/x'),
+    ('export ddp --force --out {file}/x.py', 'is a file, not a directory.'),
+    ('export ddp --out {dir}', 'is a directory; give a file name inside'),
+    ('export nope --out {dir}/new.py', "unknown strategy 'nope'; `mgpukit list`"),
+    ('info extra', 'unrecognized arguments: extra (see `mgpu'),
+    ('list --x', 'unrecognized arguments: --x (see `mgpuki'),
+    ('plan --ckpt half', "argument --ckpt: invalid choice: 'half'"),
+    ('plan --cp 0', '--cp 0: must be at least 1'),
+    ('plan --cp 3 --gpus 8', 'tp × pp × cp = 3 does not divide --gpus'),
+    ('plan --dataset-tokens abc --epochs 1', '--dataset-tokens abc: not a token count;'),
+    ('plan --dp 16 --gpus 8', 'dp × tp × pp = 16 × 1 × 1 = 16, but ther'),
+    ('plan --dp 3 --gpus 8', 'dp × tp × pp = 3 × 1 × 1 = 3, but there'),
+    ('plan --epochs -1 --dataset-tokens 1B', '--epochs -1.0: must be a finite number >'),
+    ('plan --epochs abc --dataset-tokens 1B', 'argument --epochs: invalid float value:'),
+    ('plan --epochs nan --dataset-tokens 1B', '--epochs nan: must be a finite number >'),
+    ('plan --global-batch 1 --gpus 8', 'global batch 1 is not a multiple of dp ×'),
+    ('plan --gpus', 'argument --gpus: expected one argument ('),
+    ('plan --gpus 1e9', "argument --gpus: invalid int value: '1e9"),
+    ('plan --gpus 64 --tp 3', 'tp × pp = 3 does not divide --gpus 64; c'),
+    ('plan --gpus 8 --global-batch 7', 'global batch 7 is not a multiple of dp ×'),
+    ('plan --gpus 8 --pp 3', 'tp × pp = 3 does not divide --gpus 8; ch'),
+    ('plan --gpus 8 --pp 64', 'tp × pp = 64 does not divide --gpus 8; c'),
+    ('plan --gpus 8.5', "argument --gpus: invalid int value: '8.5"),
+    ("plan --json ''", 'the --json file path is empty; give a fi'),
+    ('plan --json /proc/p.json', 'cannot write --json file /proc/p.json: /'),
+    ('plan --json {dir}', 'is a directory; give a file name inside'),
+    ('plan --micro-batches 0', '--micro-batches 0: must be at least 1'),
+    ("plan --model ''", "unknown model ''; choose one of gpt-tiny"),
+    ('plan --price-per-gpu-hour inf --tokens 2T', '--price-per-gpu-hour inf: must be a fini'),
+    ("plan --profile ''", "unknown hardware profile ''; available:"),
+    ('plan --profile {dir}', 'no hardware profile file at'),
+    ('plan --profile {file}', "Expected '=' after a key in a key/value"),
+    ('plan --schedule interleaved --v 1 --pp 2', 'the interleaved schedule needs pp >= 2 a'),
+    ('plan --search --global-batch 0', '--global-batch 0: must be at least 1'),
+    ('plan --search --gpus -1', '--gpus -1: must be at least 1'),
+    ('plan --search --top x', "argument --top: invalid int value: 'x' ("),
+    ("plan --stage-layers '' --pp 2", "--stage-layers '': give whole numbers se"),
+    ('plan --stage-layers -1,33 --pp 2', 'argument --stage-layers: expected one ar'),
+    ('plan --stage-layers 10,22 --pp 3', 'tp × pp = 3 does not divide --gpus 8; ch'),
+    ('plan --stage-layers 16,16', 'stage_layers=(16, 16) must list pp=1 pos'),
+    ('plan --stage-layers a,b --pp 2', "--stage-layers 'a,b': give whole numbers"),
+    ("plan --tokens ''", '--tokens : not a token count; write e.g.'),
+    ('plan --tokens -2T', 'argument --tokens: expected one argument'),
+    ('plan --tokens 1..2', '--tokens 1..2: not a token count; write'),
+    ('plan --tokens 1e-5', '--tokens 1e-5: must be a finite number o'),
+    ('plan --tokens 2TT', '--tokens 2TT: not a token count; write e'),
+    ('plan --tp abc', "argument --tp: invalid int value: 'abc'"),
+    ('plan --v 3 --pp 2', 'v=3 model chunks per rank needs schedule'),
+    ('plan --zero -1', 'argument --zero: invalid choice: -1 (cho'),
+    ('plan --zero x', "argument --zero: invalid int value: 'x'"),
+    ('plan nonsense', 'unrecognized arguments: nonsense (see `m'),
+    ('run --debug', 'the following arguments are required: st'),
+    ("run ddp --checkpoint-dir ''", '--checkpoint-dir is empty; give a folder'),
+    ('run ddp --checkpoint-dir /proc/ck', 'cannot write checkpoint folder (checkpoi'),
+    ('run ddp --checkpoint-dir {dir} --resume', '(--checkpoint-dir) first.'),
+    ('run ddp --checkpoint-dir {file}/ck', 'is a file, not a directory.'),
+    ('run ddp --checkpointing half', 'argument --checkpointing: invalid choice'),
+    ('run ddp --collective-timeout -1', 'argument --collective-timeout: -1 must b'),
+    ('run ddp --collective-timeout 0', 'argument --collective-timeout: 0 must be'),
+    ('run ddp --collective-timeout abc', "argument --collective-timeout: 'abc' is"),
+    ('run ddp --collective-timeout inf', 'argument --collective-timeout: inf must'),
+    ('run ddp --collective-timeout nan', 'argument --collective-timeout: nan must'),
+    ('run ddp --dp 1.5', "argument --dp: '1.5' is not a whole numb"),
+    ('run ddp --dp 2 --tp 2 --workers 2', 'dp*tp*pp = 2*2*1 = 4, but there are 2 wo'),
+    ('run ddp --dtype bf16 --optimizer sgd -o nope=1', "unknown option 'nope' for strategy 'ddp'"),
+    ('run ddp --dtype fp64', "argument --dtype: invalid choice: 'fp64'"),
+    ("run ddp --emulate '  '", '--emulate needs a hardware profile name,'),
+    ("run ddp --emulate ''", '--emulate needs a hardware profile name,'),
+    ('run ddp --emulate {dir}', 'no hardware profile file at'),
+    ('run ddp --emulate {file}', "Expected '=' after a key in a key/value"),
+    ('run ddp --emulate h100-nvlink --model gpt2-124m', "model 'gpt2-124m' is real-scale: it runs"),
+    ('run ddp --emulate h100-nvlink --shape --model nope', "model='nope' is not one of ('gpt-tiny',"),
+    ('run ddp --emulate h100-nvlink --workers 0', 'argument --workers: 0 must be at least 1'),
+    ('run ddp --emulate h100-nvlink -o rank_profiles=h100-nvlink', 'rank_profiles names 1 profiles for 2 ran'),
+    ('run ddp --emulate h100-nvlink -o rank_profiles=nope,nope', "unknown hardware profile 'nope'; availab"),
+    ('run ddp --global-batch 0x10', "argument --global-batch: '0x10' is not a"),
+    ('run ddp --global-batch 3', 'global_batch=3 does not split into 2 dat'),
+    ("run ddp --json ''", 'the --json file path is empty; give a fi'),
+    ('run ddp --json .', '--json file . is a directory; give a fil'),
+    ('run ddp --json /sys/x.json', 'cannot write --json file /sys/x.json: /s'),
+    ('run ddp --json {dir}', 'is a directory; give a file name inside'),
+    ('run ddp --keep-checkpoints -1', 'argument --keep-checkpoints: -1 must be'),
+    ('run ddp --keep-checkpoints 0', 'argument --keep-checkpoints: 0 must be a'),
+    ('run ddp --keep-checkpoints 2', '--keep-checkpoints 2 needs --checkpoint-'),
+    ('run ddp --keep-checkpoints x', "argument --keep-checkpoints: 'x' is not"),
+    ("run ddp --lr ''", "argument --lr: invalid float value: '' ("),
+    ('run ddp --lr 0x10', "argument --lr: invalid float value: '0x1"),
+    ('run ddp --lr 1e400', 'lr=inf: the learning rate must be a fini'),
+    ('run ddp --max-restarts 1 --checkpoint-dir /proc/ck', 'cannot write checkpoint folder (checkpoi'),
+    ('run ddp --max-restarts 99999999999', 'argument --max-restarts: 99999999999 is'),
+    ('run ddp --micro-batches 100', 'global_batch=8 does not split into 2 dat'),
+    ('run ddp --model GPT-TINY', "model='GPT-TINY' is not one of ('gpt-tin"),
+    ('run ddp --model gpt-tiny,gpt-small', "model='gpt-tiny,gpt-small' is not one of"),
+    ('run ddp --model gpt2-124m', "model 'gpt2-124m' is real-scale: it runs"),
+    ('run ddp --optimizer ADAMW', "argument --optimizer: invalid choice: 'A"),
+    ("run ddp --profile-torch ''", 'the torch.profiler folder (--profile-tor'),
+    ('run ddp --profile-torch /proc/p', 'cannot write torch.profiler folder (--pr'),
+    ("run ddp --save-weights ''", 'the weights (--save-weights) path is emp'),
+    ('run ddp --save-weights /proc/w.safetensors', 'cannot write weights (--save-weights) /p'),
+    ('run ddp --schedule 1f1b', "schedule='1f1b' is a pipeline schedule:"),
+    ('run ddp --shape', '--shape runs on the virtual clock only:'),
+    ('run ddp --shape --emulate h100-nvlink --checkpoint-dir {dir}/ckx', 'shape mode has no weights to checkpoint'),
+    ('run ddp --sp', 'sequence parallelism (sp) splits the ten'),
+    ('run ddp --steps -0', 'argument --steps: 0 must be at least 1 ('),
+    ('run ddp --steps 1.0', "argument --steps: '1.0' is not a whole n"),
+    ('run ddp --steps 1e3', "argument --steps: '1e3' is not a whole n"),
+    ('run ddp --timeout 1 --collective-timeout x', "argument --collective-timeout: 'x' is no"),
+    ('run ddp --timeout 1e400', 'argument --timeout: 1e400 must be a fini'),
+    ('run ddp --tp 0', 'argument --tp: 0 must be at least 1 (see'),
+    ('run ddp --tp 2', 'ddp cannot be combined with tensor paral'),
+    ('run ddp --tp x', "argument --tp: 'x' is not a whole number"),
+    ("run ddp --trace ''", 'the trace (--trace) path is empty; give'),
+    ('run ddp --trace /proc/t.json', 'cannot write trace (--trace) /proc/t.jso'),
+    ('run ddp --v 2', 'v=2 (model chunks per pipeline rank) nee'),
+    ("run ddp --workers ''", "argument --workers: '' is not a whole nu"),
+    ('run ddp --workers ٣', 'global_batch=8 does not split into 3 dat'),
+    ("run ddp -o 'checkpoint_dir=1'", 'option checkpoint_dir=1 (ddp): must be a'),
+    ("run ddp -o 'keep_checkpoints=2'", '--keep-checkpoints 2 needs --checkpoint-'),
+    ("run ddp -o 'straggler=[1,2]'", 'option straggler=[1, 2] (ddp): must be a'),
+    ('run ddp -o \'straggler={"factor": 0.5}\'', 'straggler={\'factor\': 0.5}: give {"rank":'),
+    ('run ddp -o \'straggler={"rank": -1}\'', 'straggler={\'rank\': -1}: give {"rank": R,'),
+    ('run ddp -o \'straggler={"rank": 0, "factor": "fast"}\'', "straggler={'rank': 0, 'factor': 'fast'}:"),
+    ('run ddp -o \'straggler={"rank": 0, "speed": 2}\'', "straggler={'rank': 0, 'speed': 2} (unkno"),
+    ('run ddp -o base_batch=0', 'option base_batch=0 (ddp): must be at le'),
+    ('run ddp -o batch_split=1,2', "batch_split='1,2' adds up to 3 rows; glo"),
+    ('run ddp -o batch_split=2,6,0', "batch_split='2,6,0': every rank needs at"),
+    ('run ddp -o batch_split=a,b', "batch_split='a,b': give rows per data-pa"),
+    ('run ddp -o checkpoint_dir=/proc/ck', 'cannot write checkpoint folder (checkpoi'),
+    ('run ddp -o checkpoint_every=-1', '--checkpoint-every -1 needs --checkpoint'),
+    ('run ddp -o drop_slowest=-1', 'option drop_slowest=-1 (ddp): must be at'),
+    ('run ddp -o drop_slowest=5', 'drop_slowest runs with dp-naive (a sync'),
+    ('run ddp -o keep_checkpoints=0', 'option keep_checkpoints=0 (ddp): must be'),
+    ('run ddp -o loader_delay_s=-1', 'option loader_delay_s=-1 (ddp): must be'),
+    ('run ddp -o loader_delay_s=nan', "option loader_delay_s='nan' (ddp): must"),
+    ('run ddp -o lr_scaling=cubic', "option lr_scaling='cubic' (ddp): choose"),
+    ('run ddp -o max_restarts=1', "unknown option 'max_restarts' for strate"),
+    ('run ddp -o prefetch=-1', 'option prefetch=-1 (ddp): must be at lea'),
+    ('run ddp -o prefetch=x', "option prefetch='x' (ddp): must be an in"),
+    ('run ddp -o rank_profiles=h100-nvlink', "rank_profiles prices each rank's compute"),
+    ('run ddp -o resume=true', 'resume=true needs checkpoint_dir=... (--'),
+    ('run ddp -o resume=yes', "option resume='yes' (ddp): use true or f"),
+    ('run ddp -o show_idle=yes', "option show_idle='yes' (ddp): use true o"),
+    ('run ddp -o straggler=3', 'option straggler=3 (ddp): must be an obj'),
+    ('run ddp -o warmup_steps=-1', 'option warmup_steps=-1 (ddp): must be at'),
+    ('run dp-bucketed -o bucket_mb=inf', "option bucket_mb='inf' (dp-bucketed): mu"),
+    ('run dp-int8 -o nope=1', "unknown option 'nope' for strategy 'dp-i"),
+    ('run dp-powersgd -o rank=0', 'option rank=0 (dp-powersgd): must be at'),
+    ('run dp-topk -o ratio=0', 'option ratio=0 (dp-topk): must be more t'),
+    ('run dp-topk -o ratio=2', 'option ratio=2 (dp-topk): must be at mos'),
+    ('run fsdp2 --tp 3', 'fsdp2 cannot be combined with tensor par'),
+    ('run hybrid --tp 2 --pp 2 --workers 6', 'dp*tp*pp = 1*2*2 = 4, but there are 6 wo'),
+    ('run local-sgd -o sync_every=0', "unknown option 'sync_every' for strategy"),
+    ('run pp-gpipe --pp 3', 'gpt-tiny has 4 transformer blocks, which'),
+    ('run pp-interleaved --v 1', 'the interleaved schedule needs pp >= 2 a'),
+    ('run ps-async --workers 2 -o staleness=1', "options['staleness']=1: with 1 workers t"),
+    ('run ps-async -o staleness=-1', 'option staleness=-1 (ps-async): must be'),
+    ('run ps-async -o staleness=5', "options['staleness']=5: with 2 workers t"),
+    ('run ps-sync --global-batch 7', 'global_batch=7 does not split into 2 dat'),
+    ('run ps-sync --micro-batches 2', 'the parameter server takes one batch per'),
+    ('run ps-sync --workers 1', "strategy 'ps-sync' needs at least 2 work"),
+    ('run single --pp 2', 'single cannot be combined with pipeline'),
+    ('run single --tp 2', 'single cannot be combined with tensor pa'),
+    ('run single --workers 2', 'single runs on one replica; it cannot ta'),
+    ('run tp --tp 2 --pp 2 --workers 2', 'dp*tp*pp = 1*2*2 = 4, but there are 2 wo'),
+    ('run tp --tp 3', 'tp=3 does not divide n_head=4; choose tp'),
+    ('run tp --workers 3', 'tp=3 does not divide n_head=4; choose tp'),
+    ('run zero1 --micro-batches 3 --global-batch 8', 'global_batch=8 does not split into 2 dat'),
+    ('run zero3 --pp 2', 'zero3 cannot be combined with pipeline p'),
+    ("tour --emulate ''", "unknown hardware profile ''; available:"),
+    ('tour --emulate {file}', "Expected '=' after a key in a key/value"),
+    ('tour --only single dpp', '--only dpp: not a registered strategy; c'),
+    ('tour --out /proc/r', 'cannot write tour report folder (--out)'),
+    ('tour --steps -1', 'argument --steps: -1 must be at least 1'),
+    ('tour --steps 99999999999999', 'argument --steps: 99999999999999 is too'),
+    ('tour --steps x', "argument --steps: 'x' is not a whole num"),
+    ('tour --update-readme {file}', 'has no <!-- results:start --> … <!-- res'),
+    ('tour --workers x', "argument --workers: 'x' is not a whole n"),
 ]
 
 
 def test_the_table_is_big_enough():
-    assert len(CLI_CASES) + len(API_CASES) >= 60 and len(CLI_CASES) >= 60
+    assert len(CLI_CASES) + len(API_CASES) >= 60 and len(CLI_CASES) >= 250
+    assert len({argv for argv, _ in CLI_CASES}) == len(CLI_CASES), "a case is listed twice"
+
+
+def classes() -> dict[str, int]:
+    """Inputs tried per class (subcommand), for the issue's note."""
+    out = {}
+    for argv, _ in CLI_CASES:
+        words = shlex.split(argv)
+        key = next((w for w in words if not w.startswith("-")), "(global)")
+        out[key] = out.get(key, 0) + 1
+    return out
 
 
 @pytest.mark.parametrize("argv, cause", CLI_CASES, ids=[c[0] or "(none)" for c in CLI_CASES])
 def test_a_bad_cli_input_is_one_line_exit_2_nothing_launched(argv, cause, files, no_launch, capsys):
-    args = [a.format(**files) for a in argv.split()]
+    args = [_fill(a, files) for a in shlex.split(argv)]
     try:
         code = main(args)
     except SystemExit as e:  # argparse refuses from inside the parser
@@ -290,6 +495,13 @@ def test_a_bad_cli_input_is_one_line_exit_2_nothing_launched(argv, cause, files,
     assert len(lines) == 1, captured.err
     assert lines[0].startswith("mgpukit: error: ") and cause in lines[0], lines[0]
     assert "Traceback" not in captured.err + captured.out
+
+
+def _fill(arg: str, files: dict) -> str:
+    """`arg` with its {placeholders} of `files` filled (JSON braces in -o values left alone)."""
+    for key, path in files.items():
+        arg = arg.replace("{" + key + "}", path)
+    return arg
 
 
 def _noop():
@@ -314,6 +526,16 @@ API_CASES = [
     ("run", dict(strategy="ddp", max_restarts=True), ValueError, "max_restarts=True"),
     ("run", dict(strategy="ddp", max_restarts=1), ValueError, "max_restarts needs checkpoint_dir"),
     ("run", dict(strategy="ddp", options={"resume": True}), ValueError, "resume=true needs checkpoint_dir"),
+    # issue 25: checked before launch, no longer in a rank
+    ("run", dict(strategy="ddp", global_batch=10**11), ValueError, "needs at least"),
+    ("run", dict(strategy="ddp", model="mlp-tiny", global_batch=10**10), ValueError, "needs at least"),
+    ("run", dict(strategy="ddp", workers=100_000, global_batch=100_000), ValueError, "100000 workers need"),
+    ("run", dict(strategy="ddp", options={"straggler": {"rank": 5, "factor": 3}}), ValueError,
+     "this run has 2 rank(s)"),
+    ("run", dict(strategy="ddp", options={"checkpoint_every": 2}), ValueError, "needs checkpoint_dir"),
+    ("run", dict(strategy="ddp", trace_path=""), ValueError, "path is empty"),
+    ("run", dict(strategy="ddp", layout={"schedule": "1f1b"}), ValueError, "needs pp > 1"),
+    ("run", dict(strategy="ddp", options={"checkpoint_dir": "{file}/ck"}), ValueError, "is a file"),
     ("launch", dict(world_size=0), launcher.LaunchError, "world_size"),
     ("launch", dict(world_size=True), launcher.LaunchError, "world_size"),
     ("launch", dict(world_size=2, timeout_s=0), launcher.LaunchError, "timeout_s=0"),
@@ -331,7 +553,9 @@ def test_a_bad_argument_to_a_public_function_is_refused_before_launching(fn, kwa
                                                                           no_launch):
     from mgpukit.costmodel.hardware import load_profile
 
-    kwargs = {k: v.format(**files) if isinstance(v, str) else v for k, v in kwargs.items()}
+    kwargs = {k: (_fill(v, files) if isinstance(v, str) else
+                  {kk: _fill(vv, files) if isinstance(vv, str) else vv for kk, vv in v.items()}
+                  if isinstance(v, dict) else v) for k, v in kwargs.items()}
     call = {"run": lambda kw: mgpukit.run(kw.pop("strategy"), **kw),
             "launch": lambda kw: mgpukit.launch(_noop, kw.pop("world_size"), **kw),
             "load_profile": lambda kw: load_profile(kw["name"])}[fn]

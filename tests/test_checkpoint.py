@@ -86,8 +86,11 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint(tmp_path, monkeypat
     assert len(rec["step_time_s"]) == 3 and len(rec["losses"]) == 4  # ran 1..3, logged 0..3
 
 
-def test_resume_without_a_checkpoint_is_refused_in_one_sentence(tmp_path):
-    with pytest.raises(mgpukit.WorkerError, match="no checkpoint to resume from"):
+def test_resume_without_a_checkpoint_is_refused_in_one_sentence_before_launch(tmp_path, monkeypatch):
+    from mgpukit.runtime import launcher
+
+    monkeypatch.setattr(launcher, "_run", lambda *a, **k: pytest.fail("launched"))
+    with pytest.raises(ValueError, match="no checkpoint to resume from"):
         mgpukit.run("ddp", workers=2, steps=2, mode="cpu", parity=False, timeout_s=60,
                     options={"checkpoint_dir": str(tmp_path), "resume": True})
 
@@ -113,6 +116,15 @@ def test_a_crafted_checkpoint_is_refused_without_running_its_code(tmp_path):
     (step / ".metadata").write_bytes(pickle.dumps(_RunsCode(marker)))
     with pytest.raises(ValueError, match="posix.system|os.system"):
         SafeReader(str(step)).read_metadata()
+    # the file no longer matches its checksum: refused before anything reads it
+    with pytest.raises(ValueError, match=r"step-000001: \.metadata (has|does not match)"):
+        mgpukit.run("ddp", workers=2, steps=2, mode="cpu", parity=False, timeout_s=60,
+                    options={"checkpoint_dir": str(tmp_path), "resume": True})
+    # a crafter who rewrites the manifest too meets the allow-list in the workers
+    from mgpukit.training.checkpoint_files import read_manifest, write_manifest
+
+    info = {k: v for k, v in read_manifest(step).items() if k not in ("format", "files")}
+    write_manifest(step, info)
     with pytest.raises(mgpukit.WorkerError, match="refusing to load it"):
         mgpukit.run("ddp", workers=2, steps=2, mode="cpu", parity=False, timeout_s=60,
                     options={"checkpoint_dir": str(tmp_path), "resume": True})
@@ -179,7 +191,8 @@ def test_a_checkpoint_of_4_workers_loads_on_2_and_in_one_process_unchanged(saved
     full tensors read back in one process are the run's final weights exactly; loaded by 2
     workers (another strategy too) and saved again they are the same tensors, weights and
     optimizer state; loaded into the single-process model and optimizer, the same again."""
-    from mgpukit.experiment import load_weights, prepare
+    from mgpukit.experiment import load_weights
+    from mgpukit.prepare import prepare
     from mgpukit.runtime.launcher import launch
     from mgpukit.training.building import build_model, build_optimizer
 
@@ -194,7 +207,7 @@ def test_a_checkpoint_of_4_workers_loads_on_2_and_in_one_process_unchanged(saved
 
     p = prepare(loaded, workers=2, mode="cpu", optimizer="adamw", steps=3)
     launch(_load_and_save_again, p.workers, p.strategy.name, p.cfg, tmp_path / "at4",
-           tmp_path / "at2", mode="cpu", dims=p.dims, timeout_s=120, echo=False)
+           tmp_path / "at2", mode="cpu", dims=p.dims, layout=p.layout, timeout_s=120, echo=False)
     at2 = ckpt_mod.load_full(tmp_path / "at2")
     assert at2["step"] == 3 and _equal(at2["model"], at4["model"])
     assert at2["optim"].keys() == at4["optim"].keys()

@@ -175,7 +175,8 @@ def test_measured_bandwidth_and_bench_shape():
 
 
 def test_ps_sync_parity_and_async_differs():
-    from mgpukit.experiment import FP32_TOL, compare, reference, run
+    from mgpukit.experiment import reference, run
+    from mgpukit.parity import FP32_TOL, compare
 
     sync = run("ps-sync", workers=3, steps=3, global_batch=6, timeout_s=60)
     assert sync["parity"]["ok"], sync["parity"]

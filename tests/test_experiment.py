@@ -1,5 +1,6 @@
-"""`experiment.run`: records with the DESIGN.md §4 shape, parity against `single` that holds for
-DDP and catches a missing gradient average, JSON and Chrome-trace export."""
+"""`experiment.run`: records with the shape of docs/ARCHITECTURE.md ("The result record"), parity
+against `single` that holds for DDP and catches a missing gradient average, JSON and
+Chrome-trace export."""
 import contextlib
 import json
 

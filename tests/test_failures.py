@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 import mgpukit
 from mgpukit.config import RunConfig
-from mgpukit.experiment import default_collective_timeout
+from mgpukit.prepare import default_collective_timeout
 from mgpukit.runtime.failures import explain_output
 
 

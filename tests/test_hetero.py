@@ -15,7 +15,7 @@ import pytest
 import mgpukit
 from mgpukit.config import RunConfig
 from mgpukit.costmodel.hardware import load_profile
-from mgpukit.experiment import prepare
+from mgpukit.prepare import prepare
 from mgpukit.training import hetero
 
 PROFILES = ("a100-nvlink", "h100-nvlink")

@@ -10,7 +10,8 @@ import pytest
 
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout
-from mgpukit.experiment import prepare, run
+from mgpukit.experiment import run
+from mgpukit.prepare import prepare
 from mgpukit.runtime.launcher import OversubscribedWarning
 from mgpukit.strategies import registry
 from mgpukit.strategies.hybrid.hybrid import FlatAllReduceSync

@@ -185,9 +185,43 @@ def test_the_cost_model_loads_without_torch():
     ("mgpukit.strategies", ("mgpukit.parallelize", "mgpukit.experiment", "mgpukit.lessons",
                             "mgpukit.plots", "mgpukit.widgets", "mgpukit.cli", "mgpukit.training.trainer")),
     ("mgpukit.runtime", ("mgpukit.strategies", "mgpukit.measure", "mgpukit.plots", "mgpukit.widgets")),
+    ("mgpukit.lessons", ("mgpukit.widgets", "mgpukit.exercises", "mgpukit.bench", "mgpukit.cli")),
+    ("mgpukit.prepare", ("mgpukit.experiment", "mgpukit.parallelize", "mgpukit.lessons")),
 ])
 def test_lower_layers_do_not_import_upper_ones(package, forbidden):
     graph = import_graph()
     bad = {m: sorted(d for d in deps if d.startswith(forbidden))
            for m, deps in _layer(graph, package).items()}
     assert not {m: d for m, d in bad.items() if d}
+
+
+def lazy_imports(source: str) -> list[int]:
+    """Lines of imports of mgpukit modules made inside a function with no comment saying why
+    (on the import's lines or the line before it)."""
+    lines = source.splitlines()
+    bad = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if not node.level else ["mgpukit"]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            if not any(n == "mgpukit" or n.startswith("mgpukit.") for n in names):
+                continue
+            said = "#" in "".join(lines[node.lineno - 1:node.end_lineno]) or lines[node.lineno - 2].strip().startswith("#")
+            if not said:
+                bad.append(node.lineno)
+    return sorted(set(bad))
+
+
+def test_imports_are_at_the_top_unless_a_comment_says_why():
+    """A function-level import of the kit's own modules says why it is not at the top (the CLI's
+    start-up, an optional dependency, a cycle): the layers above make every other one unneeded."""
+    assert lazy_imports("def f():\n    from mgpukit.files import write_text\n") == [2]
+    assert lazy_imports("def f():\n    from mgpukit import cli  # lazy: start-up\n    import torch\n") == []
+    bad = {name: lazy_imports(path.read_text()) for name, path in _modules().items()}
+    assert not {name: lines for name, lines in bad.items() if lines}

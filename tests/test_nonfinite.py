@@ -10,18 +10,19 @@ import torch
 import mgpukit
 from mgpukit import strategies
 from mgpukit.config import RunConfig
-from mgpukit.experiment import compare, prepare
+from mgpukit.parity import compare
+from mgpukit.prepare import prepare
 from mgpukit.measure.recorder import Recorder
 from mgpukit.parallelize import parallelize
-from mgpukit.runtime.context import WorkerContext
+from mgpukit.runtime.context import worker_context
 from mgpukit.training import Checkpointing, train
 from mgpukit.training.building import build_model, build_optimizer
 from mgpukit.training.trainer import NonFiniteError
 
 
-def _solo():
-    return WorkerContext(rank=0, world_size=1, mode="cpu", profile=None, device=torch.device("cpu"),
-                         t0=time.perf_counter(), threads=1)
+def _solo(layout=None):
+    return worker_context(rank=0, world_size=1, mode="cpu", device=torch.device("cpu"),
+                          t0=time.perf_counter(), threads=1, layout=layout, mesh=False)
 
 
 @pytest.mark.parametrize("poison", [float("nan"), float("inf")])
@@ -30,7 +31,7 @@ def test_a_poisoned_gradient_stops_before_the_step_and_leaves_the_weights(poison
     element non-finite at step 2. The run must raise naming step 2 and rank 0, and the weights
     must equal those saved after step 1 — bit for bit."""
     cfg = prepare("single", workers=1, mode="cpu", config=RunConfig(model="mlp-tiny", steps=5)).cfg
-    ctx = _solo()
+    ctx = _solo(cfg.layout)
     parts = parallelize(build_model(cfg), cfg, ctx, Recorder(ctx), strategies.get("single"))
     opt = build_optimizer(cfg, parts.params)
     first = parts.params[0]

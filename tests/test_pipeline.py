@@ -59,7 +59,7 @@ def test_layers_not_divisible_by_stages_is_refused_with_choices():
                                          r"equal pipeline stages.*workers in \[1, 2, 4\]"):
         plan_for("1f1b", RunConfig(), 3)
     with pytest.raises(ValueError, match=r"8 equal pipeline stages \(p=4 ranks × v=2"):
-        plan_for("interleaved", RunConfig(options={"v": 2}), 4)
+        plan_for("interleaved", RunConfig(), 4, v=2)
     assert plan_for("1f1b", RunConfig(), 4).m == 8  # default m = 2p
 
 

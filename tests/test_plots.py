@@ -1,5 +1,6 @@
-"""Figures built from small synthetic result records (DESIGN.md §4): each test checks the
-numbers that reach the traces and that every title says measured / emulated / predicted."""
+"""Figures built from small synthetic result records (docs/ARCHITECTURE.md, "The result record"):
+each test checks the numbers that reach the traces and that every title says measured /
+emulated / predicted."""
 
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from mgpukit.cli import main
-from mgpukit.experiment import prepare, run
+from mgpukit.experiment import run
+from mgpukit.prepare import prepare
 from mgpukit.measure.memory import ActivationMeter, tensor_bytes
 from mgpukit.measure.shape import fake_mode, is_fake, value_or_none
 from mgpukit.models import GPT, gpt2_1_3b, gpt_tiny
@@ -81,7 +82,7 @@ _PREDICT_ALL = """
 import resource
 resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))  # llama-7b's fp32 weights: 27 GB
 from mgpukit import strategies
-from mgpukit.experiment import prepare
+from mgpukit.prepare import prepare
 for s in strategies.available():
     if "llama-7b" not in s.models or s.theory is None or s.worker is not None or not s.emulation:
         continue

@@ -7,7 +7,8 @@ formulas (within 5%); and tests of the tests: a ZeRO that forgets a step is caug
 import pytest
 
 from mgpukit.config import RunConfig
-from mgpukit.experiment import prepare, run
+from mgpukit.experiment import run
+from mgpukit.prepare import prepare
 from mgpukit.lessons import warm_parent
 from mgpukit.strategies.sharding.theory import predicted_model_states
 from mgpukit.strategies.sharding.zero1 import Zero1

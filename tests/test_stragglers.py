@@ -16,7 +16,8 @@ import torch
 
 import mgpukit
 from mgpukit.config import RunConfig
-from mgpukit.experiment import load_weights, prepare
+from mgpukit.experiment import load_weights
+from mgpukit.prepare import prepare
 from mgpukit.lessons import stragglers, warm_parent
 from mgpukit.training import backup, hetero
 from mgpukit.training.building import Batches, build_model, build_optimizer, loss_fn

@@ -6,7 +6,8 @@ import torch
 import mgpukit
 from mgpukit.costmodel.shapes import ModelShape
 from mgpukit.costmodel.tensor_parallel import tp_bytes_per_step, tp_collectives
-from mgpukit.experiment import prepare, run
+from mgpukit.experiment import run
+from mgpukit.prepare import prepare
 from mgpukit.lessons.tensor_parallel import layernorm_saved_bytes
 from mgpukit.models import GPT, gpt_tiny
 from mgpukit.strategies.tensor_parallel.apply import split_block

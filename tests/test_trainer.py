@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 import mgpukit
-from mgpukit.experiment import prepare, run
+from mgpukit.experiment import run
+from mgpukit.prepare import prepare
 
 ROOT = Path(mgpukit.__file__).parent
 # the parameter server keeps its own topology (rank 0 steps for everyone); the trainer is the

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 import pytest
 from nbclient import NotebookClient
 
-from mgpukit.widgets.output import errors_shown_in, show
+from mgpukit.display import errors_shown_in, show
 
 
 def test_show_replaces_outputs_with_text_and_figures():

@@ -8,6 +8,7 @@ send/recv in Python should come close to gloo's C++ ring once messages are large
 from __future__ import annotations
 
 from mgpukit.bench import bench
+from mgpukit.strategies.communication.bandwidth import bandwidth_table, compare_bandwidth
 
 SIZE_16MB = 16 * 2**20
 
@@ -15,8 +16,6 @@ SIZE_16MB = 16 * 2**20
 @bench("comm", help="ring all-reduce from send/recv vs the backend's: bus bandwidth at 16 MB "
                     "(target ratio >= 0.7), plus naive and tree")
 def bench_comm(args=None) -> dict:
-    from mgpukit.strategies.communication.bandwidth import bandwidth_table, compare_bandwidth
-
     quick = bool(getattr(args, "quick", False))
     workers = getattr(args, "workers", None) or 2
     sizes = [2**10, 2**20, SIZE_16MB] if quick else [2**10, 2**14, 2**18, 2**20, 2**22, SIZE_16MB]

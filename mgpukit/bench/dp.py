@@ -23,8 +23,11 @@ import torch.distributed as dist
 from mgpukit.bench import bench
 from mgpukit.costmodel.comm import bus_factor
 from mgpukit.experiment import run
-from mgpukit.runtime.launcher import launch
 from mgpukit.lessons import warm_parent
+from mgpukit.measure.recorder import Recorder
+from mgpukit.runtime.context import current
+from mgpukit.runtime.launcher import launch
+from mgpukit.strategies.communication.collectives import ring_all_reduce
 
 
 def _interleaved(a, b, repeats: int) -> tuple[list[float], list[float]]:
@@ -73,10 +76,6 @@ def _time_all_reduce(fn, tensor, iters: int) -> float:
 
 def _bus_bandwidths(nbytes: int, iters: int) -> dict:
     """Runs on every rank: seconds per all-reduce of the backend and of our ring."""
-    from mgpukit.measure.recorder import Recorder
-    from mgpukit.runtime.context import current
-    from mgpukit.strategies.communication.collectives import ring_all_reduce
-
     rec = Recorder(current())  # both sides go through it: same bookkeeping per call
     n = dist.get_world_size()
     tensor = torch.ones(nbytes // 4)

@@ -1,5 +1,5 @@
 """`mgpukit bench emulation`: can emulated timings be trusted? The validation chain of
-DESIGN.md §2, both links, measured in one run:
+docs/ARCHITECTURE.md ("Four clocks"), both links, measured in one run:
 
 1. **analytic ≈ emulated**, same profile (h100-nvlink). The analytic side is the closed form of
    `mgpukit.costmodel.gpt_step` (matmul FLOPs, memory traffic of every elementwise op, DDP's
@@ -25,6 +25,14 @@ import warnings
 from pathlib import Path
 
 from mgpukit.bench import bench
+from mgpukit.calibrate import calibrate
+from mgpukit.config import RunConfig
+from mgpukit.costmodel.gpt_step import ddp_buckets, ddp_step_time, pipeline_step_time
+from mgpukit.costmodel.hardware import THIS_MACHINE, load_profile, user_profile_dir
+from mgpukit.experiment import run
+from mgpukit.lessons.launch import launch_bound_study
+from mgpukit.runtime.launcher import OversubscribedWarning
+from mgpukit.strategies import available
 
 PROFILE = "h100-nvlink"
 GLOBAL_BATCH = 8
@@ -37,9 +45,6 @@ def _median_step(record: dict) -> float:
 
 
 def _run(strategy: str, workers: int, **kw) -> dict:
-    from mgpukit.experiment import run
-    from mgpukit.runtime.launcher import OversubscribedWarning
-
     with warnings.catch_warnings():  # 4 and 8 workers on 2 cores is the point of emulation
         warnings.simplefilter("ignore", OversubscribedWarning)
         return run(strategy, workers=workers, parity=False, **kw)
@@ -54,11 +59,6 @@ def _row(strategy: str, model: str, workers: int, analytic: float, emulated: flo
 def analytic_vs_emulated(*, quick: bool = False) -> list[dict]:
     """DDP on 2/4/8 workers (gpt-tiny; gpt-small too unless quick) and, when registered,
     GPipe and 1F1B on 4 stages (gpt-small, 8 micro-batches): analytic vs emulated seconds."""
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel.gpt_step import ddp_buckets, ddp_step_time, pipeline_step_time
-    from mgpukit.costmodel.hardware import load_profile
-    from mgpukit.strategies import available
-
     profile = load_profile(PROFILE).kernels_only()  # the closed form has no host costs
     rows = []
     for model in ("gpt-tiny",) if quick else ("gpt-tiny", "gpt-small"):
@@ -93,9 +93,6 @@ def emulated_vs_measured(*, profile_path: str | Path | None = None, steps: int =
     The emulated step is deterministic; the measured one swings ±20% from run to run on a
     shared 2-core host, so the job is measured `repeats` times and the median run compared
     (the spread is returned too)."""
-    from mgpukit.calibrate import calibrate
-    from mgpukit.costmodel.hardware import THIS_MACHINE, user_profile_dir
-
     default = user_profile_dir() / f"{THIS_MACHINE}.toml"
     path = Path(profile_path) if profile_path is not None else default
     calibrated_now = not path.is_file()
@@ -135,7 +132,6 @@ def bench_emulation(args=None) -> dict:
     _print_rows(rows)
     print("   DDP: a bucket is all-reduced once every gradient in it exists; gpt-tiny's gradients "
           "are one bucket, ready only when backward ends, so its all-reduce is fully exposed.")
-    from mgpukit.lessons.launch import launch_bound_study
 
     lb = launch_bound_study(profile=PROFILE, global_batch=GLOBAL_BATCH)
     print(f"\n1b. launch-bound — ddp, {lb['model']}, 1 emulated GPU, profile {PROFILE} with the host's "

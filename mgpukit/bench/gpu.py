@@ -35,6 +35,7 @@ from mgpukit.lessons import warm_parent
 from mgpukit.measure.spread import summarize
 from mgpukit.runtime.hardware import cuda_device_count
 from mgpukit.runtime.launcher import OversubscribedWarning
+from mgpukit.strategies import get
 
 QUICK_STRATEGIES = ("ddp", "dp-bucketed", "zero3", "pp-1f1b")
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,8 +51,6 @@ def every_strategy(mode: str, devices: int, *, steps: int, names, model: str = "
     rows = []
     for name in names:
         try:
-            from mgpukit.strategies import get
-
             strat = get(name)
             workers = max(strat.min_workers, min(strat.default_workers, devices))
             if mode == "gpu" and workers > devices:

@@ -14,6 +14,7 @@ launches).
 from __future__ import annotations
 
 from mgpukit.bench import bench
+from mgpukit.lessons.hybrid import LAYOUTS, analytic_vs_emulated
 
 _SETTING = {"model": "gpt2-350m", "profile": "h100-nvlink", "global_batch": 8, "shape": True}
 _QUICK = {"model": "gpt-tiny", "profile": "h100-nvlink", "global_batch": 8, "shape": False}
@@ -31,8 +32,6 @@ def table(rows: list[dict]) -> str:
 @bench("hybrid", help="analytic vs emulated step time of five (dp, tp, pp, m) layouts of 8 ranks "
                       "(gpt2-350m in shape mode on h100-nvlink; --quick: gpt-tiny, two layouts)")
 def bench_hybrid(args=None) -> dict:
-    from mgpukit.lessons.hybrid import LAYOUTS, analytic_vs_emulated
-
     quick = bool(getattr(args, "quick", False))
     setting = _QUICK if quick else _SETTING
     layouts = LAYOUTS[:2] if quick else LAYOUTS

@@ -17,6 +17,10 @@ import statistics
 import warnings
 
 from mgpukit.bench import bench
+from mgpukit.experiment import run
+from mgpukit.lessons import run_lab
+from mgpukit.measure.idle import predicted_from_costs
+from mgpukit.runtime.launcher import OversubscribedWarning
 
 P, M, ROWS = 4, 8, 8
 
@@ -27,9 +31,6 @@ def _memory_rows(records) -> dict:
 
 
 def _overhead(p: int, steps: int, rounds: int) -> dict:
-    from mgpukit.experiment import run
-    from mgpukit.runtime.launcher import OversubscribedWarning
-
     med = {"pp-1f1b": [], "pp-native-1f1b": []}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OversubscribedWarning)
@@ -47,9 +48,6 @@ def _overhead(p: int, steps: int, rounds: int) -> dict:
 @bench("pipeline", help="bubble measured vs theory (emulated), idle time and activation memory "
                         "per schedule, executor vs torch.distributed.pipelining (cpu)")
 def bench_pipeline(args=None) -> dict:
-    from mgpukit.measure.idle import predicted_from_costs
-    from mgpukit.lessons import run_lab
-
     quick = bool(getattr(args, "quick", False))
     p = getattr(args, "workers", None) or P
     ms = (4, 16) if quick else (4, 8, 16)

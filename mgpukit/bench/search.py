@@ -12,6 +12,9 @@ import sys
 import time
 
 from mgpukit.bench import bench
+from mgpukit.costmodel.hardware import load_profile
+from mgpukit.costmodel.planner import candidate_layouts, search
+from mgpukit.costmodel.shapes import get_shape
 
 CASES = (("70b", 64, 2.0), ("70b", 1024, 5.0))
 PROFILE = "h100-ib"
@@ -20,10 +23,6 @@ GLOBAL_BATCH = 512
 
 def search_timing(model: str, gpus: int, *, repeats: int = 3, profile: str = PROFILE) -> dict:
     """Candidates, fitting plans, in-process search seconds and the whole command's wall seconds."""
-    from mgpukit.costmodel.hardware import load_profile
-    from mgpukit.costmodel.planner import candidate_layouts, search
-    from mgpukit.costmodel.shapes import get_shape
-
     hw, shape = load_profile(profile), get_shape(model)
     candidates = sum(1 for _ in candidate_layouts(shape, gpus, hw, global_batch=GLOBAL_BATCH))
     times, plans = [], []

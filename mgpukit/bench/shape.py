@@ -22,6 +22,17 @@ import time
 import warnings
 
 from mgpukit.bench import bench
+from mgpukit.config import RunConfig
+from mgpukit.costmodel import step_time
+from mgpukit.costmodel.comm import allgather_time, link_for_ranks, reduce_scatter_time
+from mgpukit.costmodel.gpt_step import (_seconds, ddp_step_time, gpt_params, pipeline_step_time, sgd_seconds,
+                                        stage_ops)
+from mgpukit.costmodel.hardware import load_profile
+from mgpukit.costmodel.layout import Layout
+from mgpukit.costmodel.memory import model_state_bytes, stage_memory, stage_params
+from mgpukit.costmodel.shapes import ModelShape
+from mgpukit.experiment import run
+from mgpukit.runtime.launcher import OversubscribedWarning
 
 PROFILE = "h100-nvlink"
 MODEL = "gpt2-350m"
@@ -41,9 +52,6 @@ LAYOUTS = (
 
 def run_shape(strategy: str, *, model: str = MODEL, workers: int = WORKERS, steps: int = 2, **kw) -> dict:
     """One shape-mode run on `workers` emulated ranks of PROFILE (no parity: nothing to compare)."""
-    from mgpukit.experiment import run
-    from mgpukit.runtime.launcher import OversubscribedWarning
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OversubscribedWarning)
         return run(strategy, workers=workers, mode="emulated", profile=PROFILE, shape=True,
@@ -55,19 +63,12 @@ def run_shape(strategy: str, *, model: str = MODEL, workers: int = WORKERS, step
 
 
 def _ops_seconds(cfg, batch, profile, **where):
-    from mgpukit.costmodel.gpt_step import _seconds, stage_ops
-
     ops = stage_ops(cfg, batch, **where)
     return _seconds(ops["fwd"], profile), _seconds(ops["bwd"], profile), ops["params"]
 
 
 def analytic_step(strategy: str, cfg, record: dict, profile) -> tuple[float, str]:
     """(seconds, how) of one steady step of `record`'s layout, by a closed form."""
-    from mgpukit.costmodel import Layout, step_time
-    from mgpukit.costmodel.comm import allgather_time, link_for_ranks, reduce_scatter_time
-    from mgpukit.costmodel.gpt_step import ddp_step_time, gpt_params, pipeline_step_time, sgd_seconds
-    from mgpukit.costmodel.shapes import ModelShape
-
     lay = record["layout"]
     n, b = WORKERS, GLOBAL_BATCH
     if strategy == "ddp":
@@ -105,10 +106,6 @@ def predicted_memory(cfg, record: dict) -> float:
     """Peak bytes on rank 0 by the cost model (`costmodel.memory.stage_memory`) for this run:
     fp32, SGD with momentum (one state per parameter), fused attention (`Layout.flash_attention`,
     the default: one log-sum-exp per row and head, no s² matrix kept)."""
-    from mgpukit.costmodel.layout import Layout
-    from mgpukit.costmodel.memory import model_state_bytes, stage_memory, stage_params
-    from mgpukit.costmodel.shapes import ModelShape
-
     shape = ModelShape.from_gpt_config(cfg)
     lay = Layout(**record["layout"])
     act = stage_memory(shape, lay, 0)["activations"]
@@ -122,9 +119,6 @@ def predicted_memory(cfg, record: dict) -> float:
 def layout_rows(*, model: str = MODEL, steps: int = 2, layouts=LAYOUTS, echo: bool = False) -> list[dict]:
     """Each layout run in shape mode, its analytic step time and predicted memory beside it
     (`echo`: print each row as it comes)."""
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel.hardware import load_profile
-
     profile = load_profile(PROFILE)
     cfg = RunConfig(model=model).model_config()
     rows = []

@@ -19,6 +19,9 @@ import statistics
 import warnings
 
 from mgpukit.bench import bench
+from mgpukit.experiment import run
+from mgpukit.lessons.tensor_parallel import predicted_step
+from mgpukit.runtime.launcher import OversubscribedWarning
 
 
 def _median(rec) -> float:
@@ -26,8 +29,6 @@ def _median(rec) -> float:
 
 
 def _overhead(steps: int, rounds: int) -> dict:
-    from mgpukit.experiment import run
-
     med = {"tp": [], "tp-native": []}
     for _ in range(rounds):
         for name in med:
@@ -40,9 +41,6 @@ def _overhead(steps: int, rounds: int) -> dict:
 
 
 def _links(quick: bool) -> dict:
-    from mgpukit.experiment import run
-    from mgpukit.lessons.tensor_parallel import predicted_step
-
     model, tp = ("gpt-tiny", 4) if quick else ("gpt-small", 8)
     out = {"model": model, "tp": tp, "profiles": {}}
     for profile, link in (("h100-nvlink", "NVLink (h100-nvlink)"), ("h100-pcie", "PCIe (h100-pcie)")):
@@ -60,8 +58,6 @@ def _links(quick: bool) -> dict:
 @bench("tp", help="tp vs DTensor tp-native step time (cpu), tp over NVLink / PCIe / IB "
                   "(emulated vs analytic)")
 def bench_tp(args=None) -> dict:
-    from mgpukit.runtime.launcher import OversubscribedWarning
-
     quick = bool(getattr(args, "quick", False))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OversubscribedWarning)

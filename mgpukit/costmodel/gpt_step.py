@@ -1,7 +1,7 @@
 """Analytic step time of mgpukit's own GPT on a hardware profile — in closed form, no run.
 
-This is the "analytic" end of the validation chain (DESIGN.md §2): the same roofline the
-emulator charges op by op (`mgpukit.measure.vclock`), written down as formulas in the model's
+This is the "analytic" end of the validation chain (docs/ARCHITECTURE.md, "Four clocks"): the
+same roofline the emulator charges op by op (`mgpukit.measure.vclock`), written down as formulas in the model's
 sizes, so that *analytic ≈ emulated* tests the emulator's plumbing (clock joins, collective
 start times, overlap) rather than restating it. The general planner
 (`mgpukit.costmodel.steptime`) counts matmul FLOPs only; that is fine for billion-parameter

@@ -40,7 +40,7 @@ class DeadlockError(RuntimeError):
 class Timeline:
     """Result of :func:`simulate`.
 
-    ``events`` are timeline records in the kit's result format (DESIGN.md §4):
+    ``events`` are timeline records in the kit's result format (docs/ARCHITECTURE.md, "The result record"):
     ``{"rank", "stream": "compute", "kind", "microbatch", "stage", "start", "end"}``, in the
     order they were scheduled; ``actions[k]`` is the :class:`Action` behind ``events[k]``.
     """

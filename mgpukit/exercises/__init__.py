@@ -1,6 +1,6 @@
 """Exercises in notebooks: the reader writes an answer, the library checks it.
 
-The expected values live here (`answers.py`), not in the notebook, so an exercise cell holds
+The expected values live here (`registry.py`), not in the notebook, so an exercise cell holds
 only the reader's answer and a call — nothing to read off:
 
     answer = None
@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 
-from mgpukit.exercises.registry import EXERCISES, Exercise, expected_value, get
+from mgpukit.exercises.debugging import mystery_runs as _runs, parity_report as _report
+from mgpukit.exercises.registry import Exercise, EXERCISES, expected_value, get
 
 _MISSING = object()
 
@@ -95,13 +96,9 @@ def reveal(name: str) -> None:
 
 def mystery_runs(name: str, **kwargs) -> dict:
     """The variants of debugging exercise `name` (see `debugging.py`), labelled A, B, C."""
-    from mgpukit.exercises.debugging import mystery_runs as _runs
-
     return _runs(name, **kwargs)
 
 
 def parity_report(records: dict) -> str:
     """One line per variant: what its parity check and its bytes say."""
-    from mgpukit.exercises.debugging import parity_report as _report
-
     return _report(records)

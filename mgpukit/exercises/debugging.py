@@ -19,7 +19,12 @@ import contextlib
 import torch
 import torch.distributed as dist
 
+from mgpukit.experiment import run
 from mgpukit.strategies import registry
+from mgpukit.strategies.pipeline.engine import apply_pipeline
+from mgpukit.strategies.pipeline.pipeline_parallel import PARITY_TOLERANCE, pipeline_layout
+from mgpukit.training.building import build_model, build_optimizer, loss_fn
+from mgpukit.training.trainer import train
 
 
 class _Sync:
@@ -60,16 +65,12 @@ def _sync_with(bug: str | None):
 
 def _pipeline_worker(scale_losses: bool, bf16_logits: bool = False):
     def worker(ctx, rec, cfg):
-        from mgpukit.strategies.pipeline.engine import apply_pipeline
-        from mgpukit.training.building import build_model, build_optimizer, loss_fn
-        from mgpukit.training.trainer import train
-
-        m = cfg.layout.num_micro_batches
+        m = ctx.layout.num_micro_batches
         base = loss_fn(cfg)
         fn = base if scale_losses else (lambda out, y: m * base(out, y))  # the bug: 1/m undone
         if bf16_logits:  # legitimate, but the loss (and its gradient) rounds to bf16's 8 bits
             fn = (lambda out, y: base(out.to(torch.bfloat16).float(), y))
-        parts = apply_pipeline(ctx, rec, build_model(cfg), cfg.layout, fn)
+        parts = apply_pipeline(ctx, rec, build_model(cfg), ctx.layout, fn)
         return {"weights": train(ctx, rec, cfg, parts, build_optimizer(cfg, parts.params))}
     return worker
 
@@ -80,8 +81,6 @@ def _dp(bug):
 
 
 def _pp(variant):
-    from mgpukit.strategies.pipeline.pipeline_parallel import PARITY_TOLERANCE, pipeline_layout
-
     worker = _pipeline_worker(variant != "unscaled", bf16_logits=variant == "bf16-logits")
     return ({"layout": pipeline_layout("1f1b"), "schedule": "1f1b", "worker": worker},
             {"tolerance": PARITY_TOLERANCE})
@@ -119,8 +118,6 @@ def _registered(strategies: dict):
 def mystery_runs(name: str, *, workers: int = 2, steps: int = 3, **overrides) -> dict:
     """Records of exercise `name`'s variants, keyed and labelled "variant A" … (their strategy
     names say nothing about the bug)."""
-    from mgpukit.experiment import run
-
     if name not in MYSTERIES:
         raise KeyError(f"no debugging exercise {name!r}; known: {', '.join(MYSTERIES)}")
     out = {}

@@ -44,7 +44,8 @@ from mgpukit.exercises.registry import get
 
 _CHECK = re.compile(r"""\bcheck\(\s*["']([\w.\-]+)["']""")
 # 1,274,112 · 1.750 · 3.2e-01 · −0.5 · 27.3 % · 3/19 (a fraction of two whole numbers)
-_NUMBER = re.compile(r"(?<![\w.])([-−]?)(\d{1,3}(?:,\d{3})+|\d[\d_]*)(\.\d+)?(?:[eE]([-+]?\d+))?(?![\w])"
+# (?!\.\d): a number glued to a word ("18.4B", like "124M") is not read at all, rather than cut to "18"
+_NUMBER = re.compile(r"(?<![\w.])([-−]?)(\d{1,3}(?:,\d{3})+|\d[\d_]*)(\.\d+)?(?:[eE]([-+]?\d+))?(?![\w])(?!\.\d)"
                      r"(\s?%)?(?:/(\d+)(?![\d.]))?")
 _VARIANT = re.compile(r"^\s*variant\s+([A-Z])\b(.*)$", re.M)
 _SCALES = sorted({1000.0 ** k for k in range(-3, 4)} | {1024.0 ** k for k in range(-3, 4)})

@@ -9,6 +9,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from mgpukit.config import RunConfig
+from mgpukit.costmodel import get_shape, param_count, spot
+from mgpukit.costmodel.comm import allreduce_time, bus_factor
+from mgpukit.costmodel.hardware import Link, load_profile
+from mgpukit.costmodel.layout import Layout
+from mgpukit.costmodel.memory import model_state_bytes, offload_traffic_bytes, stage_params
+from mgpukit.costmodel.pipeline import bubble_fraction
+from mgpukit.costmodel.schedules import build_schedule, max_in_flight
+from mgpukit.costmodel.training_cost import six_nd, tokens_for_gpu_hours
+from mgpukit.exercises.debugging import broken_label
+from mgpukit.lessons import memory, tensor_parallel
+from mgpukit.lessons.hybrid import axis_groups, crossing, node_profile
+from mgpukit.runtime.dims import ParallelDims
+from mgpukit.strategies.compression import theory
+from mgpukit.strategies.data_parallel.bucketed import build_buckets
+from mgpukit.strategies.data_parallel.theory import dp_theory
+from mgpukit.strategies.hybrid.theory import stage_theory
+from mgpukit.strategies.sharding.theory import predicted_model_states
+from mgpukit.training.building import build_model
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,42 +62,26 @@ def expected_value(name: str):
 # ---------------------------------------------------------------- helpers (lazy imports)
 
 def _dp_bytes(n: int) -> float:
-    from mgpukit.config import RunConfig
-    from mgpukit.runtime.dims import ParallelDims
-    from mgpukit.strategies.data_parallel.theory import dp_theory
-
     return dp_theory(RunConfig(), ParallelDims(dp=n))["comm_bytes"]
 
 
 def _psi() -> int:
-    from mgpukit.costmodel import get_shape, param_count
-
     return param_count(get_shape("gpt-tiny"))
 
 
 def _bus(n: int) -> float:
-    from mgpukit.costmodel.comm import bus_factor
-
     return bus_factor("all_reduce", n)
 
 
 def _h100_link():
-    from mgpukit.costmodel.hardware import load_profile
-
     return load_profile("h100-nvlink").intra_node
 
 
 def _allreduce_us(nbytes: float, n: int) -> float:
-    from mgpukit.costmodel.comm import allreduce_time
-
     return allreduce_time(nbytes, n, _h100_link()) * 1e6
 
 
 def _buckets_at(bucket_mb: float) -> int:
-    from mgpukit.config import RunConfig
-    from mgpukit.strategies.data_parallel.bucketed import build_buckets
-    from mgpukit.training.building import build_model
-
     return len(build_buckets(list(build_model(RunConfig()).parameters()), bucket_mb * 2**20))
 
 
@@ -89,10 +92,6 @@ def _ring_busbw_gbps(nbytes: float, n: int) -> float:
 def topk_ratio_tying_fp16(n: int = 2, *, alpha: float = 15e-6, beta: float = 1.1e9) -> float:
     """The top-k ratio whose exchange takes as long as fp16's on a link (α, β): bisection
     on the alpha-beta times of `compression.theory` (gpt-tiny, `n` workers)."""
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel.hardware import Link
-    from mgpukit.strategies.compression import theory
-
     shapes, link = theory.param_shapes(RunConfig()), Link(alpha=alpha, beta=beta)
     fp16 = theory.plan_time(theory.exchange_plan("fp16", shapes, n), n, link)
     lo, hi = 1e-4, 1.0
@@ -104,20 +103,14 @@ def topk_ratio_tying_fp16(n: int = 2, *, alpha: float = 15e-6, beta: float = 1.1
 
 
 def _bubble(schedule: str, p: int, m: int, v: int = 1) -> float:
-    from mgpukit.costmodel.pipeline import bubble_fraction
-
     return bubble_fraction(schedule, p, m, v)
 
 
 def _in_flight(p: int, m: int) -> list[int]:
-    from mgpukit.costmodel.schedules import build_schedule, max_in_flight
-
     return [max_in_flight(build_schedule(s, p, m), 0) for s in ("gpipe", "1f1b")]
 
 
 def _mystery(name: str) -> str:
-    from mgpukit.exercises.debugging import broken_label
-
     return broken_label(name)
 
 
@@ -251,8 +244,6 @@ _add("04.debug", lambda: _mystery("04"),
 
 # ---- 05 tensor parallel
 def _tp(name):
-    from mgpukit.lessons import tensor_parallel
-
     return tensor_parallel.expected(name)
 
 
@@ -269,26 +260,16 @@ _add("05.tp-sp-same-bytes", lambda: _tp("tp-sp-same-bytes"), rel=0.01,
 
 # ---- 06 sharding
 def _zero2_13b_gb() -> float:
-    from mgpukit.costmodel import get_shape, param_count
-    from mgpukit.costmodel.layout import Layout
-    from mgpukit.costmodel.memory import model_state_bytes
-
     psi = param_count(get_shape("13b"))
     return sum(model_state_bytes(psi, Layout(dp=32, zero=2, dtype="bf16")).values()) / 1e9
 
 
 def _zero3_volume_ratio() -> float:
-    from mgpukit.strategies.sharding.theory import predicted_model_states
-
     return (predicted_model_states(1e9, dp=8, zero=3)["comm_bytes"]
             / predicted_model_states(1e9, dp=8, zero=0)["comm_bytes"])
 
 
 def _offload_gb(model: str = "13b", dp: int = 32) -> float:
-    from mgpukit.costmodel import get_shape, param_count
-    from mgpukit.costmodel.layout import Layout
-    from mgpukit.costmodel.memory import offload_traffic_bytes
-
     return offload_traffic_bytes(param_count(get_shape(model)), Layout(dp=dp, zero=3, dtype="bf16")) / 1e9
 
 
@@ -308,8 +289,6 @@ _add("06.offload", _offload_gb,
 
 # ---- 07 memory and precision
 def _memory(fn, *args, **kw):
-    from mgpukit.lessons import memory
-
     return getattr(memory, fn)(*args, **kw)
 
 
@@ -325,30 +304,18 @@ _add("07.zero-stage", lambda: _memory("smallest_zero_stage_that_fits", "7b", 8),
 
 # ---- 08 hybrid 3D
 def _hybrid_pp_ranks(rank: int) -> list[int]:
-    from mgpukit.lessons.hybrid import axis_groups
-
     return next(g for g in axis_groups((2, 2, 2), "pp") if rank in g)
 
 
 def _hybrid_stage_psi(dp: int = 2, tp: int = 2, pp: int = 2, stage: int = 0) -> float:
-    from mgpukit.costmodel import get_shape
-    from mgpukit.costmodel.layout import Layout
-    from mgpukit.costmodel.memory import stage_params
-
     return stage_params(get_shape("gpt-tiny"), Layout(dp=dp, tp=tp, pp=pp, dtype="fp32"), stage)
 
 
 def _hybrid_dp_bytes() -> float:
-    from mgpukit.costmodel import get_shape
-    from mgpukit.costmodel.layout import Layout
-    from mgpukit.strategies.hybrid.theory import stage_theory
-
     return stage_theory(get_shape("gpt-tiny"), Layout(dp=2, tp=2, pp=2, dtype="fp32"), 0)["bytes_sent"]["dp"]
 
 
 def _hybrid_across(gpus_per_node: int) -> str:
-    from mgpukit.lessons.hybrid import crossing, node_profile
-
     return ",".join(a for a, x in crossing((2, 2, 2), node_profile(gpus_per_node)).items() if x)
 
 
@@ -380,8 +347,6 @@ def _local_bytes_ratio(h: int = 8) -> float:
 
 
 def _spot_savings() -> float:
-    from mgpukit.costmodel import spot
-
     return spot.spot_cost(100 * 3600.0, gpus=8, price_per_gpu_hour=2.0, discount=0.7,
                           preemptions_per_hour=1.0, checkpoint_every_s=3600.0,
                           checkpoint_s=60.0, restart_s=300.0)["savings"]
@@ -398,24 +363,16 @@ _add("10.spot-savings", _spot_savings, rel=0.05,
      mistakes=((lambda: 0.7, "that is the discount, with no preemption at all"),))
 # ---- 09 plan a cluster
 def _h100_six_nd(tokens: float = 2e12, mfu: float = 0.4) -> dict:
-    from mgpukit.costmodel import get_shape, load_profile, param_count
-    from mgpukit.costmodel.training_cost import six_nd
-
     return six_nd(param_count(get_shape("7b")), tokens, peak_flops=load_profile("h100-ib").flops("bf16"), mfu=mfu)
 
 
 def _llama2_steps() -> int:
     import math
 
-    from mgpukit.costmodel import get_shape
-
     return math.ceil(2e12 / (1024 * get_shape("7b").seq_len))
 
 
 def _rule_7b_tokens_billions() -> float:
-    from mgpukit.costmodel import get_shape, load_profile, param_count
-    from mgpukit.costmodel.training_cost import tokens_for_gpu_hours
-
     return tokens_for_gpu_hours(500, param_count(get_shape("7b")), peak_flops=load_profile("h100-ib").flops("bf16"),
                                 mfu=0.4) / 1e9
 

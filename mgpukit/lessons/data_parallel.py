@@ -15,6 +15,7 @@ import warnings
 from mgpukit.experiment import run
 from mgpukit.measure.bounds import flag_scaling
 from mgpukit.runtime.launcher import OversubscribedWarning
+from mgpukit.strategies import get
 
 
 def warm_parent() -> None:
@@ -33,8 +34,6 @@ def compare_strategies(strategies=("dp-naive", "dp-bucketed", "ddp"), *, workers
                        **overrides) -> dict[str, dict]:
     """One record per strategy, same config (parity is checked against `single`); each gets
     the `options` its own knobs accept (`bucket_mb` means nothing to dp-naive)."""
-    from mgpukit.strategies import get
-
     warm_parent()
     options = overrides.pop("options", {}) or {}
     out = {}

@@ -17,9 +17,14 @@ import plotly.graph_objects as go
 from mgpukit.costmodel.comm import link_for_ranks
 from mgpukit.costmodel.hardware import HardwareProfile, load_profile
 from mgpukit.costmodel.layout import Layout
+from mgpukit.display import errors_shown_in, show
+from mgpukit.experiment import run
+from mgpukit.plots import plot_timeline
 from mgpukit.plots.style import PREDICTED, time_unit
+from mgpukit.prepare import prepare
 from mgpukit.runtime.dims import ParallelDims
-from mgpukit.runtime.nodes import NodeLayoutWarning
+from mgpukit.runtime.launcher import OversubscribedWarning
+from mgpukit.runtime.nodes import NodeLayout, NodeLayoutWarning
 from mgpukit.strategies.hybrid.theory import predicted_step
 
 AXES = ("tp", "dp", "pp")
@@ -67,8 +72,6 @@ def axis_collectives(theory: dict) -> dict[str, str]:
 def theory_of(dims=(2, 2, 2), **overrides) -> dict:
     """The cost model's figures for a hybrid run at `(dp, tp, pp)` — what its record's
     ``theory`` will say — without running it (`mgpukit.experiment.prepare` checks the layout)."""
-    from mgpukit.experiment import prepare
-
     d = dims_of(dims)
     p = prepare("hybrid", workers=d.world_size, layout=d.as_dict(), **overrides)
     return p.strategy.theory(p.cfg, p.dims)
@@ -128,9 +131,6 @@ def plot_mesh(dims=(2, 2, 2), theory: dict | None = None) -> go.Figure:
 
 def run_hybrid(dims=(2, 2, 2), *, steps: int = 2, **kw) -> dict:
     """`mgpukit.run("hybrid")` at `(dp, tp, pp)`; keywords as `mgpukit.run` (mode, profile …)."""
-    from mgpukit.experiment import run
-    from mgpukit.runtime.launcher import OversubscribedWarning
-
     d = dims_of(dims)
     with warnings.catch_warnings():  # 8 workers on 2 cores: correct, wall clock distorted
         warnings.simplefilter("ignore", OversubscribedWarning)
@@ -224,14 +224,10 @@ def placements(dims=(2, 2, 2), *, gpus_per_node=(8, 4, 2, 1), emulate=(4, 2, 1),
 
 def _node_warning(d: ParallelDims, hw: HardwareProfile) -> str | None:
     """The kit's sentence about this placement (`runtime.nodes.NodeLayout.check`), or None."""
-    from mgpukit.runtime.nodes import NodeLayout
-
     return NodeLayout.uniform(d.world_size, hw.gpus_per_node).check(d)
 
 
 def _layout_for(d: ParallelDims, model: str, shape: bool = False, profile: str = "h100-ib") -> Layout:
-    from mgpukit.experiment import prepare
-
     where = dict(mode="emulated", profile=profile, shape=True) if shape else {}
     return prepare("hybrid", workers=d.world_size, layout=d.as_dict(), model=model, **where).cfg.layout
 
@@ -329,9 +325,6 @@ def placement_lab(dims=(2, 2, 2), *, initial: dict | None = None, base: str = "h
     show first."""
     import ipywidgets as w
     from IPython.display import display
-
-    from mgpukit.plots import plot_timeline
-    from mgpukit.widgets.output import errors_shown_in, show
 
     d = dims_of(dims)
     per_node = w.Dropdown(options=[8, 4, 2, 1], value=4, description="GPUs per node",

@@ -9,6 +9,11 @@ one launch (`torch.cuda.graph`, or `torch.compile(mode="reduce-overhead")`), and
 `torch.compile` fuses elementwise ops into fewer kernels: both remove launches, not FLOPs.
 """
 from __future__ import annotations
+from mgpukit.config import RunConfig
+from mgpukit.costmodel.hardware import OP_CONTEXTS, load_profile
+from mgpukit.experiment import run
+from mgpukit.measure.breakdown import time_split
+from mgpukit.training.building import build_model_shapes
 
 
 def launch_bound_study(record: dict | None = None, *, profile: str = "h100-nvlink",
@@ -22,10 +27,6 @@ def launch_bound_study(record: dict | None = None, *, profile: str = "h100-nvlin
     `launch_wait_s`, `wait_s`, `host_s`, `launch_bound` = host / step), `graphed_step_s` — the
     step if one launch replayed it (CUDA graphs: the kernels back to back, plus one launch) —
     and the profile's dispatch figures in µs (`dispatch_us`, by op context)."""
-    from mgpukit.costmodel.hardware import OP_CONTEXTS, load_profile
-    from mgpukit.experiment import run
-    from mgpukit.measure.breakdown import time_split
-
     if record is not None:
         profile, model = record["profile"], record["config"]["model"]
         global_batch, steps = record["config"]["global_batch"], len(record["step_time_s"])
@@ -43,7 +44,4 @@ def launch_bound_study(record: dict | None = None, *, profile: str = "h100-nvlin
 def gradient_tensors(model: str = "gpt-tiny") -> int:
     """How many parameter tensors `model` has — each one a gradient DDP's reducer hooks, copies
     into a bucket and (with the others of its bucket) all-reduces. Counted on the meta device."""
-    from mgpukit.config import RunConfig
-    from mgpukit.training.building import build_model_shapes
-
     return len(list(build_model_shapes(RunConfig(model=model)).parameters()))

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import statistics
 
-from mgpukit.costmodel.layout import Layout
-from mgpukit.costmodel.memory import memory_per_rank
-from mgpukit.costmodel.shapes import ModelShape
+from mgpukit import experiment
+from mgpukit.config import RunConfig
+from mgpukit.costmodel.hardware import load_profile
+from mgpukit.costmodel.layout import Layout, LayoutError, check_layout
+from mgpukit.costmodel.memory import activation_bytes_per_layer, memory_per_rank, model_state_bytes
+from mgpukit.costmodel.shapes import ModelShape, get_shape, param_count
 from mgpukit.experiment import run
+from mgpukit.measure.memory import ActivationMeter
+from mgpukit.models import GPT
+from mgpukit.models.gpt import lm_loss
+from mgpukit.strategies.policies.checkpointing import apply_checkpointing
 
 
 
@@ -47,7 +54,7 @@ def measure_checkpointing(*, policies=("none", "selective", "full"), steps: int 
         act, t = recs[p]["memory"]["0"]["activations"], statistics.median(times[p])
         rows.append({"checkpointing": p, "activations_bytes": act, "step_time_s": t,
                      "activations_vs_none": act / base_act, "time_vs_none": t / base_t,
-                     "losses": recs[p]["losses"]})
+                     "losses": recs[p]["losses"], "step_time": recs[p].get("step_time")})
     return rows
 
 
@@ -56,12 +63,6 @@ def measure_activations(*, seq_len: int, batch: int, checkpointing: str = "none"
     """Peak activation bytes of one forward + backward of the GPT at (`seq_len`, `batch`),
     measured in this process by the same meter the runs use (forward and recomputation)."""
     import torch
-
-    from mgpukit.config import RunConfig
-    from mgpukit.measure.memory import ActivationMeter
-    from mgpukit.models import GPT
-    from mgpukit.models.gpt import lm_loss
-    from mgpukit.strategies.policies.checkpointing import apply_checkpointing
 
     cfg = RunConfig(model=model).model_config()
     cfg = type(cfg)(**{**cfg.__dict__, "seq_len": seq_len})
@@ -91,8 +92,6 @@ def predict_activations(*, seq_len: int, batch: int, checkpointing: str = "none"
                         model: str = "gpt-tiny", flash_attention: bool = True) -> float:
     """The cost model's activation bytes for the same GPT and layout (one rank, no pipeline).
     ``flash_attention``: the GPT's SDPA is fused (True); False charges the ``s×s`` matrices."""
-    from mgpukit.config import RunConfig
-
     cfg = RunConfig(model=model).model_config()
     shape = gpt_shape(type(cfg)(**{**cfg.__dict__, "seq_len": seq_len}))
     layout = Layout(micro_batch=batch, checkpointing=checkpointing, dtype=dtype, flash_attention=flash_attention)
@@ -105,8 +104,6 @@ def activation_sweep(*, seq_lens=(32, 64, 128), batches=(4, 8, 16), checkpointin
     (the model's sequence length): rows with `seq_len, batch, measured, predicted, ratio` —
     `predicted` for the fused attention the GPT runs (SDPA), `predicted_materialized` for an
     attention that stores its s×s matrices (Korthikanti et al. 2022's term)."""
-    from mgpukit.config import RunConfig
-
     base_s = RunConfig(model=model).model_config().seq_len
     points = [(s, 8) for s in seq_lens] + [(base_s, b) for b in batches if (base_s, b) not in
                                            [(s, 8) for s in seq_lens]]
@@ -144,10 +141,6 @@ def memory_table(model: str | ModelShape, gpus: int, *, profile: str = "h100-nvl
     77.0 GB — the line the planner of notebook 09 and the stages of notebook 06 draw too)."""
     import dataclasses
 
-    from mgpukit.costmodel.hardware import load_profile
-    from mgpukit.costmodel.layout import LayoutError, check_layout
-    from mgpukit.costmodel.shapes import get_shape
-
     shape = get_shape(model) if isinstance(model, str) else model
     if seq_len:
         shape = dataclasses.replace(shape, seq_len=seq_len)
@@ -176,25 +169,17 @@ def smallest_zero_stage_that_fits(model: str, gpus: int, *, profile: str = "h100
 
 def model_state_gb(model: str, *, dtype: str = "bf16") -> float:
     """Exercise answer: GB of params + grads + Adam state of `model` on one GPU, no sharding."""
-    from mgpukit.costmodel.memory import model_state_bytes
-    from mgpukit.costmodel.shapes import get_shape, param_count
-
     return sum(model_state_bytes(param_count(get_shape(model)), Layout(dtype=dtype)).values()) / 1e9
 
 
 def activations_per_layer_gb(model: str, *, checkpointing: str, micro_batch: int = 1) -> float:
     """Exercise answer: GB one layer keeps for backward (16-bit, no tp) at the model's sequence length."""
-    from mgpukit.costmodel.memory import activation_bytes_per_layer
-    from mgpukit.costmodel.shapes import get_shape
-
     return activation_bytes_per_layer(get_shape(model), micro_batch=micro_batch, checkpointing=checkpointing) / 1e9
 
 
 def precision_curves(*, steps: int = 40, workers: int = 2, dtypes=("bf16",)) -> dict[str, dict]:
     """dtype -> record: `dp-naive` in each reduced precision (its parity: the loss curve against
     the fp32 reference) and "fp32": the reference itself (the `single` run, relabelled)."""
-    from mgpukit import experiment
-
     out = {}
     for dtype in dtypes:
         rec = run("dp-naive", workers=workers, steps=steps, layout={"dtype": dtype})

@@ -24,6 +24,9 @@ import torch
 
 from mgpukit.costmodel.comm import allreduce_time, link_for_ranks
 from mgpukit.costmodel.hardware import load_profile
+from mgpukit.measure.recorder import Recorder, group_ranks
+from mgpukit.runtime.context import current
+from mgpukit.runtime.launcher import launch
 
 
 def placed(profile: str = "h100-ib", ranks_per_node: int | None = None):
@@ -40,9 +43,6 @@ def predicted_allreduce(nbytes: float, workers: int, profile: str = "h100-ib",
 
 
 def _allreduce_rank(nbytes: int, probe_bytes: int) -> dict:
-    from mgpukit.measure.recorder import Recorder, group_ranks
-    from mgpukit.runtime.context import current
-
     ctx = current()
     rec = Recorder(ctx)
     group = ctx.group("dp")
@@ -60,8 +60,6 @@ def emulated_allreduce(nbytes: int = 2**30, workers: int = 8, *, profile: str = 
                        ranks_per_node: int | None = None, probe_bytes: int = 2**20) -> dict:
     """One all-reduce of `nbytes` on `workers` emulated GPUs, `ranks_per_node` to a node,
     beside the cost model's prediction (times in seconds)."""
-    from mgpukit.runtime.launcher import launch
-
     hw = placed(profile, ranks_per_node)
     ranks = launch(_allreduce_rank, workers, nbytes, probe_bytes, mode="emulated", profile=hw, echo=False)
     return {"workers": workers, "ranks_per_node": hw.gpus_per_node,

@@ -32,11 +32,12 @@ from mgpukit.costmodel.layout import Layout
 from mgpukit.measure.record import build_record
 from mgpukit.measure.recorder import Recorder
 from mgpukit.models.mlp import MLP, MLPConfig
+from mgpukit.runtime.context import current
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.hardware import env_info
 from mgpukit.runtime.launcher import OversubscribedWarning, launch
-from mgpukit.strategies.pipeline.plan import PipelinePlan, theory_for
 from mgpukit.strategies.pipeline.engine import apply_pipeline
+from mgpukit.strategies.pipeline.plan import PipelinePlan, theory_for
 from mgpukit.training.trainer import train
 
 _FREE = Link(alpha=0.0, beta=1e30)
@@ -73,8 +74,6 @@ class _Loader:
 
 
 def _lab_worker(specs: list[dict], width: int, n_layers: int, rows: int, steps: int):
-    from mgpukit.runtime.context import current
-
     ctx = current()
     out = []
     for spec in specs:

@@ -20,11 +20,15 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
+from mgpukit.config import RunConfig
+from mgpukit.costmodel.gpt_step import ddp_step_time
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout, LayoutError
 from mgpukit.costmodel.planner import plan, search
-from mgpukit.costmodel.shapes import get_shape, param_count
+from mgpukit.costmodel.shapes import ModelShape, get_shape, param_count
 from mgpukit.costmodel.training_cost import format_duration, six_nd, time_to_train, tokens_for_gpu_hours
+from mgpukit.experiment import run
+from mgpukit.runtime.launcher import OversubscribedWarning
 
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 TIME_PARTS = (("GEMMs", "compute_s"), ("memory-bound kernels", "memory_s"), ("tp comm (exposed)", "comm_tp_s"),
@@ -261,12 +265,6 @@ def emulated_vs_predicted(*, workers: int = 2, steps: int = 3, global_batch: int
     the ratios are against the kernels-only clock."""
     import statistics
     import warnings
-
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel.gpt_step import ddp_step_time
-    from mgpukit.costmodel.shapes import ModelShape
-    from mgpukit.experiment import run
-    from mgpukit.runtime.launcher import OversubscribedWarning
 
     cfg = RunConfig(global_batch=global_batch)
     shape = ModelShape.from_gpt_config(cfg.model_config(), name="gpt-tiny")

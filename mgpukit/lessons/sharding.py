@@ -14,7 +14,10 @@ import statistics
 from mgpukit.config import RunConfig
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import model_state_bytes, offload_traffic_bytes
+from mgpukit.experiment import run
+from mgpukit.measure.spread import summarize
 from mgpukit.strategies.sharding.theory import optimizer_states, predicted_model_states
+from mgpukit.training.building import count_params
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp2")
 STAGE = {"ddp": 0, "dp-naive": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp2": 3}
@@ -22,8 +25,6 @@ CATEGORIES = ("params", "grads", "optimizer")
 
 
 def n_params(model: str = "gpt-tiny") -> int:
-    from mgpukit.training.building import count_params
-
     return count_params(RunConfig(model=model))
 
 
@@ -31,8 +32,6 @@ def sharding_study(strategies=STRATEGIES, *, workers: int = 2, steps: int = 3, m
                    optimizer: str = "adamw", parity: bool = True) -> dict:
     """Run each strategy once; rows of measured vs predicted model-state bytes (rank 0 and the
     largest rank), bytes sent per step, and each run's record."""
-    from mgpukit.experiment import run
-
     psi = n_params(model)
     lr = 1e-3 if optimizer == "adamw" else 0.1
     rows, records = [], {}
@@ -63,10 +62,11 @@ def step_time_ratio(a: str = "zero3", b: str = "fsdp2", *, workers: int = 2, ste
                     repeats: int = 3, warmup: int = 4, options_b: dict | None = None, **kw) -> dict:
     """Median step time of `a` over `b` (measured, CPU workers), runs interleaved a, b, a, b …
     and the first `warmup` steps of every run dropped (FSDP2 initialises lazily)."""
-    from mgpukit.experiment import run
+    summaries = {a: [], b: []}
 
     def median_step(name, options=None):
         rec = run(name, workers=workers, steps=steps, mode="cpu", parity=False, options=options or {}, **kw)
+        summaries[name].append(summarize(rec["step_time_s"][warmup:], skip=0))  # its spread, warm-up dropped
         return statistics.median(rec["step_time_s"][warmup:])
 
     ta, tb = [], []
@@ -75,7 +75,8 @@ def step_time_ratio(a: str = "zero3", b: str = "fsdp2", *, workers: int = 2, ste
         tb.append(median_step(b, options_b))
     ratio = statistics.median(x / y for x, y in zip(ta, tb))
     return {"a": a, "b": b, "a_step_s": ta, "b_step_s": tb, "ratio": ratio, "workers": workers,
-            "steps": steps, "repeats": repeats, "warmup": warmup}
+            "steps": steps, "repeats": repeats, "warmup": warmup,
+            "a_step_time": summaries[a], "b_step_time": summaries[b]}
 
 
 def model_state_table(psi: float, *, dp: int = 8, dtype: str = "bf16", optimizer: str = "adamw") -> list[dict]:

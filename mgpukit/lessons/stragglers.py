@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from mgpukit.experiment import run
+from mgpukit.config import RunConfig
+from mgpukit.experiment import load_weights, run
 from mgpukit.training import hetero
+from mgpukit.training.building import Batches, build_model, loss_fn
 
 
 def per_rank_seconds(rec, kinds=("fwd", "bwd"), skip: int = 1) -> list[float]:
@@ -103,9 +105,6 @@ def held_out_loss(weights_path, cfg, *, rows: int = 64) -> float:
     a step far past the run's): runs that trained on different rows compared on the same ones."""
     import torch
 
-    from mgpukit.experiment import load_weights
-    from mgpukit.training.building import Batches, build_model, loss_fn
-
     held = cfg.replace(global_batch=rows)
     model = build_model(held)
     model.load_state_dict(load_weights(weights_path))
@@ -123,8 +122,6 @@ def drop_slowest_emulated(*, factor: float = 3.0, rank: int = 1, steps: int = 10
     and both final weights' loss on the same held-out batch (`held_out_loss`)."""
     import tempfile
     from pathlib import Path
-
-    from mgpukit.config import RunConfig
 
     common = dict(workers=workers, steps=steps, mode="emulated", profile=profile, parity=False,
                   global_batch=global_batch)

@@ -13,11 +13,17 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from mgpukit.config import RunConfig
 from mgpukit.costmodel import spot
 from mgpukit.costmodel.comm import allreduce_time, link_for_ranks
+from mgpukit.costmodel.gpt_step import ddp_step_time
 from mgpukit.costmodel.hardware import load_profile
+from mgpukit.display import errors_shown_in, show
 from mgpukit.experiment import run
+import mgpukit.experiment as ex
+from mgpukit.plots import plot_timeline
 from mgpukit.runtime.failures import WorkerError
+from mgpukit.strategies.data_parallel.theory import predicted_speedup
 from mgpukit.training import hetero
 
 # ---------------------------------------------------------------- local SGD
@@ -61,9 +67,6 @@ def local_sgd_emulated(H=(1, 4), *, profile: str = "h100-ib", workers: int = 2, 
     launch-bound, and its host launches would hide the all-reduce this lesson is about.
     ``straggler`` > 1 makes rank 1 that many times slower (the `straggler` knob); the
     prediction then says nothing about it (``predicted_s`` is None)."""
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel.gpt_step import ddp_step_time
-
     hw = one_gpu_per_node(profile)
     hw = hw.kernels_only() if kernels_only else hw
     cfg = RunConfig(global_batch=global_batch)
@@ -95,9 +98,6 @@ def local_sgd_lab(*, initial: list[dict] | None = None):
     and the H run's timeline show. `initial`: rows of `local_sgd_emulated` to show first."""
     import ipywidgets as w
     from IPython.display import display
-
-    from mgpukit.plots import plot_timeline
-    from mgpukit.widgets.output import errors_shown_in, show
 
     pick_h = w.Dropdown(options=[2, 4, 8], value=4, description="H")
     slow = w.Dropdown(options=[1.0, 2.0, 4.0], value=1.0, description="rank 1 slower ×",
@@ -146,9 +146,6 @@ def mixed_cluster_study(*, profiles=("a100-nvlink", "h100-nvlink"), links: str =
     kernels only (`HardwareProfile.kernels_only`): the closed form counts no host launches, and
     a tiny model's step on a GPU is nearly all launches (notebook 00) — the same for both kinds
     of GPU, which would hide the difference in compute this lesson is about."""
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel.hardware import load_profile
-
     cfg = RunConfig(global_batch=global_batch)
     n = len(profiles)
     splits = {"even": (global_batch // n,) * n, "balanced": hetero.balanced_split(cfg, profiles, links)}
@@ -201,8 +198,6 @@ def _preempting(at_steps, marks: Path):
     mark file remembers), before that step's checkpoint would be written."""
     import os
     import signal
-
-    import mgpukit.experiment as ex
 
     real = ex.checkpointing
 
@@ -335,8 +330,6 @@ def _gpu_hours(params: float, tokens: float, *, profile: str = "h100-nvlink", mf
 
 
 def _speedup(model: str, profile: str, n: int, micro_batch: int) -> float:
-    from mgpukit.strategies.data_parallel.theory import predicted_speedup
-
     return predicted_speedup(model, profile, (n,), micro_batch=micro_batch, dtype="bf16")[n]
 
 
@@ -399,10 +392,12 @@ def claims(local_rows: list[dict] | None = None) -> list[dict]:
 
     for model, lo_h, hi_h in GPU_HOUR_CLAIMS:
         r = rule_gpu_hours(model, lo_h, hi_h)
-        chin = r["budgets"]["Chinchilla-optimal (20 tokens/parameter)"]["gpu_hours"]
+        budget = r["budgets"]["Chinchilla-optimal (20 tokens/parameter)"]
+        chin, (lo_p, hi_p) = budget["gpu_hours"], budget["planner_gpu_hours_range"]
         add(f"a {model} model takes {lo_h:,}-{hi_h:,} GPU-hours",
             f"6·N·D at the planner's MFU ({r['mfu']:.1%}, best layout on {r['gpus']} × {r['profile']}): {chin:,.0f} "
-            f"GPU-h for 20 tokens/parameter; {hi_h:,} GPU-h buy {r['implied_tokens'][1] / 1e9:.0f}B tokens", "predicted",
+            f"GPU-h for 20 tokens/parameter (the planner step by step: {budget['planner_gpu_hours']:,.0f}, "
+            f"{lo_p:,.0f} … {hi_p:,.0f}); {hi_h:,} GPU-h buy {r['implied_tokens'][1] / 1e9:.0f}B tokens", "predicted",
             "holds" if r["holds_for_pretraining"] else f"holds only for <= {r['implied_tokens'][1] / 1e9:.0f}B tokens "
             f"(fine-tuning scale), not compute-optimal pre-training")
     # 8. 70B needs 16-64 GPUs (16-32 80 GB A100s with model parallelism)

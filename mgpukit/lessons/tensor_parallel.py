@@ -11,11 +11,24 @@ import dataclasses
 import plotly.graph_objects as go
 import torch
 
-from mgpukit.costmodel.comm import bus_factor
+from mgpukit.config import RunConfig
+from mgpukit.costmodel import get_shape, list_shapes, load_profile, step_time
+from mgpukit.costmodel.comm import bus_factor, link_for_ranks
+from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.shapes import ModelShape
 from mgpukit.costmodel.tensor_parallel import tp_collectives
+from mgpukit.display import errors_shown_in, show
+from mgpukit.experiment import run
+from mgpukit.measure.memory import ActivationMeter
+from mgpukit.measure.recorder import Recorder
+from mgpukit.models import GPT, gpt_small, gpt_tiny
+from mgpukit.plots import plot_timeline
 from mgpukit.plots.layout import finish
 from mgpukit.plots.style import PREDICTED, series_color
+from mgpukit.runtime.context import current
+from mgpukit.runtime.dims import ParallelDims
+from mgpukit.runtime.launcher import OversubscribedWarning, launch
+from mgpukit.strategies.tensor_parallel.apply import apply_tp
 
 
 # ---------------------------------------------------------------------------- 1. by hand
@@ -72,9 +85,6 @@ def plot_block(sp: bool = False) -> go.Figure:
 def bytes_table(record: dict) -> list[dict]:
     """Per collective kind: count and bytes sent per rank, measured (rank 0) vs the cost model's
     table (`mgpukit.costmodel.tensor_parallel`) for the run's own layout and steps."""
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel.layout import Layout
-
     cfg = RunConfig(**{k: v for k, v in record["config"].items() if k != "layout"})
     layout = Layout(**record["layout"])
     shape = ModelShape.from_gpt_config(cfg.model_config())
@@ -96,12 +106,6 @@ def bytes_table(record: dict) -> list[dict]:
 def layernorm_saved_bytes(sp: bool, *, batch: int = 4) -> dict:
     """Inside a launch: bytes the LayerNorms of this rank's split GPT save for backward
     (`bytes`), and the shape of this rank's logits (`logits_shape`: the vocabulary is split)."""
-    from mgpukit.measure.memory import ActivationMeter
-    from mgpukit.measure.recorder import Recorder
-    from mgpukit.models import GPT, gpt_tiny
-    from mgpukit.runtime.context import current
-    from mgpukit.strategies.tensor_parallel.apply import apply_tp
-
     ctx = current()
     model = GPT(gpt_tiny())
     apply_tp(model, ctx, Recorder(ctx), sp=sp)
@@ -123,9 +127,6 @@ def layernorm_saved_bytes(sp: bool, *, batch: int = 4) -> dict:
 
 def sequence_parallel_memory(t: int = 2) -> dict:
     """Measured LayerNorm activations per rank, tp vs tp + SP, on `t` CPU workers."""
-    from mgpukit.runtime.dims import ParallelDims
-    from mgpukit.runtime.launcher import launch
-
     out = {}
     for sp in (False, True):
         ranks = launch(layernorm_saved_bytes, t, sp, dims=ParallelDims(tp=t), echo=False)
@@ -142,8 +143,6 @@ LINKS = {"NVLink (h100-nvlink)": ("h100-nvlink", None), "PCIe (h100-pcie)": ("h1
 def link_profile(link: str):
     """The hardware profile behind a LINKS key (h100-ib with one GPU per node: every tp group
     crosses the network)."""
-    from mgpukit.costmodel import load_profile
-
     name, per_node = LINKS[link]
     hw = load_profile(name)
     if per_node:
@@ -153,8 +152,6 @@ def link_profile(link: str):
 
 def tp_link(link: str):
     """The link a tp group of 2+ ranks runs on under `link` (`costmodel.comm.link_for_ranks`)."""
-    from mgpukit.costmodel.comm import link_for_ranks
-
     return link_for_ranks((0, 1), link_profile(link))
 
 
@@ -166,9 +163,6 @@ def link_table() -> list[dict]:
 
 def predicted_step(model: str, tp: int, link: str, *, global_batch: int = 8, sp: bool = False) -> dict:
     """The analytic step time (`costmodel.step_time`) of `tp` ranks over `link` (a LINKS key)."""
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel import Layout, get_shape, step_time
-
     hw = link_profile(link)
     try:
         shape = ModelShape.from_gpt_config(RunConfig(model=model).model_config())
@@ -183,9 +177,6 @@ def emulated_run(tp: int, link: str, *, steps: int = 2, kernels_only: bool = Tru
     (`HardwareProfile.kernels_only`): the cost model counts kernels and messages, not launches,
     and gpt-tiny on a GPU is launch-bound (notebook 00), which would hide the link altogether."""
     import warnings
-
-    from mgpukit.experiment import run
-    from mgpukit.runtime.launcher import OversubscribedWarning
 
     hw = link_profile(link)
     hw = hw.kernels_only() if kernels_only else hw
@@ -240,11 +231,8 @@ def measured_pairs(*, pairs: int = 2, steps: int = 4, tp: int = 2) -> list[dict]
     `pairs` times: each run's median step after warm-up and its spread (min-max), and each
     pair's ratio. On a shared machine the pairs disagree; that disagreement is the honest error
     bar. (One thread per worker: a lone worker given both cores spin-waits in OpenMP whenever
-    another process holds one, and its steps swell many-fold — FACTS.md.)"""
+    another process holds one, and its steps swell many-fold.)"""
     import warnings
-
-    from mgpukit.experiment import run
-    from mgpukit.runtime.launcher import OversubscribedWarning
 
     out = []
     for _ in range(pairs):
@@ -254,7 +242,8 @@ def measured_pairs(*, pairs: int = 2, steps: int = 4, tp: int = 2) -> list[dict]
                 warnings.simplefilter("ignore", OversubscribedWarning)
                 rec = run(name, workers=workers, steps=steps, mode="cpu", parity=False, threads_per_worker=1)
             st = rec["step_time_s"][1:] or rec["step_time_s"]
-            row[name] = {"median_s": steady_step(rec), "min_s": min(st), "max_s": max(st)}
+            row[name] = {"median_s": steady_step(rec), "min_s": min(st), "max_s": max(st),
+                         "step_time": rec.get("step_time"), "flags": rec.get("flags", [])}
         row["ratio"] = row["tp"]["median_s"] / row["single"]["median_s"]
         out.append(row)
     return out
@@ -265,9 +254,6 @@ def tp_explorer(model: str = "1.3b"):
     communication over each link (the cost model), redrawn at once."""
     import ipywidgets as w
     from IPython.display import display
-
-    from mgpukit.costmodel import list_shapes
-    from mgpukit.widgets.output import errors_shown_in, show
 
     models = w.Dropdown(options=list_shapes(), value=model, description="model")
     degree = w.SelectionSlider(options=[1, 2, 4, 8, 16, 32], value=8, description="tp")
@@ -301,9 +287,6 @@ def tp_run_lab(initial: dict | None = None):
     beside the cost model's prediction. `initial`: a record from `emulated_run` to show first."""
     import ipywidgets as w
     from IPython.display import display
-
-    from mgpukit.plots import plot_timeline
-    from mgpukit.widgets.output import errors_shown_in, show
 
     degree = w.Dropdown(options=[1, 2, 4], value=2, description="tp")
     link = w.Dropdown(options=list(LINKS), value=list(LINKS)[0], description="link",
@@ -347,11 +330,8 @@ def tp_run_lab(initial: dict | None = None):
 
 def expected(name: str):
     """The answers the notebook's exercises are checked against (kept out of the cells)."""
-    from mgpukit.models import gpt_small, gpt_tiny
-
     small, tiny = gpt_small(), gpt_tiny()
     shape = ModelShape.from_gpt_config(tiny)
-    from mgpukit.costmodel.layout import Layout
 
     if name == "tp-shard-shapes":  # gpt-small, t = 4: q_proj's and fc2's weight on one rank
         return [[small.d_model // 4, small.d_model], [small.d_model, small.d_ff // 4]]

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from mgpukit.costmodel.schedules import build_schedule
+from mgpukit.costmodel.simulate import simulate
 
 PIPELINE_KINDS = ("fwd", "bwd", "bwd_input", "bwd_weight")
 
@@ -82,9 +84,6 @@ def predicted_from_costs(record: dict) -> dict:
     they really cost, rather than the closed form's ``F = 1, B = 2``. Point-to-point is free."""
     import statistics
 
-    from mgpukit.costmodel.schedules import build_schedule
-    from mgpukit.costmodel.simulate import simulate
-
     th = record.get("theory") or {}
     p, m, v = th["p"], th["m"], th.get("v", 1)
     steps = sorted({e["step"] for e in record["timeline"] if e.get("step") is not None})
@@ -125,9 +124,6 @@ def idle_split(record: dict) -> dict | None:
 
     Returned as fractions of ``p·S`` (they add up to the bubble fraction) and in seconds.
     None when the record is not a pipeline's."""
-    from mgpukit.costmodel.schedules import build_schedule
-    from mgpukit.costmodel.simulate import simulate
-
     th = record.get("theory") or {}
     if "schedule" not in th or "p" not in th or "m" not in th:
         return None

@@ -1,5 +1,6 @@
-"""The result record (DESIGN.md §4): what every run returns, and what plots, tests, benchmarks
-and the report read. Built in the parent from each rank's `Recorder.result()`."""
+"""The result record (docs/ARCHITECTURE.md, "The result record"): what every run returns, and
+what plots, tests, benchmarks and the report read. Built in the parent from each rank's
+`Recorder.result()`."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from mgpukit.measure.vclock import VirtualClock
 from mgpukit.runtime.context import WorkerContext
 
 
@@ -162,7 +163,5 @@ class Works:
 def make_clock(ctx: WorkerContext):
     """The clock for this worker's mode: wall clock, or the virtual clock of its profile."""
     if ctx.is_emulated:
-        from mgpukit.measure.vclock import VirtualClock
-
         return VirtualClock.for_context(ctx)
     return WallClock(ctx.t0, ctx.device)

@@ -1,4 +1,7 @@
-"""The workloads: a tiny GPT and an MLP. Plain modules; no parallelism inside."""
+"""The workloads: a tiny GPT and an MLP. Plain modules; no parallelism inside.
+
+`weights` holds what every applier does to a model from outside the same way: `to_device`
+(fake tensors too) and `full_state_dict` (CPU copies, unwrapped names)."""
 
 from mgpukit.models.gpt import (
     GPT,

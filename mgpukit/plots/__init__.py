@@ -1,4 +1,4 @@
-"""Plotly figures from result records (DESIGN.md §4).
+"""Plotly figures from result records (docs/ARCHITECTURE.md, "The result record").
 
 Every function takes data and returns a `plotly.graph_objects.Figure`; none prints, none trains.
 Every title says where its numbers come from — measured, emulated (virtual clock) or predicted.

@@ -1,6 +1,6 @@
 """Colours, units and source labels shared by every mgpukit figure.
 
-A figure must say where its numbers come from (DESIGN.md §2):
+A figure must say where its numbers come from (docs/ARCHITECTURE.md, "Four clocks"):
 
 - a record run in mode ``cpu`` or ``gpu`` was **measured** (wall clock / CUDA events);
 - a record run in mode ``emulated`` was timed by the **virtual clock** of a hardware profile;

@@ -1,7 +1,7 @@
 """Figures of a training run's outcome: loss parity, speedup and memory per rank.
 
-Each function takes result records (DESIGN.md §4) and returns a plotly Figure whose title
-says whether its numbers were measured, emulated or predicted.
+Each function takes result records (docs/ARCHITECTURE.md, "The result record") and returns a
+plotly Figure whose title says whether its numbers were measured, emulated or predicted.
 """
 
 from __future__ import annotations

@@ -1,12 +1,16 @@
 """The worker's view of its launch: rank, mode, device, and its place in the device mesh.
 
-`launch` (and the exported scripts under `torchrun` / `accelerate launch`) builds one
-`WorkerContext` per worker with the mesh already made — `ParallelDims` -> `DeviceMesh` with the
-named axes ``("pp", "dp", "tp")`` — so library code asks the context for the axis it means
-instead of talking to "the world":
+`launch` (and the exported scripts under `torchrun` / `accelerate launch`, and the reference
+trained in-process) builds one `WorkerContext` per worker through `worker_context`, with the
+mesh already made — `ParallelDims` -> `DeviceMesh` with the named axes ``("pp", "dp", "tp")``
+— and, for a run, the `Layout` resolved before launch (`mgpukit.prepare`): the only carrier of
+the layout into a worker. Library code asks the context for the axis it means instead of
+talking to "the world", and reads the rest of the layout (schedule, v, micro-batches, sp,
+dtype, checkpointing) from `ctx.layout`:
 
     ctx.group("dp")        # the process group of this rank's data-parallel replicas
-    ctx.size("pp")         # pipeline degree
+    ctx.size("pp")         # pipeline degree (the mesh's: built from the layout's)
+    ctx.layout.schedule    # the run's resolved layout (None in a plain `launch`)
     ctx.coords["dp"]       # this rank's data-parallel index (which slice of the batch)
     ctx.axis_ranks("pp")   # global ranks of this rank's pipeline, stage order
     ctx.node               # the node (machine) this rank runs on; ctx.nodes: every rank's
@@ -21,7 +25,9 @@ import dataclasses
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
+from mgpukit.costmodel.layout import Layout
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.nodes import NodeLayout
 
@@ -39,6 +45,7 @@ class WorkerContext:
     dims: ParallelDims | None = None  # None: every rank a data-parallel replica
     mesh: Any = None  # torch DeviceMesh over the launched group, axes ("pp", "dp", "tp")
     nodes: NodeLayout | None = None  # None: every rank on one node (one machine)
+    layout: Layout | None = None  # the run's resolved layout (`mgpukit.prepare`); None: a plain launch
 
     def __post_init__(self):
         if self.dims is None:
@@ -78,6 +85,26 @@ class WorkerContext:
         """Global ranks along `axis` through this rank, in axis order (pp: stage order)."""
         c = self.coords
         return [self.dims.rank_of(**{**c, axis: i}) for i in range(self.size(axis))]
+
+
+def worker_context(*, rank: int, world_size: int, mode: str, device: torch.device, t0: float,
+                   threads: int, dims: ParallelDims | None = None, layout: Layout | None = None,
+                   profile=None, options: dict | None = None, nodes: NodeLayout | None = None,
+                   mesh: bool = True) -> WorkerContext:
+    """The one way a worker's context is made: `launch`'s workers, a process of an exported
+    script, the reference trained in-process. `mesh=True` builds the `DeviceMesh` of `dims`
+    (a collective: every rank of the group calls it; none in a single process)."""
+    dims = dims or ParallelDims(dp=world_size)
+    return WorkerContext(rank=rank, world_size=world_size, mode=mode, profile=profile, device=device,
+                         t0=t0, threads=threads, options=dict(options or {}), dims=dims,
+                         mesh=build_mesh(dims, device) if mesh else None, nodes=nodes, layout=layout)
+
+
+def build_mesh(dims: ParallelDims, device: torch.device):
+    """The launch's `DeviceMesh` (once per worker; a collective call: every rank makes it)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return None
+    return dims.build_mesh(device.type)
 
 
 _current: WorkerContext | None = None

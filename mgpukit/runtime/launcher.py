@@ -66,8 +66,9 @@ from mgpukit.runtime.failures import (LaunchError, LaunchTimeout, WorkerError, t
 __all__ = ["launch", "resolve_mode", "build_mesh", "LaunchError", "LaunchTimeout", "WorkerError",
            "OversubscribedWarning"]
 from mgpukit.runtime.hardware import cuda_device_count, placement, usable_cores
+from mgpukit.runtime.context import build_mesh  # noqa: F401  (in __all__)
 from mgpukit.threads import worker_threads
-from mgpukit.runtime.worker import (_FINISHED_KEY, BAD_FORK, WorkerSpec, _worker_main, build_mesh,  # noqa: F401
+from mgpukit.runtime.worker import (_FINISHED_KEY, BAD_FORK, WorkerSpec, _worker_main,  # noqa: F401
                                     check_picklable)
 
 MODES = ("auto", "cpu", "gpu", "emulated")
@@ -108,6 +109,7 @@ def launch(
     echo: bool = True,
     options: dict | None = None,
     dims: ParallelDims | None = None,
+    layout: Any = None,
     host: str = "127.0.0.1",
     collective_timeout_s: float | None = None,
     debug_collectives: bool = False,
@@ -129,6 +131,8 @@ def launch(
     options: free-form settings handed to every worker's context (`mgpukit.current().options`).
     dims: how the workers are cut into (pp, dp, tp) — every worker's context carries the
     `DeviceMesh` built from it (`ctx.mesh`, `ctx.group("dp")`); default: all data parallel.
+    layout: a run's resolved `Layout` (`mgpukit.prepare`), carried into every worker's context
+    (`ctx.layout`); `dims` is then its mesh shape.
     host: the address the rendezvous store listens on — loopback by default, so nothing on
     the network can reach it; give another only when workers elsewhere must join.
     `device_guard` and `strict_p2p` in options (default: env MGPUKIT_DEVICE_GUARD /
@@ -180,6 +184,7 @@ def launch(
         timeout_s=timeout_s, collective_timeout_s=collective_timeout_s, t0=time.perf_counter(),
         options={**options, "debug_collectives": bool(debug_collectives)},
         log_dir=tempfile.mkdtemp(prefix="mgpukit-launch-"), dims=dims, host=host, nodes=nodes,
+        layout=layout,
     )
     try:
         return _run(fn, args, kwargs, spec, echo=echo)

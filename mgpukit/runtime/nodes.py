@@ -86,7 +86,7 @@ class NodeLayout:
         k = self.ranks_per_node
         fix = (f"Use a tp that divides {k} (tp <= ranks per node)" if k > 1 else
                "With one rank per node only tp = 1 stays inside a node: use tp = 1")
-        return (f"tp={dims.tp} puts tensor-parallel groups across nodes ({k} ranks per node): tp "
+        return (f"tp={dims.tp} puts tensor-parallel groups across nodes ({k} rank{'s' if k != 1 else ''} per node): tp "
                 f"exchanges activations in every layer and should stay on one node's fast link. "
                 f"{fix} and let pp or dp cross nodes.")
 

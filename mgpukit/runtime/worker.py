@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 from collections import OrderedDict
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -49,6 +50,7 @@ class WorkerSpec:
     options: dict
     dims: ParallelDims  # the mesh every worker builds: (pp, dp, tp)
     nodes: NodeLayout  # which node each rank is on (emulated: the profile's gpus_per_node)
+    layout: Any = None  # the run's resolved Layout, carried into every context (`ctx.layout`)
     parent_pid: int = dataclasses.field(default_factory=os.getpid)  # the launching process
 
 
@@ -156,20 +158,13 @@ def _setup_and_call(fn, args, kwargs, spec: WorkerSpec, rank: int):
             f"PartialState already alive in this process?)"
         )
     torch.set_num_threads(spec.threads)  # Accelerate may have set its own count
-    ctx = _context.WorkerContext(
+    ctx = _context.worker_context(
         rank=rank, world_size=spec.world_size, mode=spec.mode, profile=spec.profile,
         device=state.device, t0=spec.t0, threads=spec.threads, options=spec.options,
-        dims=spec.dims, mesh=build_mesh(spec.dims, state.device), nodes=spec.nodes,
+        dims=spec.dims, layout=spec.layout, nodes=spec.nodes,
     )
     _context.set_current(ctx)
     return fn(*args, **kwargs)
-
-
-def build_mesh(dims: ParallelDims, device: torch.device):
-    """The launch's `DeviceMesh` (once per worker; a collective call: every rank makes it)."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return None
-    return dims.build_mesh(device.type)
 
 
 def _capture_output(log_dir: str, rank: int) -> None:

@@ -19,6 +19,8 @@ class Knob:
     help: str
     choices: tuple | None = None
     minimum: float | None = None  # inclusive lower bound for numbers
+    maximum: float | None = None  # inclusive upper bound for numbers
+    above: float | None = None  # exclusive lower bound (a fraction in (0, 1]: above=0, maximum=1)
 
 
 TRAINER_KNOBS = (
@@ -37,6 +39,8 @@ TRAINER_KNOBS = (
     Knob("checkpoint_dir", str, None, "folder for torch.distributed.checkpoint saves (training/checkpoint.py)"),
     Knob("checkpoint_every", int, 0, "save every k steps (0: only after the last step)", minimum=0),
     Knob("resume", bool, False, "start from the latest checkpoint in checkpoint_dir"),
+    Knob("keep_checkpoints", int, 3, "the newest k checkpoints kept in checkpoint_dir (older ones deleted)",
+         minimum=1),
     Knob("loss_scale_init", float, 2.0 ** 16, "fp16: the loss scaler's starting scale S (policies/precision.py)",
          minimum=1),
 )
@@ -83,4 +87,8 @@ def _coerce(knob: Knob, value, strategy: str):
         raise ValueError(f"{where}: choose one of {', '.join(map(str, knob.choices))}.")
     if knob.minimum is not None and value < knob.minimum:
         raise ValueError(f"{where}: must be at least {knob.minimum:g} — {knob.help}.")
+    if knob.above is not None and value <= knob.above:
+        raise ValueError(f"{where}: must be more than {knob.above:g} — {knob.help}.")
+    if knob.maximum is not None and value > knob.maximum:
+        raise ValueError(f"{where}: must be at most {knob.maximum:g} — {knob.help}.")
     return value

@@ -10,13 +10,13 @@ import torch
 
 from mgpukit.config import RunConfig
 from mgpukit.data import get_batch, load_tokens, mlp_batch
+from mgpukit.models import GPT, MLP
+from mgpukit.models.gpt import lm_loss
 from mgpukit.training.hetero import parse_split
 
 
 def build_model(cfg: RunConfig) -> torch.nn.Module:
     """Identical weights on every rank (seeded init), no parallelism inside."""
-    from mgpukit.models import GPT, MLP
-
     mcfg = cfg.model_config()
     return GPT(mcfg, seed=cfg.seed) if cfg.is_gpt else MLP(mcfg, seed=cfg.seed)
 
@@ -32,23 +32,6 @@ def build_model_shapes(cfg: RunConfig) -> torch.nn.Module:
 def count_params(cfg: RunConfig, *, trainable: bool = False) -> int:
     """Parameters of `cfg`'s model (shared ones once), counted without allocating them."""
     return sum(p.numel() for p in build_model_shapes(cfg).parameters() if p.requires_grad or not trainable)
-
-
-def to_device(module: torch.nn.Module, device) -> torch.nn.Module:
-    """`module.to(device)`, skipped when every parameter and buffer is there already: in shape
-    mode `.to` would try to swap each fake parameter for a copy, which torch refuses."""
-    device = torch.device(device)
-    tensors = list(module.parameters()) + list(module.buffers())
-    if all(_same_device(t.device, device) for t in tensors):
-        return module
-    return module.to(device)
-
-
-def _same_device(have: torch.device, want: torch.device) -> bool:
-    """cpu and cpu:0 are one device (Accelerate names it cpu:0); a GPU's index must match."""
-    if have.type != want.type:
-        return False
-    return have.type == "cpu" or (have.index or 0) == (want.index or 0)
 
 
 def build_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
@@ -92,8 +75,6 @@ class Batches:
 
 
 def loss_fn(cfg: RunConfig):
-    from mgpukit.models.gpt import lm_loss
-
     return lm_loss if cfg.is_gpt else torch.nn.functional.mse_loss
 
 
@@ -115,9 +96,3 @@ def grad_sq_norm(params) -> float:
 
 def grad_norm(params) -> float:
     return grad_sq_norm(params) ** 0.5
-
-
-def full_state_dict(model: torch.nn.Module) -> dict:
-    """CPU copies of the weights, names as in the unwrapped model (DDP's `module.` dropped)."""
-    inner = getattr(model, "module", model)
-    return {k: v.detach().to("cpu", copy=True) for k, v in inner.state_dict().items()}

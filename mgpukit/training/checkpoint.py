@@ -18,12 +18,15 @@ overlapping pieces of whatever boxes were written:
 
     ddp, pipelines      whole tensors (replicas are written once, by one rank)
     fsdp2, tp-native    DTensors: DCP knows their shards (Shard(0) on dp; the tp splits)
-    tp (ours)           one box per split parameter: offset rank·n along `tp_dim`
+    tp (ours)           one box per split parameter: offset rank·n along its split dim
     zero1/2/3 (ours)    this rank's flat shard of each unit cut along the parameters it
                         spans: a range of a parameter's flattened elements is at most a
                         partial row, full rows and a partial row (`boxes`), each a box; the
                         optimizer's state over the shard is cut the same way; padding is not
                         saved (zero on load, as it is in training)
+
+Which of these a rank holds is declared by the applier that cut the model (`Parts.holding`,
+`training/holding.py`: replicated, tp-split or sharded); nothing here guesses it.
 
 Loading is `dcp.load` into this rank's tensors, in place (the dp-bucketed strategy's gradients
 are views into its buckets; the parameters stay the same objects; ZeRO-1/2 then all-gather
@@ -37,8 +40,11 @@ many ranks; on another number each rank keeps its seeded state (the shipped mode
 random numbers while training: no dropout).
 
 Saving is atomic: the files go to ``<dir>/step-K.partial``, which is renamed to ``step-K``
-once every rank has written, and only then does ``<dir>/latest`` (written atomically) point to
-it. A crash while saving leaves the previous checkpoint, and `latest`, as they were.
+once every rank has written and rank 0 has checksummed them into its manifest, and only then
+does ``<dir>/latest`` (written atomically) point to it. A crash while saving leaves the previous
+checkpoint, and `latest`, as they were; a save that fails (a full disk) removes its partial
+folder and says so in one line. How a folder of checkpoints is kept — checksums, one run at a
+time, the newest K, the checks made before a resume launches — is `checkpoint_files.py`.
 
 Loading is safe: DCP reads a checkpoint's ``.metadata`` with plain `pickle.load`, which runs
 whatever a crafted file tells it to. `SafeReader` unpickles it with an allow-list (DCP's own
@@ -52,8 +58,6 @@ DeepSpeed's universal checkpoint computes to reshard ZeRO's partitions.
 """
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import pickle
 import warnings
@@ -63,14 +67,17 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import (ChunkStorageMetadata, MetadataIndex, StorageMeta,
                                                    TensorProperties, TensorStorageMetadata)
 from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType
 
 from mgpukit.files import write_text
+from mgpukit.training.checkpoint_files import (DEFAULT_KEEP, LATEST, CheckpointError, has_checkpoint,  # noqa: F401
+                                               latest, prune, remove_partials, verify, write_failure,
+                                               write_manifest)
+from mgpukit.training.holding import Piece
 from mgpukit.training.trainer import Checkpointing
-
-LATEST = "latest"
 
 
 def checkpointing(ctx, rec, cfg, parts, optimizer) -> Checkpointing | None:
@@ -82,116 +89,24 @@ def checkpointing(ctx, rec, cfg, parts, optimizer) -> Checkpointing | None:
             raise ValueError("resume=true needs checkpoint_dir=... to resume from.")
         return None
     every = cfg.options.get("checkpoint_every") or 0
+    keep = cfg.options.get("keep_checkpoints") or DEFAULT_KEEP
+    info = {"model": cfg.model, "optimizer": cfg.optimizer, "world_size": ctx.world_size,
+            "global_batch": cfg.global_batch, "seed": cfg.seed}  # with "step": its manifest
     ck = Checkpointing()
     if cfg.options.get("resume"):
         ck.start_step = load_checkpoint(root, ctx, rec, parts, optimizer, logs=ck.logs)
 
     def on_step_end(step: int) -> None:
         if (every and (step + 1) % every == 0) or step + 1 == cfg.steps:
-            save_checkpoint(root, step + 1, ctx, rec, parts, optimizer, logs=ck.logs)
+            save_checkpoint(root, step + 1, ctx, rec, parts, optimizer, logs=ck.logs, info=info, keep=keep)
     ck.on_step_end = on_step_end
     return ck
 
 
-# ---- where this rank's tensors sit in the full model's -----------------------------------------
-@dataclasses.dataclass
-class Piece:
-    """A box of the full tensor `name` (`size`) that this rank holds: `view(t)` is that box of
-    `t`, a tensor shaped like the rank's parameter (the parameter itself, or optimizer state
-    over it); `offsets` None: the whole tensor, as it is (replicated, or a DTensor)."""
-
-    name: str
-    size: tuple
-    offsets: tuple | None = None
-    view: object = None  # Callable[[Tensor], Tensor]
-
-
-def boxes(shape, a: int, b: int) -> list[tuple[tuple, tuple, int]]:
-    """Elements [a, b) of a row-major tensor of `shape` (flattened) as boxes:
-    [(offsets, sizes, first flat index)], each contiguous in memory — at most a partial row,
-    a block of full rows and a partial row per dimension."""
-    if a >= b:
-        return []
-    if len(shape) == 0:
-        return [((), (), 0)]
-    row = math.prod(shape[1:])
-    lo, hi = -(-a // row), b // row  # the full rows [lo, hi)
-    if lo > hi:  # a and b inside one row
-        i = a // row
-        return [((i, *o), (1, *z), i * row + f) for o, z, f in boxes(shape[1:], a - i * row, b - i * row)]
-    out = []
-    if a < lo * row:  # the end of row lo-1
-        out += [((lo - 1, *o), (1, *z), (lo - 1) * row + f)
-                for o, z, f in boxes(shape[1:], a - (lo - 1) * row, row)]
-    if lo < hi:
-        out.append(((lo, *[0] * (len(shape) - 1)), (hi - lo, *shape[1:]), lo * row))
-    if hi * row < b:  # the start of row hi
-        out += [((hi, *o), (1, *z), hi * row + f) for o, z, f in boxes(shape[1:], 0, b - hi * row)]
-    return out
-
-
-def _zero_pieces(unit, names) -> list[Piece]:
-    """This rank's flat shard of a ZeRO unit as boxes of the parameters it spans."""
-    lo, hi = unit.rank * unit.shard_numel, (unit.rank + 1) * unit.shard_numel
-    out, offset = [], 0
-    for q in unit.params:
-        a, b = max(offset, lo), min(offset + q.numel(), hi)
-        for offs, sizes, f in boxes(tuple(q.shape), a - offset, b - offset):
-            start = offset + f - lo  # where the box starts in the shard
-            out.append(Piece(names[id(q)], tuple(q.shape), offs,
-                             lambda t, s=start, z=sizes: t[s:s + math.prod(z)].view(z)))
-        offset += q.numel()
-    return out
-
-
-def _tp_piece(p, name: str, ctx) -> Piece:
-    """Our tensor-parallel split: rank i of t holds the i-th of t equal slices along `tp_dim`."""
-    dim, t = p.tp_dim, ctx.size("tp")
-    size = list(p.shape)
-    size[dim] *= t
-    offsets = [0] * p.dim()
-    offsets[dim] = ctx.coords["tp"] * p.shape[dim]
-    return Piece(name, tuple(size), tuple(offsets), lambda x: x)
-
-
-def _names(parts) -> dict[int, str]:
-    """id(parameter) -> its name in the unsplit model (no DDP `module.`, no stage index)."""
-    names = {}
-    module = parts.module
-    if hasattr(module, "shards") and hasattr(module, "model"):  # ZeRO's ShardedModule
-        module = module.model
-    for name, p in module.named_parameters():
-        if isinstance(module, torch.nn.ModuleList):  # pipeline stages: "0.blocks.2..." -> "blocks.2..."
-            name = name.split(".", 1)[1]
-        names[id(p)] = name.removeprefix("module.")
-    return names
-
-
-def _zero(parts):
-    """The hand-written ZeRO stage behind `parts` (a sync that owns flat shards: its `units`,
-    each with a `shard`, and `after_load`), or None. Known by what it has, not by its class:
-    training/ does not import the strategies built on it."""
-    sync = parts.sync
-    return sync if hasattr(sync, "units") and hasattr(sync, "after_load") else None
-
-
-def placements(ctx, parts) -> list[tuple[torch.Tensor, list[Piece]]]:
-    """For each tensor the optimizer steps: the pieces of the full model it holds."""
-    names = _names(parts)
-    zero = _zero(parts)
-    if zero is not None:
-        return [(unit.shard, _zero_pieces(unit, names)) for unit in zero.units]
-    out = []
-    for p in parts.params:
-        if id(p) not in names:
-            raise ValueError(f"checkpointing saves the parameters the model owns by name; "
-                             f"{type(parts.sync).__name__} trains tensors of its own.")
-        name = names[id(p)]
-        if getattr(p, "tp_dim", None) is not None and ctx.size("tp") > 1:
-            out.append((p, [_tp_piece(p, name, ctx)]))
-        else:  # a whole tensor, or a DTensor (DCP knows its shards)
-            out.append((p, [Piece(name, tuple(p.shape))]))
-    return out
+def placements(parts) -> list[tuple[torch.Tensor, list[Piece]]]:
+    """For each tensor the optimizer steps: the pieces of the full model it holds, as the
+    applier that cut the model declared them (`Parts.holding`, `training.holding`)."""
+    return parts.holding.placements(parts.module, parts.params, trainer_of=type(parts.sync).__name__)
 
 
 class Chunks:
@@ -260,7 +175,7 @@ def _state(ctx, parts, optimizer, next_step: int, logs) -> dict:
              # this rank's share of what was logged so far: the resumed record covers the run
              f"logs/rank{ctx.rank}": torch.tensor(logs, dtype=torch.float64).reshape(-1, 2),
              f"rng/rank{ctx.rank}": torch.get_rng_state()}
-    for p, pieces in placements(ctx, parts):
+    for p, pieces in placements(parts):
         _put(state, "model/{}", pieces, p.detach())
         for key, value in optimizer.state.get(p, {}).items():
             if value.shape == p.shape:  # elementwise state: cut like the parameter
@@ -271,44 +186,51 @@ def _state(ctx, parts, optimizer, next_step: int, logs) -> dict:
     return state
 
 
-def save_checkpoint(root, next_step: int, ctx, rec, parts, optimizer, *, logs=()) -> Path:
-    """Save every rank's share as ``<root>/step-<next_step>`` (collective: every rank calls it)."""
+def save_checkpoint(root, next_step: int, ctx, rec, parts, optimizer, *, logs=(), info=None,
+                    keep: int = DEFAULT_KEEP) -> Path:
+    """Save every rank's share as ``<root>/step-<next_step>`` (collective: every rank calls it),
+    with its manifest (`info` + the step + each file's checksum); keep the newest `keep`."""
+    import shutil
+
     root = Path(root)
     final = root / f"step-{next_step:06d}"
     partial = root / f"step-{next_step:06d}.partial"
     with rec.untimed():
-        dcp.save(_state(ctx, parts, optimizer, next_step, list(logs)), checkpoint_id=str(partial),
-                 planner=_SavePlanner())
+        if ctx.rank == 0:
+            remove_partials(root)  # a save that crashed earlier (this run holds the folder's lock)
+        _barrier()
+        try:  # DCP gathers every rank's write result: a failure raises on every rank
+            dcp.save(_state(ctx, parts, optimizer, next_step, list(logs)), checkpoint_id=str(partial),
+                     planner=_SavePlanner())
+        except (Exception, CheckpointException) as e:  # DCP's is a BaseException
+            if ctx.rank == 0:
+                shutil.rmtree(partial, ignore_errors=True)
+            raise write_failure(final, root, e) from None
         _barrier()
         if ctx.rank == 0:
-            if final.exists():  # an older save of the same step, e.g. a run resumed twice
-                import shutil
-
-                shutil.rmtree(final)
-            os.replace(partial, final)
-            write_text(root / LATEST, final.name + "\n")
+            try:
+                write_manifest(partial, {**(info or {}), "step": next_step})
+                if final.exists():  # an older save of the same step, e.g. a run resumed twice
+                    shutil.rmtree(final)
+                os.replace(partial, final)
+                write_text(root / LATEST, final.name + "\n", what="checkpoint pointer")
+            except OSError as e:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise write_failure(final, root, e) from None
+            prune(root, keep, final.name)
         _barrier()
     return final
-
-
-def has_checkpoint(root) -> bool:
-    return (Path(root) / LATEST).is_file()
-
-
-def latest(root) -> Path:
-    root = Path(root)
-    pointer = root / LATEST
-    if not pointer.is_file():
-        raise FileNotFoundError(f"no checkpoint to resume from in {root} (no {LATEST} file); "
-                                f"run once with checkpoint_dir={root} first.")
-    return root / pointer.read_text().strip()
 
 
 def load_checkpoint(root, ctx, rec, parts, optimizer, *, logs: list | None = None) -> int:
     """Load the latest checkpoint under `root` into this rank's parts and optimizer, in place
     (and this rank's logged steps into `logs`); return the step to start from (collective).
-    The checkpoint may come from another layout or number of ranks (module docstring)."""
+    The checkpoint may come from another layout or number of ranks (module docstring). Its
+    checksums are verified here unless the launching process did it already (`mgpukit.run`
+    checks before launch and says so in the launch's options; a `torchrun` script does not)."""
     path = latest(root)
+    if not (getattr(ctx, "options", None) or {}).get("checkpoint_verified"):
+        verify(path)
     reader = SafeReader(str(path))
     metadata = reader.read_metadata().state_dict_metadata
     saved_optim = defaultdict(dict)  # name -> {state key: its metadata}
@@ -318,7 +240,7 @@ def load_checkpoint(root, ctx, rec, parts, optimizer, *, logs: list | None = Non
             saved_optim[name][k] = meta
     state = {"step": torch.tensor(0, dtype=torch.int64)}
     optim_state = {}  # parameter -> {key: the tensor loaded into}
-    for p, pieces in placements(ctx, parts):
+    for p, pieces in placements(parts):
         _put(state, "model/{}", pieces, p.detach())
         held = dict(optimizer.state.get(p, {}))
         for k in sorted({k for piece in pieces for k in saved_optim.get(piece.name, {})}):
@@ -345,8 +267,8 @@ def load_checkpoint(root, ctx, rec, parts, optimizer, *, logs: list | None = Non
             state[f"logs/rank{r}"] = torch.empty(metadata[f"logs/rank{r}"].size, dtype=torch.float64)
     missing = [k for k in state if k not in metadata]
     if missing:
-        raise ValueError(f"checkpoint {path} lacks {missing[:3]}: it was saved by another "
-                         f"model (or one whose layers do not split like this layout's).")
+        raise CheckpointError(f"checkpoint {path} lacks {missing[:3]}: it was saved by another "
+                              f"model (or one whose layers do not split like this layout's).")
     with rec.untimed():
         dcp.load(state, storage_reader=reader, planner=_LoadPlanner())
     for p, held in optim_state.items():
@@ -364,10 +286,9 @@ def load_checkpoint(root, ctx, rec, parts, optimizer, *, logs: list | None = Non
                 for r in old_ranks:
                     rows = rows + state[f"logs/rank{r}"]
         logs[:] = [tuple(row) for row in rows.tolist()]
-    zero = _zero(parts)
-    if zero is not None:
+    if parts.holding.after_load is not None:  # ZeRO: the full parameters from the loaded shards
         with rec.untimed():
-            zero.after_load()
+            parts.holding.after_load()
     return int(state["step"])
 
 
@@ -380,8 +301,11 @@ def find_checkpoint(path) -> Path:
 def load_full(path) -> dict:
     """A checkpoint as full tensors in this one process, whatever layout and number of ranks
     wrote it: ``{"step", "model": {name: tensor}, "optim": {name: {key: tensor}}}``. `path`:
-    a checkpoint folder or the `checkpoint_dir` holding `latest`."""
-    reader = SafeReader(str(find_checkpoint(path)))
+    a checkpoint folder or the `checkpoint_dir` holding `latest`. Its files are checked against
+    their checksums first (`checkpoint_files.verify`)."""
+    folder = find_checkpoint(path)
+    verify(folder)
+    reader = SafeReader(str(folder))
     metadata = reader.read_metadata().state_dict_metadata
     state = {"step": torch.tensor(0, dtype=torch.int64)}
     for key, meta in metadata.items():

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from mgpukit.costmodel.gpt_step import ddp_step_time
 from mgpukit.costmodel.hardware import HardwareProfile, load_profile
 
 
@@ -70,9 +71,10 @@ def check(cfg, dims, mode: str) -> None:
         if sum(split) != cfg.global_batch:
             raise ValueError(f"batch_split={cfg.options['batch_split']!r} adds up to {sum(split)} rows; "
                              f"global_batch is {cfg.global_batch}.")
-        if any(r % cfg.micro_batches for r in split):
+        m = cfg.layout.num_micro_batches
+        if any(r % m for r in split):
             raise ValueError(f"batch_split={cfg.options['batch_split']!r}: each rank's rows must split "
-                             f"into micro_batches={cfg.micro_batches}.")
+                             f"into micro_batches={m}.")
     profiles = parse_profiles(cfg.options.get("rank_profiles"))
     if profiles is not None:
         if mode != "emulated":
@@ -136,8 +138,6 @@ def rank_times(cfg, split, profiles, link_profile) -> list[dict]:
     its kernels only (`HardwareProfile.kernels_only`: no host launches, no minimum kernel time),
     as the mixed-cluster lesson emulates it: a tiny model's launches, the same on both kinds of
     GPU, would hide the difference in compute the split is about."""
-    from mgpukit.costmodel.gpt_step import ddp_step_time
-
     base = load_profile(link_profile).kernels_only()
     n = len(split)
     out = []

@@ -1,6 +1,6 @@
 """The engine of a whole-model replica: forward and backward over `k` micro-batches.
 
-One optimizer step is `k = cfg.micro_batches` micro-steps on this rank's slice of the global
+One optimizer step is `k = ctx.layout.num_micro_batches` micro-steps on this rank's slice of the global
 batch. Each runs forward and backward on 1/k of the rows with the loss divided by k, so the
 gradients summed in `p.grad` are the gradient of the mean loss over the whole slice: the same
 step as one large batch (Goyal et al. 2017, §2), at the activation memory of a small one.
@@ -28,6 +28,10 @@ METERED_STEPS = 2  # steps whose saved activations are counted (module docstring
 
 
 class LocalEngine:
+    """The `Engine` of a whole-model replica (module docstring)."""
+
+    memory_note = None  # every saved activation passes the meter
+
     def __init__(self, rec, module, *, sync, loss_fn, micro_batches: int, params, around=None):
         self.rec, self.module, self.sync, self.loss_fn = rec, module, sync, loss_fn
         self.k = micro_batches
@@ -52,3 +56,6 @@ class LocalEngine:
             value = value_or_none(loss.detach())  # None in shape mode (a fake loss has no value)
             loss_sum = None if value is None or loss_sum is None else loss_sum + value
         return loss_sum
+
+    def finish(self, steps: int) -> dict:
+        return {}  # nothing of its own to report

@@ -7,6 +7,7 @@ or a pipeline schedule), and a *gradient sync* over the data-parallel group. The
 them, dp × pp — trains through the same loop.
 
     engine.forward_backward(x, y, slowed) -> this rank's share of the step's loss, or None
+    engine.memory_note, engine.finish(steps) -> what the record says of its memory; its figures
     sync.no_sync()                        -> backward inside must not communicate
     sync.sync(step)                       -> after the last backward: gradients averaged
     parts.after_step(step)                -> after the optimizer step (ZeRO: all-gather the
@@ -16,6 +17,9 @@ A sharded strategy (ZeRO, FSDP) hands the optimizer this rank's *shards* as `par
 optimizer state it builds over them is sharded by construction, and their gradients are
 disjoint pieces of the full gradient (`grads_sharded`), so the trainer sums their squares
 over the data-parallel group instead of averaging them.
+
+What a rank holds of the full model — replicated, tp-split or sharded — is declared by the
+applier that cut it (`holding`, `holding.py`); the checkpoint code reads that declaration.
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
+
+from mgpukit.training.holding import Holding
 
 
 class GradSync(Protocol):
@@ -45,8 +51,13 @@ class NoSync:
 
 class Engine(Protocol):
     meter: Any  # the ActivationMeter counting this rank's saved activations
+    memory_note: str | None  # what the memory figures leave out (None: nothing), for the record
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, slowed) -> float | None: ...
+
+    def finish(self, steps: int) -> dict:
+        """After the last step: the engine's own figures for `rec.extra` (a pipeline's bubble)."""
+        ...
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -66,3 +77,4 @@ class Parts:
     grads_sharded: bool = False  # `params`' gradients are disjoint shards over dp (ZeRO)
     extra: dict = dataclasses.field(default_factory=dict)  # figures for rec.extra
     scaler: Any = None  # fp16's loss scaler (`policies.precision.LossScaler`), else None
+    holding: Holding = dataclasses.field(default_factory=Holding)  # for checkpoints (holding.py)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 
 import torch
@@ -42,10 +43,16 @@ class Straggler:
         spec = options.get("straggler")
         if not spec:
             return None
-        s = cls(rank=int(spec.get("rank", world_size - 1)), factor=float(spec.get("factor", 2.0)))
-        if not 0 <= s.rank < world_size or s.factor < 1:
-            raise ValueError(f"straggler={spec!r}: rank must be in [0, {world_size}) and factor >= 1.")
-        return s
+        unknown = sorted(set(spec) - {"rank", "factor"})
+        rank, factor = spec.get("rank", world_size - 1), spec.get("factor", 2.0)
+        if (unknown or isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size
+                or isinstance(factor, bool) or not isinstance(factor, (int, float))
+                or not math.isfinite(factor) or factor < 1):
+            extra = f" (unknown key(s) {unknown})" if unknown else ""
+            raise ValueError(f"straggler={spec!r}{extra}: give {{\"rank\": R, \"factor\": F}} with R a "
+                             f"whole number in [0, {world_size}) — this run has {world_size} rank(s) — "
+                             f"and F a number >= 1.")
+        return cls(rank=rank, factor=float(factor))
 
 
 class _SlowDown(TorchDispatchMode):

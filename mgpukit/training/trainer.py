@@ -134,12 +134,11 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
         else:
             log_steps(rec, ctx, logs)
         rec.memory = memory_breakdown(parts.module, optimizer, parts.engine.meter, ctx.device)
-        if getattr(parts.engine, "memory_note", None):
+        if parts.engine.memory_note:
             rec.memory["source"] += "; " + parts.engine.memory_note
         if shape:
             rec.memory["source"] = "shape mode: bytes of the fake tensors (" + rec.memory["source"] + ")"
-        if hasattr(parts.engine, "finish"):
-            rec.extra.update(parts.engine.finish(cfg.steps))
+        rec.extra.update(parts.engine.finish(cfg.steps))
         rec.extra.update(parts.extra)
         if parts.scaler is not None:
             rec.extra["loss_scale"] = {"final": parts.scaler.scale, "skipped_steps": parts.scaler.skipped,

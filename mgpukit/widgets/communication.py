@@ -11,10 +11,10 @@ import plotly.graph_objects as go
 
 from mgpukit.costmodel import comm as cost
 from mgpukit.costmodel.hardware import list_profiles, load_profile
+from mgpukit.display import show
 from mgpukit.plots.layout import finish
 from mgpukit.plots.style import PREDICTED, series_color
 from mgpukit.strategies.communication.collectives import predicted_time
-from mgpukit.widgets.output import show
 
 ALGORITHMS = ("ring", "tree", "naive")
 _SIZES = [2.0 ** (10 + k / 4) for k in range(0, 4 * 21 + 1)]  # 1 KiB .. 2 GiB

@@ -17,9 +17,13 @@ import plotly.graph_objects as go
 
 from mgpukit.config import RunConfig
 from mgpukit.costmodel.hardware import Link
+from mgpukit.display import errors_shown_in, show
+from mgpukit.lessons import fp32_reference, run_compressed
+from mgpukit.plots import plot_loss_parity
 from mgpukit.plots.layout import finish
 from mgpukit.plots.style import PREDICTED, byte_unit, series_color, source_label
 from mgpukit.strategies.compression import theory
+from mgpukit.strategies.compression.common import steady_bytes_per_step
 
 # strategy name -> the method name of `theory.exchange_plan`
 METHOD_OF = {"ddp": "fp32", "dp-fp16": "fp16", "dp-bf16": "bf16", "dp-int8": "int8",
@@ -168,11 +172,6 @@ def compression_explorer(*, config: RunConfig | None = None, workers: int = 2, s
     """Slider: top-k ratio -> predicted bytes per step. Button: a real short run at that ratio."""
     import ipywidgets as widgets
     from IPython.display import display
-
-    from mgpukit.plots import plot_loss_parity
-    from mgpukit.strategies.compression.common import steady_bytes_per_step
-    from mgpukit.lessons import fp32_reference, run_compressed
-    from mgpukit.widgets.output import errors_shown_in, show
 
     cfg = (config or RunConfig()).replace(steps=steps)
     slider = widgets.FloatLogSlider(value=ratio, base=10, min=-4, max=0, step=0.125,

@@ -10,6 +10,15 @@ closed form of the same step (`costmodel.gpt_step.ddp_step_time`) — the slider
 bucket size apply.
 """
 from __future__ import annotations
+from mgpukit.config import RunConfig
+from mgpukit.costmodel import list_profiles, list_shapes
+from mgpukit.costmodel.gpt_step import ddp_step_time
+from mgpukit.costmodel.hardware import load_profile
+from mgpukit.display import show as show_in
+from mgpukit.experiment import run
+from mgpukit.plots import plot_speedup, retitle
+from mgpukit.runtime.launcher import OversubscribedWarning
+from mgpukit.strategies.data_parallel.theory import predicted_records
 
 
 def scaling_explorer(*, model: str = "125m", profile: str = "h100-ib", max_workers: int = 64,
@@ -20,11 +29,6 @@ def scaling_explorer(*, model: str = "125m", profile: str = "h100-ib", max_worke
     `show=False` returns the widget box without displaying it."""
     import ipywidgets as w
     from IPython.display import display
-
-    from mgpukit.costmodel import list_profiles, list_shapes
-    from mgpukit.plots import plot_speedup, retitle
-    from mgpukit.strategies.data_parallel.theory import predicted_records
-    from mgpukit.widgets.output import show as show_in
 
     counts = [n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if n <= max_workers]
     workers = w.SelectionSlider(options=counts, value=counts[-1], description="GPUs up to")
@@ -82,13 +86,6 @@ def emulated_scaling(profile: str, *, scaling: str = "weak", seqs_per_gpu: int =
     """`dp-bucketed` on GPT-2 124M in shape mode on `gpus` emulated GPUs of `profile`, with the
     closed form of the same steps: a speedup figure (emulated vs predicted)."""
     import warnings
-
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel.gpt_step import ddp_step_time
-    from mgpukit.costmodel.hardware import load_profile
-    from mgpukit.experiment import run
-    from mgpukit.plots import plot_speedup, retitle
-    from mgpukit.runtime.launcher import OversubscribedWarning
 
     per = seqs_per_gpu * (max(gpus) if scaling == "strong" else 1)  # strong: the global batch
     records = []

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.memory import CATEGORIES
+from mgpukit.costmodel.shapes import list_shapes
+from mgpukit.display import errors_shown_in, show
+from mgpukit.lessons.memory import memory_table
 from mgpukit.plots.layout import finish
 from mgpukit.plots.style import PREDICTED, series_color
 
@@ -36,11 +40,6 @@ def memory_explorer(*, model: str = "7b", gpus: int = 8, profile: str = "h100-nv
     profile's usable memory."""
     import ipywidgets as widgets
     from IPython.display import display
-
-    from mgpukit.costmodel.hardware import load_profile
-    from mgpukit.costmodel.shapes import list_shapes
-    from mgpukit.lessons.memory import memory_table
-    from mgpukit.widgets.output import errors_shown_in, show
 
     model_w = widgets.Dropdown(options=list_shapes(), value=model, description="model")
     gpus_w = widgets.Dropdown(options=[8, 16, 32, 64, 128, 256, 512], value=gpus, description="GPUs")

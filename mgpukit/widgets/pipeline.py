@@ -18,10 +18,11 @@ import plotly.graph_objects as go
 from mgpukit.costmodel.pipeline import bubble_fraction
 from mgpukit.costmodel.schedules import SCHEDULES, build_schedule, max_in_flight
 from mgpukit.costmodel.simulate import simulate
+from mgpukit.display import errors_shown_in, show
+from mgpukit.lessons import run_lab
 from mgpukit.plots import plot_timeline
 from mgpukit.plots.layout import finish, retitle
 from mgpukit.plots.style import PREDICTED, format_bytes, series_color, source_label
-from mgpukit.widgets.output import errors_shown_in, show
 
 
 def predicted_record(name: str, p: int, m: int, v: int = 1) -> dict:
@@ -119,8 +120,6 @@ def schedule_explorer(*, name: str = "1f1b", p: int = 4, m: int = 8, v: int = 2)
             text.value = f"<b>can't run this:</b> {e}"
 
     def run_it(*_):
-        from mgpukit.lessons import run_lab
-
         s, pp, mm, vv = current()
         show(run_out, f"launching {pp} emulated workers: {s}, m={mm}, v={vv} (equal stages, p2p free)…")
         with errors_shown_in(run_out):

@@ -10,7 +10,7 @@
   one sentence: does it fit, and if not, which change would (computed). Headless (CI) it draws
   once; tests drive it by setting control values.
 
-The three figures go into an ``Output`` in one assignment (`mgpukit.widgets.output.show`), as
+The three figures go into an ``Output`` in one assignment (`mgpukit.display.show`), as
 the other kit widgets do: each change replaces them. ``PlannerExplorer(in_place=True)`` makes
 them ``plotly.graph_objects.FigureWidget``s instead, made once and updated in place (one
 ``batch_update`` each: one message to the browser, the same traces restyled); that needs
@@ -27,9 +27,9 @@ from mgpukit.costmodel.actions import SCHEDULES
 from mgpukit.costmodel.hardware import list_profiles
 from mgpukit.costmodel.shapes import list_shapes
 from mgpukit.costmodel.training_cost import format_duration, format_money, parse_tokens, time_to_train
+from mgpukit.display import errors_shown_in, show
 from mgpukit.lessons.planning import GPU_COUNTS, TIME_PARTS, explain, speedup_curve
 from mgpukit.plots.style import MEMORY_CATEGORIES, MEMORY_COLORS, PREDICTED, series_color
-from mgpukit.widgets.output import errors_shown_in, show
 
 try:  # plotly >= 6 renders FigureWidget through anywidget
     import anywidget  # noqa: F401

@@ -15,9 +15,9 @@ import plotly.graph_objects as go
 
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.shapes import get_shape, list_shapes, param_count
+from mgpukit.display import show
 from mgpukit.lessons.sharding import model_state_table
 from mgpukit.plots.style import MEMORY_COLORS, PREDICTED, byte_unit, series_color
-from mgpukit.widgets.output import show
 
 CATEGORIES = ("params", "grads", "optimizer")
 

@@ -1,5 +1,8 @@
 """Widgets for the first notebook: launch a DDP run with the workers and mode you pick."""
 from __future__ import annotations
+from mgpukit.display import errors_shown_in, show
+from mgpukit.experiment import run
+from mgpukit.plots import format_time, plot_timeline, source_label
 
 
 def run_explorer(*, steps: int = 5, run_now: bool = True):
@@ -8,10 +11,6 @@ def run_explorer(*, steps: int = 5, run_now: bool = True):
     Headless (CI) it runs once with the initial settings so the cell still shows a figure."""
     import ipywidgets as w
     from IPython.display import display
-
-    from mgpukit.experiment import run
-    from mgpukit.plots import format_time, plot_timeline, source_label
-    from mgpukit.widgets.output import errors_shown_in, show
 
     workers = w.IntSlider(value=2, min=1, max=4, description="workers")
     mode = w.Dropdown(options=[("measured on this machine", "cpu"),

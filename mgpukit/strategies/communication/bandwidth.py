@@ -22,6 +22,9 @@ import torch
 import torch.distributed as dist
 
 from mgpukit.costmodel.comm import bus_factor, fit_alpha_beta, ring_link
+from mgpukit.measure.recorder import Recorder
+from mgpukit.runtime.context import current
+from mgpukit.runtime.launcher import OversubscribedWarning, launch, resolve_mode
 from mgpukit.strategies.communication.collectives import all_reduce_fn
 
 
@@ -29,9 +32,6 @@ def _measure_worker(sizes: list[int], impls: list[str], repeats: int) -> dict | 
     """On every rank: for each size, `repeats` timed all-reduces of each impl, interleaved so
     that load from elsewhere on the machine hits every impl alike. The time of one repeat is
     the slowest rank's (the collective is done when the last rank has its result)."""
-    from mgpukit.measure.recorder import Recorder
-    from mgpukit.runtime.context import current
-
     ctx = current()
     rec = Recorder(ctx)
     n = ctx.world_size
@@ -78,8 +78,6 @@ def compare_bandwidth(sizes: Sequence[int], *, workers: int = 2,
     Returns ``{impl: result}`` (see `measure_bandwidth`). "tree" is left out, with a note in
     the result's place, when `workers` is not a power of two.
     """
-    from mgpukit.runtime.launcher import OversubscribedWarning, launch, resolve_mode
-
     sizes = [int(s) for s in sizes]
     if not sizes or min(sizes) < 4:
         raise ValueError(f"sizes are message sizes in bytes, at least 4 (one float32); got {sizes}.")

@@ -56,10 +56,10 @@ import torch.distributed as dist
 
 from mgpukit.costmodel.layout import Layout
 from mgpukit.measure.memory import ActivationMeter, memory_breakdown
+from mgpukit.models.weights import full_state_dict
 from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.registry import register
-from mgpukit.training.building import (Batches, build_model, build_optimizer, count_params, full_state_dict,
-                                       grad_sq_norm, loss_fn)
+from mgpukit.training.building import Batches, build_model, build_optimizer, count_params, grad_sq_norm, loss_fn
 from mgpukit.training.finite import check_finite
 
 SERVER = 0
@@ -120,7 +120,7 @@ def start_together(rec) -> None:
 def _workers(cfg, world_size: int) -> int:
     """Number of workers (ranks 1..n-1); the global batch must split evenly over them."""
     w = world_size - 1
-    if cfg.micro_batches != 1:
+    if cfg.layout.num_micro_batches != 1:
         raise ValueError("the parameter server takes one batch per worker per step; use micro_batches=1.")
     if w < 1:
         raise ValueError("a parameter server needs at least 2 ranks: rank 0 serves, ranks 1.. work.")

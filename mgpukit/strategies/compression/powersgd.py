@@ -44,6 +44,7 @@ import torch.distributed as dist
 
 from mgpukit.strategies.compression.common import loss_curve_check, track_step_bytes
 from mgpukit.strategies.compression.theory import DEFAULTS, compression_theory, knobs_of
+from mgpukit.strategies.data_parallel.ddp import shape_ddp_module
 from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.policies.precision import accelerate_precision
 from mgpukit.strategies.registry import register
@@ -109,14 +110,13 @@ def apply_powersgd(module, ctx, rec, cfg):
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
     if rec.shape:  # fake tensors: torch's DDP over a fake group, as `ddp` does in shape mode
-        from mgpukit.strategies.data_parallel.ddp import shape_ddp_module
 
-        accelerator, model = None, shape_ddp_module(module, rec, cfg, "dp-powersgd")
+        accelerator, model = None, shape_ddp_module(module, ctx, rec, "dp-powersgd")
     else:
         from accelerate import Accelerator
 
         # the layout's dtype, not ACCELERATE_MIXED_PRECISION's (see ddp)
-        accelerator = Accelerator(mixed_precision=accelerate_precision(cfg.layout.dtype))
+        accelerator = Accelerator(mixed_precision=accelerate_precision(ctx.layout.dtype))
         rec.extra["mixed_precision"] = accelerator.mixed_precision
         model = accelerator.prepare(module)
     if hasattr(model, "register_comm_hook"):  # DDP-wrapped (more than one worker)

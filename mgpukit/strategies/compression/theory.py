@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 
 from mgpukit.costmodel import comm as cost
+from mgpukit.strategies.data_parallel.theory import dp_theory
+from mgpukit.training.building import build_model_shapes
 
 METHODS = ("fp32", "fp16", "bf16", "int8", "topk", "powersgd")
 # each method's knobs (`cfg.options` keys) and their defaults
@@ -39,8 +41,6 @@ DEFAULTS = {"topk": {"ratio": 0.01}, "int8": {"chunk": 1024, "int8_exchange": "a
 
 def param_shapes(cfg) -> list[tuple[int, ...]]:
     """Shapes of the trainable parameters of `cfg`'s model, in model order."""
-    from mgpukit.training.building import build_model_shapes
-
     return [tuple(p.shape) for p in build_model_shapes(cfg).parameters() if p.requires_grad]
 
 
@@ -110,8 +110,6 @@ def compression_theory(method: str):
     """The registry's `theory=` for `method`: data-parallel figures with compressed comm bytes."""
 
     def theory(cfg, dims) -> dict:
-        from mgpukit.strategies.data_parallel.theory import dp_theory
-
         out = dp_theory(cfg, dims)
         knobs = knobs_of(method, cfg.options)
         dense = predicted_bytes("fp32", cfg, dims.dp)

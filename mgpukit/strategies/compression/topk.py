@@ -105,5 +105,6 @@ register("dp-topk", family="compression", reference="single", compare=loss_curve
          description="top-k sparsified gradients (1%) with error feedback, exchanged by all-gather",
          grad_sync=compressed_sync(_build_exchange), composes=("dp", "pp"),
          theory=compression_theory("topk"),
-         knobs=(Knob("ratio", float, DEFAULTS["topk"]["ratio"], "fraction of values sent, in (0, 1]"),
+         knobs=(Knob("ratio", float, DEFAULTS["topk"]["ratio"], "fraction of values sent, in (0, 1]",
+                     above=0, maximum=1),
                 Knob("error_feedback", bool, True, "keep what was not sent for the next step")))

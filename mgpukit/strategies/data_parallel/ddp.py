@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from mgpukit.measure.shape import fake_group
 from mgpukit.strategies.data_parallel.theory import dp_theory
 from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.policies.precision import accelerate_precision
@@ -67,7 +68,7 @@ def apply_ddp(module, ctx, rec, cfg):
     # explicit: `accelerate launch --mixed_precision bf16` exports ACCELERATE_MIXED_PRECISION, and
     # Accelerator() would silently run forward in autocast while the record says fp32; the
     # layout's dtype is the one policy (`strategies.policies.precision` autocasts the pieces too)
-    accelerator = Accelerator(mixed_precision=accelerate_precision(cfg.layout.dtype), kwargs_handlers=[DistributedDataParallelKwargs(
+    accelerator = Accelerator(mixed_precision=accelerate_precision(ctx.layout.dtype), kwargs_handlers=[DistributedDataParallelKwargs(
         bucket_cap_mb=STRATEGY.option(cfg, "bucket_mb"))])
     rec.extra["mixed_precision"] = accelerator.mixed_precision
     model = accelerator.prepare(module)
@@ -78,20 +79,18 @@ def apply_ddp(module, ctx, rec, cfg):
 
 def _shape_ddp(module, ctx, rec, cfg):
     """Shape mode: torch's DDP over a fake process group (module docstring)."""
-    model = shape_ddp_module(module, rec, cfg, "ddp", bucket_mb=STRATEGY.option(cfg, "bucket_mb"))
+    model = shape_ddp_module(module, ctx, rec, "ddp", bucket_mb=STRATEGY.option(cfg, "bucket_mb"))
     model.register_comm_hook(rec, recorder_hook)
     return model, DdpSync(rec, None, model)
 
 
-def shape_ddp_module(module, rec, cfg, strategy: str, *, bucket_mb: float = 25):
+def shape_ddp_module(module, ctx, rec, strategy: str, *, bucket_mb: float = 25):
     """torch's DDP for shape mode: over a fake process group, no initial sync, buckets never
     rebuilt (module docstring); fp32 only. The caller registers the comm hook that does the
     timed traffic."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from mgpukit.measure.shape import fake_group
-
-    if cfg.layout.dtype != "fp32":
+    if ctx.layout.dtype != "fp32":
         raise ValueError(f"{strategy} in shape mode trains in fp32 only (Accelerate's autocast is not applied).")
     rec.extra["mixed_precision"] = "no"
 

@@ -45,7 +45,9 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from mgpukit.measure.observe import CommObserver
 from mgpukit.strategies.compression.parity import loss_parity
+from mgpukit.strategies.data_parallel.ddp import apply_ddp
 from mgpukit.strategies.data_parallel.theory import dp_theory
 from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.registry import register
@@ -106,8 +108,6 @@ class AccelerateLocalSgdSync:
     def __init__(self, rec, accelerator, model, *, local_steps: int, steps: int):
         from accelerate.local_sgd import LocalSGD
 
-        from mgpukit.measure.observe import CommObserver
-
         self.rec, self.steps, self.H = rec, steps, local_steps
         self.observer = lambda: CommObserver(rec)  # Accelerate calls torch.distributed itself
         self.local = LocalSGD(accelerator=accelerator, model=model, local_sgd_steps=local_steps)
@@ -135,8 +135,6 @@ def apply_local_sgd(module, ctx, rec, cfg):
     """The applier: `module` unchanged (ours) or DDP-wrapped by Accelerate (accelerate)."""
     H, impl = STRATEGY.option(cfg, "local_steps"), STRATEGY.option(cfg, "impl")
     if impl == "accelerate":
-        from mgpukit.strategies.data_parallel.ddp import apply_ddp
-
         model, ddp_sync = apply_ddp(module, ctx, rec, cfg)
         return model, AccelerateLocalSgdSync(rec, ddp_sync.accelerator, model, local_steps=H,
                                              steps=cfg.steps)

@@ -6,13 +6,13 @@ GPU shrinks (strong scaling) or stays (weak scaling) while the gradient all-redu
 the last bucket (`dp-bucketed`, DDP)."""
 from __future__ import annotations
 
+from mgpukit.costmodel import Layout, get_shape, load_profile, step_time
 from mgpukit.costmodel.comm import bus_factor
+from mgpukit.training.building import count_params
 
 
 def dp_theory(cfg, dims) -> dict:
     """Every rank holds the full model; gradients are all-reduced once per step (ring)."""
-    from mgpukit.training.building import count_params
-
     n_params = count_params(cfg)  # on the meta device: no weights allocated
     param_bytes = 4 * n_params  # fp32
     n = dims.dp
@@ -34,8 +34,6 @@ def predicted_tokens_per_s(model: str = "gpt-tiny", profile: str = "h100-nvlink"
     with n. Strong scaling (`global_batch=B`): B is split over the n GPUs. `overlap=False` is
     `dp-naive` (the whole all-reduce exposed after backward); True is bucketed / DDP.
     """
-    from mgpukit.costmodel import Layout, get_shape, load_profile, step_time
-
     shape, hw = get_shape(model), load_profile(profile)
     out = {}
     for n in workers:

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from mgpukit.config import RunConfig
+from mgpukit.costmodel import get_shape, load_profile, step_time
 from mgpukit.costmodel.comm import bus_factor
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import stage_params
 from mgpukit.costmodel.shapes import ModelShape
 from mgpukit.costmodel.tensor_parallel import tp_collectives
 from mgpukit.costmodel.volume import dp_collective_bytes
+from mgpukit.strategies.pipeline.plan import PipelinePlan, theory_for
 
 
 def boundary_messages(layout: Layout, stage: int) -> int:
@@ -53,8 +56,6 @@ def stage_theory(shape: ModelShape, layout: Layout, stage: int) -> dict:
 
 def hybrid_theory(cfg, dims) -> dict:
     """The registry's `theory(cfg, dims)`: per stage (above), and the schedule's bubble."""
-    from mgpukit.strategies.pipeline.plan import PipelinePlan, theory_for
-
     layout = cfg.layout
     shape = ModelShape.from_gpt_config(cfg.model_config())
     out = {"layout": layout.describe(), "stages": [stage_theory(shape, layout, s) for s in range(layout.pp)],
@@ -70,9 +71,6 @@ def predicted_step(model: str | ModelShape, layout: Layout, profile) -> dict:
     """The cost model's step time of `layout` on `profile` (`costmodel.step_time`): compute,
     exposed communication per axis, bubble. The dp sync runs after the whole schedule here, not
     overlapped with backward, so it is charged whole (``overlap_dp=False``)."""
-    from mgpukit.config import RunConfig
-    from mgpukit.costmodel import get_shape, load_profile, step_time
-
     hw = load_profile(profile) if isinstance(profile, str) else profile
     if isinstance(model, str):
         try:

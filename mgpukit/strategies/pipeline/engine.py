@@ -22,15 +22,18 @@ import torch.nn as nn
 from mgpukit.costmodel.schedules import build_schedule
 from mgpukit.measure.idle import measure_bubble
 from mgpukit.measure.shape import value_or_none
+from mgpukit.models.weights import full_state_dict, to_device
 from mgpukit.strategies.pipeline.executor import PipelineExecutor, PipelineMeter
+from mgpukit.strategies.pipeline.native import NativePipelineEngine
 from mgpukit.strategies.pipeline.p2p import StageLinks, plan_rounds
 from mgpukit.strategies.pipeline.stages import boundary_shape, split_model
-from mgpukit.training.building import full_state_dict, to_device
 from mgpukit.training.parts import NoSync, Parts
 
 
 class PipelineEngine:
     """Runs this rank's actions of ``schedule`` once per step (``forward_backward``)."""
+
+    memory_note = None  # the executor meters every micro-batch's saved activations
 
     def __init__(self, ctx, rec, stages: dict, *, model: nn.Module, schedule: str, m: int, v: int,
                  loss_fn, micro_batch_rows: int, sync=None, seq_shards: int = 1):
@@ -77,22 +80,23 @@ def apply_pipeline(ctx, rec, model: nn.Module, layout, loss_fn, *, grad_sync=Non
                    runtime: str = "ours") -> Parts:
     """The pipeline applier: this rank's stages of `model` on the pp axis, their gradients
     synchronised over dp by `grad_sync(holder) -> (holder, sync)`, and the engine that runs
-    `layout.schedule` (``runtime``: "ours", the kit's executor, or "native", PyTorch's)."""
-    stages = split_for_rank(ctx, model, layout.pp * layout.v, getattr(layout, "stage_layers", None))
+    `layout.schedule` (``runtime``: "ours", the kit's executor, or "native", PyTorch's). The
+    pipeline degree is the mesh's (`ctx.size("pp")`); schedule, m, v and an uneven split
+    (`stage_layers`) are the layout's."""
+    p = ctx.size("pp")
+    stages = split_for_rank(ctx, model, p * layout.v, layout.stage_layers)
     holder = nn.ModuleList(stages.values())  # this rank's share, for the optimizer and memory
     holder, sync = grad_sync(holder) if grad_sync is not None else (holder, NoSync())
     if runtime == "native":
-        from mgpukit.strategies.pipeline.native import NativePipelineEngine
-
         engine = NativePipelineEngine(ctx, rec, stages, schedule=layout.schedule,
                                       m=layout.num_micro_batches, v=layout.v, loss_fn=loss_fn)
     else:
         engine = PipelineEngine(ctx, rec, stages, model=model, schedule=layout.schedule,
                                 m=layout.num_micro_batches, v=layout.v, loss_fn=loss_fn,
                                 micro_batch_rows=layout.micro_batch, sync=sync,
-                                seq_shards=layout.tp if layout.sp else 1)
+                                seq_shards=ctx.size("tp") if layout.sp else 1)
     return Parts(module=holder, engine=engine, sync=sync, params=list(holder.parameters()),
-                 holds_loss=layout.pp * layout.v - 1 in stages,
+                 holds_loss=p * layout.v - 1 in stages,
                  state_dict=lambda: stages_state_dict(holder))
 
 

@@ -14,7 +14,7 @@ is ``(p-1)/p``. Cutting the batch into ``m`` micro-batches lets stage ``s`` star
   Bubble ``(p-1)/(m+p-1)``; every rank holds the activations of all ``m`` micro-batches.
 - ``pp-1f1b``: after a warm-up, one forward then one backward (PipeDream-Flush, Narayanan
   et al. 2021, arXiv:2104.04473). Same bubble; at most ``p`` micro-batches in flight.
-- ``pp-interleaved``: ``v`` chunks per rank (``options["v"]``, default 2), so a rank's turn is
+- ``pp-interleaved``: ``v`` chunks per rank (``--v`` or ``-o v=K``, default 2), so a rank's turn is
   ``1/v`` as long: bubble ``(p-1)/(v·m+p-1)``, for ``v×`` more messages (same paper, §2.2).
 - ``pp-zb``: ZB-H1 (Qi et al. 2023, arXiv:2401.10241): backward split into input-grad (I)
   and weight-grad (W); the W's fill the cool-down bubble (``split_backward.py``).
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from mgpukit.costmodel.layout import Layout
 from mgpukit.strategies.knobs import Knob
-from mgpukit.strategies.pipeline.plan import theory, validate
+from mgpukit.strategies.pipeline.plan import theory
 from mgpukit.strategies.registry import register
 
 # Pipelining changes the order in which micro-batch gradients are added; PyTorch's own
@@ -48,8 +48,8 @@ def pipeline_layout(schedule: str):
 
 def register_pipeline(name: str, schedule: str, description: str, *, runtime: str = "ours", **fields):
     return register(name, family="pipeline", description=description, schedule=schedule,
-                    pipeline=runtime, layout=pipeline_layout(schedule), theory=theory(schedule),
-                    validate=validate(schedule), tolerance=PARITY_TOLERANCE, knobs=(V_KNOB,),
+                    pipeline=runtime, layout=pipeline_layout(schedule), theory=theory,
+                    tolerance=PARITY_TOLERANCE, knobs=(V_KNOB,),
                     **fields)
 
 

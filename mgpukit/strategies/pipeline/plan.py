@@ -1,13 +1,14 @@
 """From a run's configuration to a pipeline plan: schedule, ranks ``p``, micro-batches ``m``,
 chunks per rank ``v`` — checked before anything trains, with what to change when it can't run.
 
-Knobs (``RunConfig``):
+What the run asks (read once, when the layout is resolved: `mgpukit.prepare.resolve_layout`,
+which keeps the answer in the `Layout` — ``num_micro_batches``, ``v``):
 
 - ``micro_batches``: ``m``, the micro-batches per step. When left at its default of 1, a
   pipeline picks ``m = 2·p`` (enough to shrink the bubble to about a third; ``p`` if the
   global batch doesn't divide into ``2·p``). The naive model split ``mp-naive`` always runs
   the whole batch at once (``m = 1``): that is what makes it naive.
-- ``options["v"]``: model chunks per rank, interleaved only (default 2).
+- ``v`` (``--v`` or ``-o v=K``): model chunks per rank, interleaved only (default 2).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def plan_for(schedule: str, cfg, p: int, dp: int = 1, v: int | None = None,
     """The plan for ``schedule`` on ``p`` ranks, each of ``dp`` replicas taking its slice of
     the global batch (``stage_layers``: an uneven split, v = 1); raises ``ValueError`` with
     what to change."""
-    asked = v if v is not None else cfg.options.get("v")
+    asked = v
     v = int(2 if asked is None else asked) if schedule == "interleaved" else 1
     if schedule != "interleaved" and asked not in (None, 1):
         raise ValueError(f"v={asked} (model chunks per rank) only applies to the interleaved "
@@ -93,20 +94,11 @@ def theory_for(plan: PipelinePlan) -> dict:
     }
 
 
-def validate(schedule: str):
-    """A ``validate(cfg, dims)`` function for the registry: refuses a bad plan before launch."""
-
-    def check(cfg, dims) -> None:  # the layout's v (a --v override), once resolved
-        plan_for(schedule, cfg, dims.pp, dims.dp, cfg.layout.v if cfg.layout is not None else None)
-
-    return check
+def plan_of(layout, dims) -> PipelinePlan:
+    """The plan a resolved layout runs (its schedule, m and v; p from the mesh)."""
+    return PipelinePlan(schedule=layout.schedule, p=dims.pp, m=layout.num_micro_batches, v=layout.v)
 
 
-def theory(schedule: str):
-    """A ``theory(cfg, dims)`` function for the registry."""
-
-    def predicted(cfg, dims) -> dict:
-        return theory_for(plan_for(schedule, cfg, dims.pp, dims.dp,
-                                   cfg.layout.v if cfg.layout is not None else None))
-
-    return predicted
+def theory(cfg, dims) -> dict:
+    """The registry's ``theory(cfg, dims)`` for every pipeline strategy: its resolved plan's."""
+    return theory_for(plan_of(cfg.layout, dims))

@@ -12,6 +12,7 @@ from mgpukit.costmodel.comm import bus_factor
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import model_state_bytes
 from mgpukit.costmodel.volume import dp_collective_bytes
+from mgpukit.training.building import count_params
 
 
 def optimizer_states(optimizer: str) -> int:
@@ -38,10 +39,8 @@ def zero_layout(stage: int):
 def zero_theory(stage: int):
     """The strategy's `theory(cfg, dims)`: predicted memory and bytes sent per step."""
     def theory(cfg, dims) -> dict:
-        from mgpukit.training.building import count_params
-
         n_params = count_params(cfg)  # on the meta device: no weights allocated
-        m = cfg.micro_batches if dims.pp == 1 else 1
+        m = cfg.layout.num_micro_batches if dims.pp == 1 else 1
         out = predicted_model_states(n_params // dims.pp, dp=dims.dp, zero=stage,
                                      optimizer=cfg.optimizer, micro_batches=m)
         return {"params": n_params, **out}

@@ -37,6 +37,7 @@ import torch.nn as nn
 from mgpukit.strategies.registry import register
 from mgpukit.strategies.sharding.flat import FlatUnit, find_units
 from mgpukit.strategies.sharding.theory import zero_layout, zero_theory
+from mgpukit.training.holding import SHARDED, Holding
 
 
 class ShardedModule(nn.Module):
@@ -113,7 +114,9 @@ class Zero1:
         self.meter = getattr(parts.engine, "meter", None)
         return dataclasses.replace(parts, params=self.shards, after_step=self.after_step,
                                    grads_sharded=True, state_dict=self.state_dict_of(parts.state_dict),
-                                   module=ShardedModule(parts.module, self.shards))
+                                   module=ShardedModule(parts.module, self.shards),
+                                   holding=Holding(kind=SHARDED, model=parts.module, units=self.units,
+                                                   after_load=self.after_load))
 
     def state_dict_of(self, state_dict):
         """The full weights, with the unsplit model's names: after `after_step` the model's

@@ -33,12 +33,13 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from mgpukit.models.weights import to_device
 from mgpukit.strategies.tensor_parallel.comm import (TPGroup, copy_to_tp, gather_seq, reduce_from_tp,
                                                      scatter_seq)
 from mgpukit.strategies.tensor_parallel.layers import (ColumnParallelLinear, RowParallelLinear,
                                                        VocabParallelEmbedding)
 from mgpukit.strategies.tensor_parallel.loss import vocab_parallel_loss
-from mgpukit.training.building import to_device
+from mgpukit.training.holding import TP_SPLIT, Holding
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -52,6 +53,9 @@ class TensorParallel:
     holds_loss: bool  # counts the loss in the logs (one rank per tp group)
     wrap_sync: Callable = lambda sync: sync  # dp GradSync -> GradSync (+ tp reduction of SP grads)
     around: Callable | None = None  # context entered around forward + backward (torch's loss_parallel)
+    # what this rank holds, for checkpoints: our split parameters are slices (tp-split);
+    # DTensor's are DTensors, whose shards DCP knows (replicated, as far as we are concerned)
+    holding: Holding = dataclasses.field(default_factory=Holding)
 
 
 class _Embedding(nn.Module):
@@ -95,7 +99,8 @@ def apply_tp(model: nn.Module, ctx, rec, *, sp: bool = False) -> TensorParallel:
         model=model, loss=vocab_parallel_loss(tp, start=model.head.lm_head.weight.shape[0] * tp.rank),
         state_dict=lambda m: gather_full_state(m, tp), grad_sq=lambda params: tp_grad_sq(params, tp.size),
         holds_loss=tp.rank == 0,
-        wrap_sync=(lambda sync: SequenceParallelGradSync(sync, tp, model)) if sp else (lambda sync: sync))
+        wrap_sync=(lambda sync: SequenceParallelGradSync(sync, tp, model)) if sp else (lambda sync: sync),
+        holding=Holding(kind=TP_SPLIT, split_dim=split_dim, tp_rank=tp.rank, tp_size=tp.size))
 
 
 def split_block(block: nn.Module, tp: TPGroup, *, sp: bool = False) -> nn.Module:
@@ -122,8 +127,13 @@ def check_divides(cfg, t: int, *, sp: bool) -> None:
             raise ValueError(f"tp={t} does not divide {name}={size}; choose tp in {good}.")
 
 
+def split_dim(p) -> int | None:
+    """The dimension our split layers cut `p` along (`layers.py` marks it), None if replicated."""
+    return getattr(p, "tp_dim", None)
+
+
 def is_split(p) -> bool:
-    return hasattr(p, "tp_dim")
+    return split_dim(p) is not None
 
 
 def tp_grad_sq(params, t: int) -> float:

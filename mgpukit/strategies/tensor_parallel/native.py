@@ -22,8 +22,9 @@ import contextlib
 import torch
 import torch.nn as nn
 
+from mgpukit.measure.observe import CommObserver
+from mgpukit.models.weights import to_device
 from mgpukit.strategies.tensor_parallel.apply import TensorParallel, check_divides
-from mgpukit.training.building import to_device
 
 
 def apply_tp_native(model: nn.Module, ctx, rec, *, sp: bool = False, count_comm: bool = True) -> TensorParallel:
@@ -76,8 +77,6 @@ def apply_tp_native(model: nn.Module, ctx, rec, *, sp: bool = False, count_comm:
 
 
 def _observing(rec):
-    from mgpukit.measure.observe import CommObserver
-
     return lambda: CommObserver(rec)
 
 

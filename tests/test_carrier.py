@@ -1,0 +1,90 @@
+"""One layout from the command line to the collective, and strategies that say what they hold.
+
+Method: the layout is resolved once, before launch (`mgpukit.prepare`), and every worker reads
+it from its context (`ctx.layout`; degrees from the mesh, `ctx.size`). Checked by reading the
+code with `ast` (nothing runs): a function that has a worker context (`ctx`) never reads
+`cfg.layout`, and `training/` never probes what a strategy built with `hasattr`/`getattr` —
+strategies declare it (`Parts.holding`, the `Engine` protocol). And by running `prepare`: the
+refusals name the strategies the registry says compose with an axis.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import mgpukit
+from mgpukit import strategies
+from mgpukit.prepare import prepare
+
+ROOT = Path(mgpukit.__file__).parent
+WORKER_SIDE = [ROOT / "parallelize.py", *sorted((ROOT / "training").glob("*.py")),
+               *sorted((ROOT / "strategies").rglob("*.py"))]
+PROBED = ("parts", "engine", "sync", "module", "model", "unit")  # what a strategy builds
+
+
+def cfg_layout_reads_with_ctx(source: str) -> list[str]:
+    """Functions taking a worker context `ctx` that read `cfg.layout` (the parent's carrier)."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "ctx" in [a.arg for a in node.args.args
+                                                                                  + node.args.kwonlyargs]:
+            for sub in ast.walk(node):
+                if (isinstance(sub, ast.Attribute) and sub.attr == "layout"
+                        and isinstance(sub.value, ast.Name) and sub.value.id == "cfg"):
+                    bad.append(f"{node.name}:{sub.lineno}")
+    return bad
+
+
+def probes(source: str) -> list[str]:
+    """`hasattr(x, …)` / `getattr(x, …)` calls whose object names something a strategy built."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("hasattr", "getattr") and node.args):
+            target = ast.unparse(node.args[0])
+            if any(word in target for word in PROBED):
+                bad.append(f"{node.lineno}: {ast.unparse(node)}")
+    return bad
+
+
+def test_the_checks_see_what_they_forbid():
+    """The test of the test: each check flags its own pattern and passes the allowed one."""
+    code = ("def apply(module, ctx, rec, cfg):\n    return cfg.layout.dtype, ctx.layout.dtype\n"
+            "def theory(cfg, dims):\n    return cfg.layout.v\n")
+    assert cfg_layout_reads_with_ctx(code) == ["apply:2"]
+    assert probes("hasattr(parts.sync, 'units')\ngetattr(rec, 'shape', False)\n") == \
+        ["1: hasattr(parts.sync, 'units')"]
+
+
+@pytest.mark.parametrize("path", WORKER_SIDE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_worker_code_reads_the_layout_from_its_context(path):
+    assert not cfg_layout_reads_with_ctx(path.read_text()), (
+        f"{path.relative_to(ROOT)}: read `ctx.layout` (degrees: `ctx.size(axis)`) where a worker "
+        f"context is at hand, not `cfg.layout`")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "training").glob("*.py")), ids=lambda p: p.name)
+def test_training_asks_strategies_nothing_by_probing(path):
+    bad = probes(path.read_text())
+    assert not bad, f"training/{path.name} probes strategy state; declare it instead:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("axis, strategy, layout", [("tp", "ddp", {"tp": 2}), ("pp", "ddp", {"pp": 2})])
+def test_refusals_name_what_the_registry_says_composes(axis, strategy, layout):
+    with pytest.raises(ValueError, match="cannot be combined with") as refused:
+        prepare(strategy, workers=4, layout=layout)
+    message = str(refused.value)
+    for s in strategies.available():
+        if axis in s.composes:
+            assert s.name in message
+
+
+def test_the_prepared_layout_is_the_one_carrier():
+    """`prepare` resolves once: the run's layout, its mesh shape and the knobs it read agree."""
+    p = prepare("pp-interleaved", workers=4, layout={"dp": 2}, steps=2, options={"v": 2})
+    assert p.layout is p.cfg.layout
+    assert (p.dims.dp, p.dims.tp, p.dims.pp) == (p.layout.dp, p.layout.tp, p.layout.pp) == (2, 1, 2)
+    assert p.layout.v == 2 and p.layout.num_micro_batches == 2 * p.dims.pp  # m = 2p, picked once
+    assert p.strategy.theory(p.cfg, p.dims)["m"] == p.layout.num_micro_batches
