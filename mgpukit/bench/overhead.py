@@ -117,8 +117,10 @@ def measure_overhead(*, model: str = "gpt-tiny", optimizer: str = "sgd", dtype: 
     cfgs = {name: prepare(name, workers=1, mode=mode, model=model, optimizer=optimizer,
                           global_batch=global_batch, steps=steps, layout={"dtype": dtype}).cfg
             for name in strategies}
+    layouts = {cfg.layout for cfg in cfgs.values()}
+    assert len(layouts) == 1, layouts  # one worker: the same layout for every strategy compared
     raw = launch(_pairs, 1, tuple(strategies), cfgs, steps, repeats, plain_threads, mode=mode,
-                 echo=False, timeout_s=1800)[0]
+                 layout=layouts.pop(), echo=False, timeout_s=1800)[0]
     plain = [summarize(t) for t in raw["plain"]]  # one per (repeat, strategy), in order
     rows = {}
     for i, name in enumerate(strategies):
