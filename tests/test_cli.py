@@ -100,11 +100,21 @@ def test_debug_shows_the_traceback(where):
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "multiple of 3" in proc.stderr
 
 
-def test_a_failing_rank_shows_its_traceback_not_ours():
+def test_a_failing_rank_shows_its_traceback_not_ours(tmp_path):
     """A rank that raised is not a usage error: its traceback is the message, exit code 1; the
-    parent's own frames (cli.py, launcher's raise) are left out."""
-    proc = _cli(["run", "ddp", "--workers", "2", "--steps", "1", "--no-parity", "-o",
-                 'straggler={"rank": 5, "factor": 2}'])  # checked by the rank that would slow down
+    parent's own frames (cli.py, launcher's raise) are left out. The rank fails on a checkpoint
+    whose metadata was replaced by garbage *and* re-checksummed — what only a rank can find
+    (every other bad input is refused before launch)."""
+    from mgpukit.training.checkpoint_files import latest, read_manifest, write_manifest
+
+    ck = tmp_path / "ck"
+    first = _cli(["run", "ddp", "--workers", "2", "--steps", "1", "--no-parity", "--checkpoint-dir", str(ck)])
+    assert first.returncode == 0, first.stderr
+    step = latest(ck)
+    (step / ".metadata").write_bytes(b"not a pickle")
+    write_manifest(step, {k: v for k, v in read_manifest(step).items() if k not in ("format", "files")})
+    proc = _cli(["run", "ddp", "--workers", "2", "--steps", "2", "--no-parity", "--checkpoint-dir", str(ck),
+                 "--resume"])
     assert proc.returncode == 1, proc.stderr
     err = proc.stderr[proc.stderr.index("mgpukit: error: "):]
     assert err.startswith("mgpukit: error: rank ") and "Traceback" in err

@@ -5,9 +5,10 @@ the single-process reference, and the bytes each rank sent) and names the broken
 The bugs are the classics: a sum without the 1/n average, a gradient divided by n twice, one
 tensor never synced, rank 0's gradient broadcast instead of the ranks' gradients averaged, a
 micro-batch loss not scaled by 1/m. Beside each bug sits a variant that misses fp32 parity for a
-legitimate reason — its gradients exchanged in fp16 or bf16, its loss computed from bf16 logits —
-so two rows of the report differ from the reference and the reader has to read *how* they
-differ (a rounding-sized Δ, or a factor) instead of spotting the one odd row
+legitimate reason — its gradients exchanged in fp16 or bf16, its loss computed from bf16 logits,
+or (02) only the 1 % largest gradient entries sent, which lands *farther* from the reference
+than the bug — so two rows of the report differ from the reference and the reader has to read
+*how* they differ (a rounding-sized Δ, a factor, the bytes) instead of spotting the one odd row
 (`mgpukit.exercises.leaks` checks that no printed column singles the bug out by itself). Each variant is a gradient sync (or
 a pipeline worker) registered only while its runs last, so it never shows in `mgpukit list`,
 the tour or the exported script; forked workers inherit the registry.
@@ -80,6 +81,12 @@ def _dp(bug):
     return {"grad_sync": _sync_with(bug)}, {}
 
 
+def _compressed(name):
+    """A registered compressor run as a variant: legitimately far from the reference, by design."""
+    strat = registry.get(name)
+    return {"grad_sync": strat.grad_sync, "knobs": strat.knobs}, {}
+
+
 def _pp(variant):
     worker = _pipeline_worker(variant != "unscaled", bf16_logits=variant == "bf16-logits")
     return ({"layout": pipeline_layout("1f1b"), "schedule": "1f1b", "worker": worker},
@@ -90,7 +97,7 @@ def _pp(variant):
 MYSTERIES = {
     "00": (("A", None, _dp), ("B", "no_average", _dp), ("C", "fp16", _dp)),
     "01": (("A", "skip_first", _dp), ("B", "bf16", _dp), ("C", None, _dp)),
-    "02": (("A", None, _dp), ("B", "fp16", _dp), ("C", "broadcast", _dp)),
+    "02": (("A", None, _dp), ("B", "dp-topk", _compressed), ("C", "broadcast", _dp)),
     "03": (("A", "fp16", _dp), ("B", None, _dp), ("C", "average_twice", _dp)),
     "04": (("A", "bf16-logits", _pp), ("B", "unscaled", _pp), ("C", None, _pp)),
 }

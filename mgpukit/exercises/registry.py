@@ -190,12 +190,14 @@ _add("02.predict-busbw", lambda: _ring_busbw_gbps(2**20, 4), rel=0.03,
      hint="busbw = 2(n−1)/n · bytes / time, time = 2(n−1)·α + 2(n−1)/n · bytes/β (h100-nvlink: α = 2 µs, β = 370 GB/s)",
      why="at 1 MiB the 6 latencies still cost about as much as the bytes: busbw is far below β.")
 _add("02.debug", lambda: _mystery("02"),
-     hint="two variants send half of 2(n−1)/n · 4Ψ; one rounds each number to 2 bytes, the other "
-          "sends every number in full — which collective sends (n−1)/n of a buffer?",
+     hint="one variant sends only the 1 % largest gradient entries (top-k, notebook 03): far from the "
+          "reference by design, and 1/50 of the bytes. Of the other two, which sends half of "
+          "2(n−1)/n · 4Ψ — and which collective sends (n−1)/n of a buffer?",
      why="variant C broadcasts rank 0's gradient instead of all-reducing: a broadcast sends (n−1)/n "
          "of the buffer, half an all-reduce's bytes, and every rank then steps on rank 0's half-batch "
-         "gradient — gradient norms off by per cents, not by rounding. Variant B all-reduces in fp16: "
-         "half the bytes too, but its differences are fp16's rounding (1e-4).")
+         "gradient. Variant B is top-k with error feedback: its differences are larger in two "
+         "columns, but its bytes (1/50) say it is a compressor, which misses parity by design — "
+         "the size of a difference alone does not name the bug.")
 
 # ---------------------------------------------------------------- 03 · compression
 

@@ -137,7 +137,9 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
         if parts.engine.memory_note:
             rec.memory["source"] += "; " + parts.engine.memory_note
         if shape:
-            rec.memory["source"] = "shape mode: bytes of the fake tensors (" + rec.memory["source"] + ")"
+            # one phrase, no nested parentheses in the figures' legends (issue 27)
+            rec.memory["source"] = "shape mode: " + rec.memory["source"].replace(
+                "measured tensor bytes", "the fake tensors' bytes")
         rec.extra.update(parts.engine.finish(cfg.steps))
         rec.extra.update(parts.extra)
         if parts.scaler is not None:
