@@ -13,6 +13,7 @@ import sys
 import warnings
 
 from mgpukit.argtypes import key_value, nonnegative_int, positive_float, positive_int
+from mgpukit.config import MODELS, SHAPE_MODELS  # torch-free: the model names
 from mgpukit.costmodel import plan_cli
 from mgpukit.files import OutputError, check_output, describe_os_error
 from mgpukit.signals import Terminated, ignore_file_size_limit, raise_on_termination, restore
@@ -75,9 +76,9 @@ def add_run_arguments(p):
     p.add_argument("--emulate", metavar="PROFILE", default=None,
                    help="emulated mode with this hardware profile (e.g. h100-nvlink)")
     p.add_argument("--steps", type=positive_int, default=None)
-    p.add_argument("--model", default=None, help="gpt-tiny | gpt-small | mlp-tiny | mlp-wide | "
-                   "gpt2-124m | gpt2-350m | gpt2-1.3b | llama-7b (real scale: after a memory check; "
-                   "a progress bar on CPU; or with --shape, fake tensors)")
+    p.add_argument("--model", default=None, help=" | ".join(MODELS) + " (real scale: "
+                   + ", ".join(SHAPE_MODELS) + ", after a memory check, with a progress bar on CPU;"
+                   " or with --shape, fake tensors)")
     p.add_argument("--global-batch", type=positive_int, default=None)
     p.add_argument("--micro-batches", type=positive_int, default=None)
     p.add_argument("--lr", type=float, default=None)

@@ -15,8 +15,11 @@ from mgpukit.costmodel.layout import Layout
 
 MODELS = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide",
           "gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")
-# real-scale models: only ever built from fake tensors (shape mode, `mgpukit.measure.shape`)
+# real-scale models: fake tensors in shape mode (`mgpukit.measure.shape`), or real ones after the
+# memory check (`mgpukit.fits`; data: the shipped data/tinytext.txt)
 SHAPE_MODELS = ("gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")
+# the GPTs (and the Llama-sized GPT): what tensor parallelism splits (heads, MLP columns)
+GPT_MODELS = tuple(m for m in MODELS if not m.startswith("mlp"))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -70,15 +73,13 @@ class RunConfig:
 
     @property
     def is_gpt(self) -> bool:
-        return not self.model.startswith("mlp")  # the GPTs, and the Llama-sized GPT
+        return self.model in GPT_MODELS  # the GPTs, and the Llama-sized GPT
 
     def model_config(self):
         from mgpukit import models as m  # lazy: a RunConfig is made without importing torch (the CLI's)
 
-        return {"gpt-tiny": m.gpt_tiny, "gpt-small": m.gpt_small,
-                "mlp-tiny": m.mlp_tiny, "mlp-wide": m.mlp_wide,
-                "gpt2-124m": m.gpt2_124m, "gpt2-350m": m.gpt2_350m, "gpt2-1.3b": m.gpt2_1_3b,
-                "llama-7b": m.llama_7b}[self.model]()
+        # each name of MODELS has its builder in mgpukit.models: "gpt2-1.3b" -> gpt2_1_3b()
+        return getattr(m, self.model.replace("-", "_").replace(".", "_"))()
 
     def tokens_per_step(self) -> int:
         """Tokens (GPT) or rows (MLP) one optimizer step consumes, over all ranks."""

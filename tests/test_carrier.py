@@ -16,6 +16,7 @@ import pytest
 
 import mgpukit
 from mgpukit import strategies
+from mgpukit.config import GPT_MODELS, MODELS, RunConfig
 from mgpukit.prepare import prepare
 
 ROOT = Path(mgpukit.__file__).parent
@@ -34,6 +35,19 @@ def cfg_layout_reads_with_ctx(source: str) -> list[str]:
                 if (isinstance(sub, ast.Attribute) and sub.attr == "layout"
                         and isinstance(sub.value, ast.Name) and sub.value.id == "cfg"):
                     bad.append(f"{node.name}:{sub.lineno}")
+    return bad
+
+
+def model_lists(source: str) -> list[int]:
+    """Lines of tuple/list/set/dict literals naming three or more of the kit's models: a copy of
+    `config.MODELS` (two names, as in a benchmark's sweep, are a choice, not a copy)."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        items = (node.keys if isinstance(node, ast.Dict)
+                 else node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [])
+        names = [e.value for e in items if isinstance(e, ast.Constant) and e.value in MODELS]
+        if len(names) >= 3:
+            bad.append(node.lineno)
     return bad
 
 
@@ -56,6 +70,7 @@ def test_the_checks_see_what_they_forbid():
     assert cfg_layout_reads_with_ctx(code) == ["apply:2"]
     assert probes("hasattr(parts.sync, 'units')\ngetattr(rec, 'shape', False)\n") == \
         ["1: hasattr(parts.sync, 'units')"]
+    assert model_lists('A = ("gpt-tiny", "gpt-small", "llama-7b")\nB = ("gpt-tiny", "gpt-small")\n') == [1]
 
 
 @pytest.mark.parametrize("path", WORKER_SIDE, ids=lambda p: str(p.relative_to(ROOT)))
@@ -88,3 +103,16 @@ def test_the_prepared_layout_is_the_one_carrier():
     assert (p.dims.dp, p.dims.tp, p.dims.pp) == (p.layout.dp, p.layout.tp, p.layout.pp) == (2, 1, 2)
     assert p.layout.v == 2 and p.layout.num_micro_batches == 2 * p.dims.pp  # m = 2p, picked once
     assert p.strategy.theory(p.cfg, p.dims)["m"] == p.layout.num_micro_batches
+
+
+def test_the_model_names_are_listed_once():
+    """`config.MODELS` is the one list of model names; the registry's default, tensor
+    parallelism's GPT-only list and the CLI's help derive from it, and every name builds."""
+    copies = {str(path.relative_to(ROOT)): lines for path in sorted(ROOT.rglob("*.py"))
+              if path.name != "config.py" or path.parent != ROOT
+              if (lines := model_lists(path.read_text()))}
+    assert copies == {}
+    assert {s.models for s in strategies.available()} == {MODELS, GPT_MODELS}
+    for name in MODELS:
+        assert RunConfig(model=name).model_config() is not None
+        assert RunConfig(model=name).is_gpt == (name in GPT_MODELS) == (not name.startswith("mlp"))

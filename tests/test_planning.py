@@ -5,6 +5,7 @@ Method: parameter counts and the ZeRO table are exact arithmetic, so they must m
 to their rounding; throughput, GPU-hours and MFU depend on the time model being recalibrated
 (issue 15's `planner`), so they are held to loose bounds (within 50%) and their error printed —
 a bound that still fails if the model is off by 2× or a row silently stops being computed."""
+import dataclasses
 import math
 
 import pytest
@@ -237,3 +238,15 @@ def test_group_link_counts_members_per_node_without_listing_them():
         for size in range(1, 25):
             for stride in range(1, 25):
                 assert group_link(p, size, stride) == link_for_ranks(range(0, size * stride, stride), p)
+
+
+def test_fixes_keep_the_plans_framework_and_offer_selective_only_without_flash():
+    flash = plan("70b", 64, "h100-ib", planning.make_layout(gpus=64, tp=8, global_batch=512),
+                 framework="deepspeed-pipe")
+    assert not flash.fits
+    tried = planning.fixes(flash)
+    assert tried and {f["plan"].framework.name for f in tried} == {"deepspeed-pipe"}
+    changes = [f["change"] for f in tried]
+    assert "checkpointing full" in changes and "checkpointing selective" not in changes  # = none under flash
+    unfused = plan("70b", 64, "h100-ib", dataclasses.replace(flash.layout, flash_attention=False))
+    assert "checkpointing selective" in [f["change"] for f in planning.fixes(unfused)]

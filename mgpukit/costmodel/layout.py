@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 
+import math
 from dataclasses import dataclass
 
 from mgpukit.costmodel.actions import SCHEDULES

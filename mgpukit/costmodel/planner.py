@@ -34,7 +34,7 @@ from mgpukit.costmodel.hardware import HardwareProfile, load_profile
 from mgpukit.costmodel.layout import Layout, LayoutError, check_layout, divisors
 from mgpukit.costmodel.memory import memory_per_rank
 from mgpukit.costmodel.shapes import ModelShape, get_shape, param_count
-from mgpukit.costmodel.steptime import step_time
+from mgpukit.costmodel.steptime import OVERLAP_SLOWDOWN, step_time
 from mgpukit.costmodel.validation import ErrorBar, error_bar
 from mgpukit.costmodel.volume import comm_bytes_per_step
 
@@ -108,16 +108,19 @@ def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile",
          framework: "str | Framework | None" = None) -> Plan:
     """Predict memory, step time, MFU and bubble of ``layout``; raises :class:`LayoutError`
     (saying what to change) when the layout cannot run at all — an fp8 layout on a GPU without
-    fp8 included. A layout that runs but does not fit in memory gives ``fits == False``."""
+    fp8, a pipeline schedule the framework does not offer included. A layout that runs but does
+    not fit in memory gives ``fits == False``."""
     shape = get_shape(model)
     hw = load_profile(profile) if isinstance(profile, str) else profile
     fw = get_framework(framework)
     check_layout(shape, layout, gpus=gpus)
     check_dtype(hw, layout.dtype)
+    check_schedule(fw, layout)
     return Plan(
         model=shape, profile=hw, gpus=gpus, layout=layout, params=param_count(shape),
         memory=memory_per_rank(shape, layout), memory_limit=hw.usable_memory_bytes,
-        time=step_time(shape, layout, hw, framework=fw), comm_bytes=comm_bytes_per_step(shape, layout),
+        time=step_time(shape, layout, hw, framework=fw, interference=OVERLAP_SLOWDOWN),
+        comm_bytes=comm_bytes_per_step(shape, layout),
         framework=fw, error_bar=error_bar(fw),
     )
 
@@ -128,6 +131,16 @@ def check_dtype(profile: HardwareProfile, dtype: str) -> None:
         profile.flops(dtype)
     except ValueError as e:
         raise LayoutError(str(e)) from None
+
+
+def check_schedule(framework: Framework, layout: Layout) -> None:
+    """Refuse a pipeline schedule the framework does not offer (DeepSpeed's engine has no
+    interleaving), in one line. ``naive`` — one micro-batch through all stages at a time — is
+    the textbook's reference point, accepted in any framework."""
+    if layout.pp > 1 and layout.schedule != "naive" and layout.schedule not in framework.schedules:
+        raise LayoutError(f"framework '{framework.name}' has no '{layout.schedule}' pipeline schedule (it offers "
+                          f"{', '.join(framework.schedules)}); choose {'it' if len(framework.schedules) == 1 else 'one of those'} "
+                          f"or another framework")
 
 
 def candidate_layouts(shape: ModelShape, gpus: int, profile: HardwareProfile, *, global_batch: int,

@@ -47,6 +47,10 @@ The model, per GPU of each pipeline stage, for one micro-batch of ``b`` sequence
    reduce-scatter, which nothing hides.
 9. **Optimizer** (Adam, mixed precision): memory-bound, 28 bytes moved per local parameter
    (read fp32 master, m, v, grad; write master, m, v, the half-precision weight).
+10. **Interference** (the planner's convention, off for comparisons with the emulator): a hidden
+    collective is not free — its kernels share the SMs and HBM with the compute it hides behind,
+    which slows by :data:`OVERLAP_SLOWDOWN` (18.9 %, a measured average, arXiv:2507.03114) for
+    the hidden seconds of the data-parallel sync. Not charged for tp/cp overlap (not measured).
 
 Communication times come from :mod:`mgpukit.costmodel.comm`, on the link each group spans
 (rank order tp, cp, dp, pp). MFU = model FLOPs (no recomputation) / (step · GPUs · peak)
@@ -68,6 +72,13 @@ from mgpukit.costmodel.memory import stage_params
 from mgpukit.costmodel.shapes import ModelShape, layer_param_split
 from mgpukit.costmodel.volume import tp_allreduces_per_layer
 
+# Compute slows by this fraction while a collective overlaps it: measured average 18.9 % (max 40 %) over
+# GPT and Llama training steps on A100 and H100 (and MI250/MI210): "Characterizing Compute-Communication
+# Overlap in GPU-Accelerated Distributed Deep Learning: Performance and Power Implications" (2025),
+# arXiv:2507.03114, abstract. The mechanism: NCCL's kernels hold SMs (an H100 all-gather
+# launched 24 blocks beside a 132-block GEMM, pushing it into a second wave: NVIDIA developer forum,
+# "Compute-Communication Overlap Causes Severe GEMM Performance Degradation because of Tail Effect").
+OVERLAP_SLOWDOWN = 0.189
 ADAM_BYTES_PER_PARAM = 28  # read master, m, v, grad; write master, m, v, bf16/fp32 weight
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb=25
 FILL_FACTOR = {"gpipe": 1.0, "1f1b": 1.0, "zb-h1": 1.0 / 3}  # interleaved: 1/v; naive: m
@@ -235,6 +246,7 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
 def step_time(
     shape: ModelShape, layout: Layout, profile: HardwareProfile, *,
     bucket_bytes: float = DDP_BUCKET_BYTES, overlap_dp: bool | None = None, framework=None,
+    interference: float = 0.0,
 ) -> dict[str, float]:
     """Predicted seconds of one step (module docstring). Returns ``compute_s`` (GEMMs),
     ``memory_s`` (memory-bound kernels), ``comm_s`` (exposed; split as ``comm_tp_s``,
@@ -247,6 +259,12 @@ def step_time(
     efficiency. ``overlap_dp=False`` exposes the whole data-parallel sync (after the pipeline
     flush) whatever the framework says; True overlaps it. MFU of fp8 layouts is against the
     bf16 peak (the convention of torchtitan and of Llama 3's "BF16 MFU").
+
+    ``interference``: the fraction by which compute slows while a hidden collective runs beside
+    it (its kernels hold SMs and HBM bandwidth): the data-parallel sync this model hides behind
+    the backward costs ``interference ·`` its hidden seconds (``interference_s``). 0 (the
+    default) is the convention of the emulator, whose clocks do not model it; the planner uses
+    :data:`OVERLAP_SLOWDOWN`.
     """
     fw = get_framework(framework)
     overlap_dp = fw.overlap_dp if overlap_dp is None else overlap_dp
@@ -273,6 +291,7 @@ def step_time(
                                           bucket_bytes=bucket_bytes)
     if not overlap_dp:
         dp_mb, dp_end = 0.0, dp_total
+    hidden_dp = max(0.0, dp_total - (m * dp_mb + dp_end))
 
     # the pipeline: the slowest stage paces the steady state; fill and drain by the schedule
     busy = [_busy(st) + dp_mb for st in stages]
@@ -287,7 +306,8 @@ def step_time(
     if layout.dtype == "fp8":  # the weights cast to fp8 once per step (Transformer Engine caches them over micro-batches)
         optimizer_s += memory_seconds(3 * psi, profile)
 
-    total = pipeline + dp_end + optimizer_s
+    interference_s = interference * hidden_dp
+    total = pipeline + dp_end + optimizer_s + interference_s
     flops = flops_per_step(shape, layout.global_batch, checkpointing=layout.checkpointing)
     gpus = layout.world_size
     comm = {"comm_tp_s": m * slow["tp"], "comm_cp_s": m * slow["cp"], "comm_pp_s": m * slow["pp"],
@@ -299,6 +319,7 @@ def step_time(
         **comm,
         "bubble_s": pipeline - steady,
         "optimizer_s": optimizer_s,
+        "interference_s": interference_s,
         "total_s": total,
         "bubble_fraction": (pipeline - steady) / pipeline,
         "mfu": flops["model"] / (total * gpus * peak),

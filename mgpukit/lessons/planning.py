@@ -33,7 +33,8 @@ from mgpukit.runtime.launcher import OversubscribedWarning
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 TIME_PARTS = (("GEMMs", "compute_s"), ("memory-bound kernels", "memory_s"), ("tp comm (exposed)", "comm_tp_s"),
               ("cp comm (exposed)", "comm_cp_s"), ("pp comm (exposed)", "comm_pp_s"),
-              ("dp comm (exposed)", "comm_dp_s"), ("bubble", "bubble_s"), ("optimizer", "optimizer_s"))
+              ("dp comm (exposed)", "comm_dp_s"), ("bubble", "bubble_s"), ("optimizer", "optimizer_s"),
+              ("interference (hidden comm slowing compute)", "interference_s"))
 CHINCHILLA_TOKENS_PER_PARAM = 20  # Hoffmann et al. 2022, "Training Compute-Optimal Large Language Models"
 
 
@@ -71,13 +72,17 @@ def _change(layout: Layout, n_gpus: int, **kw):
 def fixes(pl) -> list[dict]:
     """Single changes to a plan's layout, each planned: ``{"change", "plan", "fits"}``. Tried:
     the next ZeRO stage, more checkpointing, a smaller micro-batch, twice the tp (within a node)
-    or pp, twice the GPUs (more dp), bf16 instead of fp32."""
+    or pp, twice the GPUs (more dp), bf16 instead of fp32. Each is planned in the plan's own
+    framework. Selective checkpointing is offered only without fused attention: it recomputes the
+    attention core to free its s×s scores (Korthikanti et al. 2022), which flash attention never
+    stores, so under flash it predicts what no checkpointing does."""
     lay, hw = pl.layout, pl.profile
     tries = []
     if lay.zero < 3 and lay.dp > 1:
         tries.append((f"ZeRO-{lay.zero + 1}", dict(zero=lay.zero + 1)))
-    for c in ("selective", "full")[("none", "selective", "full").index(lay.checkpointing):]:
-        if c != lay.checkpointing:
+    more = ("selective", "full")[("none", "selective", "full").index(lay.checkpointing):]
+    for c in more:
+        if c != lay.checkpointing and not (c == "selective" and lay.flash_attention):
             tries.append((f"checkpointing {c}", dict(checkpointing=c)))
     if lay.micro_batch > 1:
         tries.append((f"micro-batch {lay.micro_batch // 2}", dict(micro_batch=lay.micro_batch // 2)))
@@ -93,7 +98,7 @@ def fixes(pl) -> list[dict]:
         if changed is None:
             continue
         try:
-            p = plan(pl.model, changed[1], hw, changed[0])
+            p = plan(pl.model, changed[1], hw, changed[0], framework=pl.framework)
         except LayoutError:
             continue
         out.append({"change": name, "plan": p, "fits": p.fits, "memory": p.memory["total"]})
@@ -121,7 +126,9 @@ def fit_sentence(pl) -> str:
 
 
 def _no_single_fix(pl) -> str:
-    best = search(pl.model, pl.gpus, pl.profile, global_batch=pl.layout.global_batch, top=1)
+    lay = pl.layout
+    best = search(pl.model, pl.gpus, pl.profile, global_batch=lay.global_batch, top=1, dtype=lay.dtype,
+                  framework=pl.framework, flash_attention=lay.flash_attention)
     if not best:
         return (f"No single change fits, and no layout of {pl.gpus} GPUs does at global batch "
                 f"{pl.layout.global_batch}: add GPUs.")

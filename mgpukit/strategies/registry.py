@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from mgpukit.config import MODELS
 from mgpukit.costmodel.layout import Layout
 from mgpukit.strategies.knobs import TRAINER_KNOBS, Knob, check_options
 
@@ -56,8 +57,7 @@ class Strategy:
     compare: Callable | None = None  # (record, weights, ref, tolerance) -> parity dict, for
     # strategies that change the numbers on purpose (lossy compression compares loss curves)
     emulation: bool = True  # runs under the virtual clock
-    models: tuple[str, ...] = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide",
-                               "gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")  # the last 4: shape mode
+    models: tuple[str, ...] = MODELS  # the kit's models (`config.SHAPE_MODELS`: real scale)
 
     def all_knobs(self) -> tuple[Knob, ...]:
         return self.knobs + (TRAINER_KNOBS if self.trainer_knobs else ())

@@ -39,7 +39,8 @@ except ImportError:
     FigureWidget = None
 
 GB = 1e9
-TIME_COLORS = ("#4C78A8", "#9ECAE9", "#B279A2", "#F58518", "#FF9DA6", "#72B7B2", "#D9D9D9", "#54A24B")  # one per TIME_PARTS
+TIME_COLORS = ("#4C78A8", "#9ECAE9", "#B279A2", "#F58518", "#FF9DA6", "#72B7B2", "#D9D9D9", "#54A24B",
+               "#E45756")  # one per TIME_PARTS
 
 
 def plot_memory(pl) -> go.Figure:
