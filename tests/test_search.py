@@ -156,7 +156,7 @@ def test_fp8_uses_the_profiles_fp8_rate_and_an_a100_refuses_it(capsys):
     assert len(err) == 1 and "no fp8 tensor cores" in err[0]
 
 
-def test_dp_sync_after_the_flush_exposes_the_whole_sync(capsys):
+def test_dp_sync_after_the_flush_exposes_the_whole_sync(capsys, tmp_path):
     shape = get_shape("13b")
     lay = Layout.from_global_batch(global_batch=256, dp=16, tp=4, pp=2, sp=True, micro_batch=1)
     over = step_time(shape, lay, H100, framework="megatron-core")
@@ -165,7 +165,11 @@ def test_dp_sync_after_the_flush_exposes_the_whole_sync(capsys):
     assert flush["total_s"] - over["total_s"] == pytest.approx(flush["comm_dp_s"] - over["comm_dp_s"], rel=0.05)
     argv = ["--model", "13b", "--gpus", "128", "--tp", "4", "--pp", "2", "--global-batch", "256"]
     assert plan_cli.main(argv) == 0 and "dp sync overlapped" in capsys.readouterr().out
-    assert plan_cli.main([*argv, "--dp-sync", "after-flush"]) == 0 and "dp sync after-flush" in capsys.readouterr().out
+    out_file = tmp_path / "plan.json"
+    assert plan_cli.main([*argv, "--dp-sync", "after-flush", "--json", str(out_file)]) == 0
+    assert "dp sync after-flush" in capsys.readouterr().out
+    saved = json.loads(out_file.read_text())  # the override is in the record, not only on screen
+    assert (saved["framework"], saved["dp_sync"], saved["kernel_efficiency"]) == ("megatron-core", "after-flush", 1.0)
 
 
 def test_frameworks_are_files_that_cite_their_sources():

@@ -92,6 +92,8 @@ class Plan:
             "params": self.params,
             "profile": self.profile.name,
             "framework": self.framework.name,
+            "dp_sync": self.framework.dp_sync,  # the framework's, or --dp-sync's
+            "kernel_efficiency": self.framework.kernel_efficiency,
             "gpus": self.gpus,
             "layout": asdict(self.layout),
             "memory": dict(self.memory),
