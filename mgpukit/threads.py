@@ -58,6 +58,7 @@ def spin_ms(*, threads: int = 2, idle_s: float = 0.03, repeats: int = 3) -> floa
     """Measured: CPU milliseconds this process burns in `idle_s` of sleep right after a parallel
     region of `threads` OpenMP threads (the largest of `repeats` tries). Spinning OpenMP burns
     ~1-15 ms there; passive waiting ~0.05 ms (the interpreter's own bookkeeping)."""
+    # lazy: this module imports without torch (the parent, `mgpukit plan`)
     import torch
 
     before = torch.get_num_threads()
