@@ -173,6 +173,9 @@ CLI_CASES = [
     ("plan --search --dp 4 --cp 2", "--dp 4, --cp 2 would be ignored"),
     ("plan --search --tp 3", "no layout has --tp 3"),
     ("plan --search --micro-batches 8", "--micro-batches 8 would be ignored"),
+    ("plan --validation --model 70b --gpus 64", "so --model, --gpus would be ignored; drop them"),
+    ("plan --framework deepspeed-pipe --schedule interleaved --pp 2 --gpus 2",
+     "framework 'deepspeed-pipe' has no 'interleaved' pipeline schedule (it offers 1f1b); choose it"),
     # issue 25, planner inputs: bounded, one line
     ("plan --gpus 100000000000000000000000000000", "--gpus 100000000000000000000000000000: more than 10^12"),
     ("plan --search --gpus 10000000000000000000000", "more than 10^12 is beyond any cluster"),

@@ -16,7 +16,8 @@ from mgpukit.costmodel.planner import candidate_layouts
 from mgpukit.costmodel.shapes import list_shapes, load_model_file, models_dir, shape_to_dict
 from mgpukit.costmodel.steptime import step_time
 from mgpukit.costmodel.training_cost import time_to_train
-from mgpukit.costmodel.validation import LLAMA3_STAGE_LAYERS, error_bar, llama3_layout, validation_table
+from mgpukit.costmodel.validation import (LLAMA3_STAGE_LAYERS, error_bar, llama3_layout, unchecked,
+                                          validation_table)
 
 A100, H100 = load_profile("a100-nvlink"), load_profile("h100-ib")
 BLOOM = ["--layers", "70", "--hidden", "14336", "--heads", "112", "--vocab", "250880", "--seq", "2048",
@@ -111,6 +112,15 @@ def test_search_lists_each_prediction_once_and_skips_selective_under_flash():
     assert any(lay.checkpointing == "selective" for lay in unfused)  # there it frees the s×s scores
 
 
+def test_plan_refuses_a_schedule_its_framework_does_not_offer():
+    lay = Layout.from_global_batch(global_batch=64, dp=1, tp=8, pp=4, sp=True, schedule="interleaved", v=2)
+    with pytest.raises(LayoutError, match="framework 'deepspeed-pipe' has no 'interleaved'"):
+        plan("70b", 32, H100, lay, framework="deepspeed-pipe")
+    assert plan("70b", 32, H100, lay, framework="megatron-lm-2021").step_time_s > 0  # §2.2: it has interleaving
+    naive = dataclasses.replace(lay, schedule="naive", v=1)  # the textbook's reference runs anywhere
+    assert plan("70b", 32, H100, naive, framework="deepspeed-pipe").bubble_fraction > 0.5
+
+
 def test_search_offers_zero_with_pipelining_and_keeps_to_the_frameworks_schedules():
     layouts = list(candidate_layouts(get_shape("70b"), 256, H100, global_batch=512))
     assert {lay.zero for lay in layouts if lay.pp > 1} == {0, 1, 2, 3}
@@ -147,7 +157,7 @@ def test_fp8_uses_the_profiles_fp8_rate_and_an_a100_refuses_it(capsys):
     assert len(err) == 1 and "no fp8 tensor cores" in err[0]
 
 
-def test_dp_sync_after_the_flush_exposes_the_whole_sync(capsys):
+def test_dp_sync_after_the_flush_exposes_the_whole_sync(capsys, tmp_path):
     shape = get_shape("13b")
     lay = Layout.from_global_batch(global_batch=256, dp=16, tp=4, pp=2, sp=True, micro_batch=1)
     over = step_time(shape, lay, H100, framework="megatron-core")
@@ -156,7 +166,11 @@ def test_dp_sync_after_the_flush_exposes_the_whole_sync(capsys):
     assert flush["total_s"] - over["total_s"] == pytest.approx(flush["comm_dp_s"] - over["comm_dp_s"], rel=0.05)
     argv = ["--model", "13b", "--gpus", "128", "--tp", "4", "--pp", "2", "--global-batch", "256"]
     assert plan_cli.main(argv) == 0 and "dp sync overlapped" in capsys.readouterr().out
-    assert plan_cli.main([*argv, "--dp-sync", "after-flush"]) == 0 and "dp sync after-flush" in capsys.readouterr().out
+    out_file = tmp_path / "plan.json"
+    assert plan_cli.main([*argv, "--dp-sync", "after-flush", "--json", str(out_file)]) == 0
+    assert "dp sync after-flush" in capsys.readouterr().out
+    saved = json.loads(out_file.read_text())  # the override is in the record, not only on screen
+    assert (saved["framework"], saved["dp_sync"], saved["kernel_efficiency"]) == ("megatron-core", "after-flush", 1.0)
 
 
 def test_frameworks_are_files_that_cite_their_sources():
@@ -189,6 +203,37 @@ def test_error_bars_come_from_the_validation_table_and_bracket_every_figure(caps
                           "--price-per-gpu-hour", "2"]) == 0
     out = capsys.readouterr().out
     assert "error bar errors" in out and "from the error bar" in out and "(ranges: the planner's" in out
+
+
+def test_an_error_bar_names_what_the_runs_behind_it_never_used(capsys):
+    table = validation_table()
+    for r in table:  # a validated run's own layout is never unchecked
+        assert unchecked(r["run"].layout, r["run"].framework) == (), r["run"].name
+    lay = Layout.from_global_batch(global_batch=512, dp=8, tp=8, sp=True, zero=1)
+    pl = plan("70b", 64, H100, lay)  # Megatron-Core's error bar comes from 2021's unfused, fully recomputed runs
+    assert pl.unchecked == ("flash attention", "no recompute") and pl.to_dict()["error_bar_unchecked"] == list(pl.unchecked)
+    fp8 = plan("70b", 64, H100, dataclasses.replace(lay, dtype="fp8"), framework="fsdp")
+    assert "fp8 GEMMs" in fp8.unchecked  # no fp8 run is in the table
+    argv = ["--model", "70b", "--gpus", "64", "--tp", "8", "--zero", "1", "--global-batch", "512"]
+    assert plan_cli.main([*argv, "--dtype", "fp8"]) == 0
+    assert "not among those runs: flash attention, fp8 GEMMs, no recompute" in capsys.readouterr().out
+    assert plan_cli.main([*argv, "--framework", "megatron-lm-2021", "--no-flash", "--ckpt", "full",
+                          "--dtype", "fp16"]) == 0
+    assert "not among those runs" not in capsys.readouterr().out
+
+
+def test_the_cli_shows_the_published_runs_behind_the_error_bars(capsys, tmp_path):
+    out_file = tmp_path / "validation.json"
+    assert plan_cli.main(["--validation", "--json", str(out_file)]) == 0
+    out = capsys.readouterr().out
+    table = validation_table()
+    assert all(r["run"].name in out for r in table)
+    for fw in list_frameworks():  # every framework's error bar, as the plans print it
+        assert f"  {fw:<17} {error_bar(fw).describe()}" in out
+    saved = json.loads(out_file.read_text())
+    assert [(row["run"], row["error"]) for row in saved["rows"]] == [(r["run"].name, r["error"]) for r in table]
+    assert saved["error_bars"]["deepspeed-pipe"]["rows"] == error_bar("deepspeed-pipe").rows
+    assert all(row["source"] for row in saved["rows"])
 
 
 def test_every_validation_row_cites_its_source_and_stays_within_its_kind():

@@ -7,6 +7,7 @@
                  --tied-embeddings --gpus 384 --profile a100-opa --global-batch 2048 --search
     mgpukit plan --model-file my.toml --gpus 1024 --dtype fp8 --framework fsdp --search
     mgpukit plan ... --json plan.json
+    mgpukit plan --validation      # the published runs behind the error bars
 
 The model is a shipped file (``--model 70b``: ``data/models/70b.toml``), your own file
 (``--model-file``) or its sizes (``--layers --hidden --heads --vocab --seq`` and the rest);
@@ -31,6 +32,7 @@ from mgpukit.costmodel.layout import DTYPE_BYTES, Layout
 from mgpukit.costmodel.memory import CATEGORIES
 from mgpukit.costmodel.planner import Plan, plan, search
 from mgpukit.costmodel.shapes import NORMS, POSITIONS, get_shape, list_shapes, shape_from_dict, shape_to_dict
+from mgpukit.costmodel.validation import format_error_bars, format_validation, validation_report
 from mgpukit.costmodel.training_cost import (check_price, format_training, format_training_table, time_to_train,
                                              token_budget)
 
@@ -99,6 +101,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--search", action="store_true", help="rank every layout that fits by predicted step time")
     p.add_argument("--top", type=int, default=10, help="rows of the --search table (default 10)")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    p.add_argument("--validation", action="store_true",
+                   help="print the published runs the error bars come from, beside the planner's predictions")
     cost = p.add_argument_group("time to train and cost (mgpukit.costmodel.training_cost)")
     cost.add_argument("--tokens", default=None, help="tokens to train on, e.g. 2e12, 2T, 300B")
     cost.add_argument("--epochs", type=float, default=None, help="or: passes over a dataset of --dataset-tokens")
@@ -213,6 +217,8 @@ def _budget(args) -> "float | None":
 def run(args) -> int:
     """Handler of ``mgpukit plan``: prints a table, optionally writes JSON; returns the exit code."""
     try:
+        if getattr(args, "validation", False):
+            return _validation(args)
         _check_positive(args)
         shape, profile = shape_from_args(args), load_profile(args.profile)
         framework = get_framework(getattr(args, "framework", None))
@@ -250,6 +256,10 @@ def run(args) -> int:
             raise
         print(f"mgpukit: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
+    return _write_json(args, result)
+
+
+def _write_json(args, result: dict) -> int:
     if args.json:
         try:  # atomic: a full disk or `ulimit -f` leaves an older file whole (mgpukit.files)
             write_text(args.json, json.dumps(result, indent=2) + "\n", what="plan (--json)")
@@ -260,6 +270,21 @@ def run(args) -> int:
             return 2
         print(f"wrote {args.json}")
     return 0
+
+
+def _validation(args) -> int:
+    """``--validation``: the table of published runs and each framework's error bar; any model or
+    layout flag beside it would be ignored, so it is refused."""
+    defaults = argparse.ArgumentParser()
+    add_arguments(defaults)
+    given = [f"--{k.replace('_', '-')}" for k, v in vars(defaults.parse_args([])).items()
+             if k not in ("validation", "json") and getattr(args, k, v) != v]
+    if given:
+        raise ValueError(f"--validation prints the published runs and error bars only, so {', '.join(given)} "
+                         f"would be ignored; drop {'them' if len(given) > 1 else 'it'}")
+    print(f"{format_validation()}\n\n{format_error_bars()}\n(published figures and their sources: "
+          f"mgpukit/costmodel/validation.py; predicted: the planner's)")
+    return _write_json(args, validation_report())
 
 
 # -------------------------------------------------------------------------- formatting
@@ -292,8 +317,12 @@ def _header(pl: Plan) -> list[str]:
         f"cluster  {pl.gpus} GPUs of profile {hw.name} ({hw.gpus_per_node} per node): {hw.description}",
         f"framework {fw.name}: dp sync {fw.dp_sync}, kernels × {fw.kernel_efficiency:g} "
         f"({fw.description})",
-        f"error bar {pl.error_bar.describe()}",
+        f"error bar {pl.error_bar.describe()}" + _unchecked(pl.unchecked),
     ]
+
+
+def _unchecked(features) -> str:
+    return f"; not among those runs: {', '.join(features)} (the error may be larger)" if features else ""
 
 
 def _range(lo_hi, fmt) -> str:
@@ -374,7 +403,8 @@ def format_search(plans: list[Plan], *, gpus: int, global_batch: int) -> str:
     if not plans[0].fits:
         lines.append(f"no layout fits in {_bytes(plans[0].memory_limit).strip()} per GPU; shown: the ones needing "
                      f"the least memory. Try more GPUs or a smaller model.")
-    lines.append(f"ranges: the planner's {plans[0].error_bar.describe()}")
+    lines.append(f"ranges: the planner's {plans[0].error_bar.describe()}"
+                 + _unchecked(sorted(set().union(*(pl.unchecked for pl in plans)))))
     lines.append("(analytical cost model: predictions, not measurements)")
     return "\n".join(lines)
 

@@ -35,7 +35,7 @@ from mgpukit.costmodel.layout import Layout, LayoutError, check_layout, divisors
 from mgpukit.costmodel.memory import memory_per_rank
 from mgpukit.costmodel.shapes import ModelShape, get_shape, param_count
 from mgpukit.costmodel.steptime import OVERLAP_SLOWDOWN, step_time
-from mgpukit.costmodel.validation import ErrorBar, error_bar
+from mgpukit.costmodel.validation import ErrorBar, error_bar, unchecked
 from mgpukit.costmodel.volume import comm_bytes_per_step
 
 
@@ -84,6 +84,12 @@ class Plan:
         return {"step_time_s": eb.time(self.step_time_s), "mfu": eb.rate(self.mfu),
                 "tokens_per_s": eb.rate(self.time["tokens_per_s"])}
 
+    @property
+    def unchecked(self) -> tuple[str, ...]:
+        """What this layout uses that no run behind its error bar used (fp8 GEMMs, flash
+        attention, ...): there the error bar may understate the error."""
+        return unchecked(self.layout, self.framework)
+
     def to_dict(self) -> dict:
         """Plain JSON-ready dict; ``predicted: true`` marks it as a model output."""
         return {
@@ -92,6 +98,8 @@ class Plan:
             "params": self.params,
             "profile": self.profile.name,
             "framework": self.framework.name,
+            "dp_sync": self.framework.dp_sync,  # the framework's, or --dp-sync's
+            "kernel_efficiency": self.framework.kernel_efficiency,
             "gpus": self.gpus,
             "layout": asdict(self.layout),
             "memory": dict(self.memory),
@@ -100,6 +108,7 @@ class Plan:
             "time": dict(self.time),
             "ranges": {k: list(v) for k, v in self.ranges.items()},
             "error_bar": asdict(self.error_bar),
+            "error_bar_unchecked": list(self.unchecked),
             "comm_bytes": dict(self.comm_bytes),
         }
 
@@ -108,12 +117,14 @@ def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile",
          framework: "str | Framework | None" = None) -> Plan:
     """Predict memory, step time, MFU and bubble of ``layout``; raises :class:`LayoutError`
     (saying what to change) when the layout cannot run at all — an fp8 layout on a GPU without
-    fp8 included. A layout that runs but does not fit in memory gives ``fits == False``."""
+    fp8, a pipeline schedule the framework does not offer included. A layout that runs but does
+    not fit in memory gives ``fits == False``."""
     shape = get_shape(model)
     hw = load_profile(profile) if isinstance(profile, str) else profile
     fw = get_framework(framework)
     check_layout(shape, layout, gpus=gpus)
     check_dtype(hw, layout.dtype)
+    check_schedule(fw, layout)
     return Plan(
         model=shape, profile=hw, gpus=gpus, layout=layout, params=param_count(shape),
         memory=memory_per_rank(shape, layout), memory_limit=hw.usable_memory_bytes,
@@ -129,6 +140,16 @@ def check_dtype(profile: HardwareProfile, dtype: str) -> None:
         profile.flops(dtype)
     except ValueError as e:
         raise LayoutError(str(e)) from None
+
+
+def check_schedule(framework: Framework, layout: Layout) -> None:
+    """Refuse a pipeline schedule the framework does not offer (DeepSpeed's engine has no
+    interleaving), in one line. ``naive`` — one micro-batch through all stages at a time — is
+    the textbook's reference point, accepted in any framework."""
+    if layout.pp > 1 and layout.schedule != "naive" and layout.schedule not in framework.schedules:
+        raise LayoutError(f"framework '{framework.name}' has no '{layout.schedule}' pipeline schedule (it offers "
+                          f"{', '.join(framework.schedules)}); choose {'it' if len(framework.schedules) == 1 else 'one of those'} "
+                          f"or another framework")
 
 
 def candidate_layouts(shape: ModelShape, gpus: int, profile: HardwareProfile, *, global_batch: int,

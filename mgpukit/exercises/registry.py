@@ -107,8 +107,8 @@ def _bubble(schedule: str, p: int, m: int, v: int = 1) -> float:
     return bubble_fraction(schedule, p, m, v)
 
 
-def _in_flight(p: int, m: int) -> list[int]:
-    return [max_in_flight(build_schedule(s, p, m), 0) for s in ("gpipe", "1f1b")]
+def _in_flight(p: int, m: int, rank: int) -> list[int]:
+    return [max_in_flight(build_schedule(s, p, m), rank) for s in ("gpipe", "1f1b")]
 
 
 def _mystery(name: str) -> str:
@@ -227,9 +227,10 @@ _add("03.debug", lambda: _mystery("03"),
 
 _add("04.gpipe-bubble", lambda: _bubble("gpipe", 8, 24), rel=0.02, hint="(p − 1) / (m + p − 1)",
      why="7 fill-and-drain slots out of 31: more micro-batches per stage shrink it.")
-_add("04.in-flight", lambda: _in_flight(4, 16), rel=0.0,
+_add("04.in-flight", lambda: _in_flight(6, 12, 1), rel=0.0,
      hint="GPipe runs every forward before any backward; 1F1B's rank r warms up with p − 1 − r forwards",
-     why="GPipe holds every micro-batch; 1F1B's rank 0 never more than p.")
+     why="GPipe holds every micro-batch on every rank; 1F1B's rank r never more than p − r (its "
+         "warm-up forwards and the one it is working on).")
 _add("04.interleaved", lambda: _bubble("interleaved", 4, 8, 4), rel=0.02,
      hint="each fill step is 1/v of a stage: (p − 1) / (v·m + p − 1) — paid with v× more messages",
      why="3/35: the fill and drain are made of quarter-stage chunks.",
