@@ -189,6 +189,7 @@ def run_rank(name: str, cfg: RunConfig):
     strat = strategies.get(name)
     prof_dir = ctx.options.get("torch_profile_dir")
     if prof_dir:
+        # here, not at the top: `profile` is also `run`'s hardware-profile argument
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.device.type == "cuda" else [])
@@ -269,6 +270,7 @@ def _profile_name(profile):
 
 def save_weights(weights: dict | None, path: str | Path) -> Path:
     """The trained, unsharded weights as safetensors (no pickle: safe to load anywhere)."""
+    # lazy: start-up (only a run that saves or loads weights needs it)
     from safetensors.torch import save
 
     if weights is None:
@@ -281,6 +283,7 @@ def save_weights(weights: dict | None, path: str | Path) -> Path:
 
 
 def load_weights(path: str | Path) -> dict:
+    # lazy: start-up (only a run that saves or loads weights needs it)
     from safetensors.torch import load_file
 
     return load_file(str(path))

@@ -60,6 +60,7 @@ def spin_ms(*, threads: int = 2, idle_s: float = 0.03, repeats: int = 5) -> floa
     region of `threads` OpenMP threads (the median of `repeats` tries). Spinning OpenMP burned
     2-6 ms there on this machine; passive waiting ~0.05 ms, up to ~0.8 ms in a single window
     when the machine is loaded (hence the median, and a threshold of 1 ms)."""
+    # lazy: this module imports without torch (the parent, `mgpukit plan`)
     import torch
 
     before = torch.get_num_threads()

@@ -16,7 +16,8 @@ from mgpukit.costmodel.planner import candidate_layouts
 from mgpukit.costmodel.shapes import list_shapes, load_model_file, models_dir, shape_to_dict
 from mgpukit.costmodel.steptime import step_time
 from mgpukit.costmodel.training_cost import time_to_train
-from mgpukit.costmodel.validation import LLAMA3_STAGE_LAYERS, error_bar, llama3_layout, validation_table
+from mgpukit.costmodel.validation import (LLAMA3_STAGE_LAYERS, error_bar, llama3_layout, unchecked,
+                                          validation_table)
 
 A100, H100 = load_profile("a100-nvlink"), load_profile("h100-ib")
 BLOOM = ["--layers", "70", "--hidden", "14336", "--heads", "112", "--vocab", "250880", "--seq", "2048",
@@ -202,6 +203,23 @@ def test_error_bars_come_from_the_validation_table_and_bracket_every_figure(caps
                           "--price-per-gpu-hour", "2"]) == 0
     out = capsys.readouterr().out
     assert "error bar errors" in out and "from the error bar" in out and "(ranges: the planner's" in out
+
+
+def test_an_error_bar_names_what_the_runs_behind_it_never_used(capsys):
+    table = validation_table()
+    for r in table:  # a validated run's own layout is never unchecked
+        assert unchecked(r["run"].layout, r["run"].framework) == (), r["run"].name
+    lay = Layout.from_global_batch(global_batch=512, dp=8, tp=8, sp=True, zero=1)
+    pl = plan("70b", 64, H100, lay)  # Megatron-Core's error bar comes from 2021's unfused, fully recomputed runs
+    assert pl.unchecked == ("flash attention", "no recompute") and pl.to_dict()["error_bar_unchecked"] == list(pl.unchecked)
+    fp8 = plan("70b", 64, H100, dataclasses.replace(lay, dtype="fp8"), framework="fsdp")
+    assert "fp8 GEMMs" in fp8.unchecked  # no fp8 run is in the table
+    argv = ["--model", "70b", "--gpus", "64", "--tp", "8", "--zero", "1", "--global-batch", "512"]
+    assert plan_cli.main([*argv, "--dtype", "fp8"]) == 0
+    assert "not among those runs: flash attention, fp8 GEMMs, no recompute" in capsys.readouterr().out
+    assert plan_cli.main([*argv, "--framework", "megatron-lm-2021", "--no-flash", "--ckpt", "full",
+                          "--dtype", "fp16"]) == 0
+    assert "not among those runs" not in capsys.readouterr().out
 
 
 def test_the_cli_shows_the_published_runs_behind_the_error_bars(capsys, tmp_path):

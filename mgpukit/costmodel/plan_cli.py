@@ -317,8 +317,12 @@ def _header(pl: Plan) -> list[str]:
         f"cluster  {pl.gpus} GPUs of profile {hw.name} ({hw.gpus_per_node} per node): {hw.description}",
         f"framework {fw.name}: dp sync {fw.dp_sync}, kernels × {fw.kernel_efficiency:g} "
         f"({fw.description})",
-        f"error bar {pl.error_bar.describe()}",
+        f"error bar {pl.error_bar.describe()}" + _unchecked(pl.unchecked),
     ]
+
+
+def _unchecked(features) -> str:
+    return f"; not among those runs: {', '.join(features)} (the error may be larger)" if features else ""
 
 
 def _range(lo_hi, fmt) -> str:
@@ -399,7 +403,8 @@ def format_search(plans: list[Plan], *, gpus: int, global_batch: int) -> str:
     if not plans[0].fits:
         lines.append(f"no layout fits in {_bytes(plans[0].memory_limit).strip()} per GPU; shown: the ones needing "
                      f"the least memory. Try more GPUs or a smaller model.")
-    lines.append(f"ranges: the planner's {plans[0].error_bar.describe()}")
+    lines.append(f"ranges: the planner's {plans[0].error_bar.describe()}"
+                 + _unchecked(sorted(set().union(*(pl.unchecked for pl in plans)))))
     lines.append("(analytical cost model: predictions, not measurements)")
     return "\n".join(lines)
 

@@ -35,7 +35,7 @@ from mgpukit.costmodel.layout import Layout, LayoutError, check_layout, divisors
 from mgpukit.costmodel.memory import memory_per_rank
 from mgpukit.costmodel.shapes import ModelShape, get_shape, param_count
 from mgpukit.costmodel.steptime import OVERLAP_SLOWDOWN, step_time
-from mgpukit.costmodel.validation import ErrorBar, error_bar
+from mgpukit.costmodel.validation import ErrorBar, error_bar, unchecked
 from mgpukit.costmodel.volume import comm_bytes_per_step
 
 
@@ -84,6 +84,12 @@ class Plan:
         return {"step_time_s": eb.time(self.step_time_s), "mfu": eb.rate(self.mfu),
                 "tokens_per_s": eb.rate(self.time["tokens_per_s"])}
 
+    @property
+    def unchecked(self) -> tuple[str, ...]:
+        """What this layout uses that no run behind its error bar used (fp8 GEMMs, flash
+        attention, ...): there the error bar may understate the error."""
+        return unchecked(self.layout, self.framework)
+
     def to_dict(self) -> dict:
         """Plain JSON-ready dict; ``predicted: true`` marks it as a model output."""
         return {
@@ -102,6 +108,7 @@ class Plan:
             "time": dict(self.time),
             "ranges": {k: list(v) for k, v in self.ranges.items()},
             "error_bar": asdict(self.error_bar),
+            "error_bar_unchecked": list(self.unchecked),
             "comm_bytes": dict(self.comm_bytes),
         }
 

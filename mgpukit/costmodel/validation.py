@@ -38,7 +38,10 @@ rises by about 4 points from 2,240 to 3,360 GPUs after the fit.
 validated for its framework (``Framework.validated_by``; all rows when fewer than
 :data:`MIN_ROWS`): if the planner was 6% optimistic at worst and 7% pessimistic at worst on
 those runs, a predicted step time ``T`` reads as ``T·(1 − 0.07) … T·(1 + 0.06)``, and MFU,
-days and cost follow. It is the spread of past errors, not a confidence interval.
+days and cost follow. It is the spread of past errors, not a confidence interval — and only of
+the configurations those runs used: :func:`unchecked` names what a layout uses that none of them
+did (fp8 GEMMs, flash attention, no recompute, a schedule, ZeRO-3, ...), where the error may be
+larger; plans carry it (``Plan.unchecked``) and the CLI prints it beside the error bar.
 """
 from __future__ import annotations
 
@@ -186,16 +189,46 @@ class ErrorBar:
         return f"errors {self.low:+.0%} … {self.high:+.0%} on {self.rows} published runs ({self.kind})"
 
 
-def error_bar(framework: "str | Framework | None" = None) -> ErrorBar:
-    """The error bar of predictions made for ``framework`` (module docstring)."""
+def _rows_of(framework: "str | Framework | None") -> tuple[list[dict], str]:
+    """The validation rows a framework's error bar comes from, and what to call them."""
     fw = get_framework(framework)
     kinds = fw.validated_by or (fw.name,)
     rows = [r for r in validation_table() if r["run"].framework in kinds]
-    kind = ", ".join(kinds)
     if len(rows) < MIN_ROWS:
-        rows, kind = list(validation_table()), f"all frameworks: fewer than {MIN_ROWS} runs of {fw.name}"
+        return list(validation_table()), f"all frameworks: fewer than {MIN_ROWS} runs of {fw.name}"
+    return rows, ", ".join(kinds)
+
+
+def error_bar(framework: "str | Framework | None" = None) -> ErrorBar:
+    """The error bar of predictions made for ``framework`` (module docstring)."""
+    rows, kind = _rows_of(framework)
     errors = [r["error"] for r in rows]
     return ErrorBar(low=min(errors), high=max(errors), rows=len(rows), kind=kind)
+
+
+def _features(layout: Layout) -> set[str]:
+    """What of a layout changes which terms the time model uses (and so where it can be wrong)."""
+    out = {{"fp8": "fp8 GEMMs", "fp32": "fp32"}.get(layout.dtype, "16-bit GEMMs"),
+           "flash attention" if layout.flash_attention else "unfused attention",
+           {"none": "no recompute", "selective": "selective recompute", "full": "full recompute"}[layout.checkpointing]}
+    if layout.pp > 1:
+        out.add(f"the {layout.schedule} schedule")
+    if layout.zero == 3:
+        out.add("ZeRO-3")
+    if layout.cp > 1:
+        out.add("context parallelism")
+    if layout.tp_overlap:
+        out.add("tp overlap")
+    return out
+
+
+def unchecked(layout: Layout, framework: "str | Framework | None" = None) -> tuple[str, ...]:
+    """What ``layout`` uses that none of the runs behind its error bar used (e.g. fp8 GEMMs, flash
+    attention): there the error bar is the spread of errors on *other* configurations and may
+    understate the error. Empty when every feature was validated."""
+    rows, _ = _rows_of(framework)
+    seen = set().union(*(_features(r["run"].layout) for r in rows))
+    return tuple(sorted(_features(layout) - seen))
 
 
 def format_validation(rows=None) -> str:

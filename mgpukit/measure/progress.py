@@ -46,6 +46,7 @@ def tick(progress: "StepProgress | None", step: int, phase: str) -> None:
 def follow(path: str, *, steps: int, desc: str, period_s: float = 0.5):
     """The parent's side: a tqdm bar over `steps` × the phases, fed from `path` until the block
     ends (the file is removed then)."""
+    # lazy: start-up (tqdm.auto loads ipywidgets, ~0.2 s; only a real-scale run on CPU shows it)
     from tqdm.auto import tqdm
 
     open(path, "w").close()

@@ -37,6 +37,7 @@ start method), with the four traps of that launcher closed:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import gc
 import logging
@@ -55,6 +56,7 @@ from typing import Any
 import psutil
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
 
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.lifeline import Reaper, kill_groups, own_group
@@ -193,8 +195,6 @@ def launch(
 
 
 def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
-
     n = spec.world_size
     # Imported once here rather than in every worker: each would otherwise pay ~1 s of CPU
     # (torch._dynamo is pulled in by the first optimizer) on a machine with few cores.
@@ -371,8 +371,6 @@ def _release_openmp_threads() -> None:
     OpenMP 5.0's `omp_pause_resource_all(omp_pause_hard)` releases the parent's thread pool
     before the fork; the parent's next parallel op simply starts a new one.
     """
-    import ctypes
-
     try:
         with open("/proc/self/maps") as f:
             libs = sorted({line.split()[-1] for line in f if "libgomp" in line or "libiomp" in line})
