@@ -218,7 +218,7 @@ def plot_memory(
         memory = rec.get("memory") or {}
         for rank in sorted(memory, key=int):
             cats = memory[rank]
-            src = cats.get("source") or ("measured" if source_kind(rec) == "measured" else "estimated")
+            src = cats.get("source") or source_kind(rec)   # measured / emulated / predicted, never a fourth word
             add(f"{prefix}rank {rank}", cats, src)
             if pred is not None:
                 add(f"{prefix}rank {rank} · predicted", _theory_for_rank(pred, rank), "predicted")
