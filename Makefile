@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.mgpukit-installed
 WORKERS ?=
 NB_TIMEOUT ?= 120
 
-.PHONY: install demo test test-unit test-notebooks test-browser lab bench clean
+.PHONY: install demo test test-unit test-notebooks test-browser test-gpu lab bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,14 @@ test-notebooks: $(STAMP)
 ## Needs Debian's chromium (apt-get install chromium) or MGPUKIT_CHROMIUM=/path; not part of `make test`.
 test-browser: $(STAMP)
 	MGPUKIT_BROWSER_TEST=1 $(BIN)/python -m pytest -q -s tests/browser
+
+## The GPU check, whenever a GPU is at hand (< 8 min on one H100): every strategy on the GPUs present
+## with parity, the kit's overhead over a plain loop, real vs emulated at one GPU, real-scale runs, the
+## exported script. MODE=cpu rehearses it on CPU workers (QUICK=1: a few strategies and cases).
+GPU_CHECK_OUT ?= report/gpu-check.json
+test-gpu: $(STAMP)
+	mkdir -p $(dir $(GPU_CHECK_OUT))
+	$(BIN)/mgpukit bench gpu $(if $(MODE),--mode $(MODE),) $(if $(QUICK),--quick,) --json $(GPU_CHECK_OUT)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/

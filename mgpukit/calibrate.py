@@ -34,9 +34,13 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from pathlib import Path
 
+import psutil
 import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mgpukit.costmodel.comm import allreduce_time, fit_alpha_beta, ring_link
 from mgpukit.costmodel.hardware import (HardwareProfile, OP_CONTEXTS, PeakFlops, THIS_MACHINE, load_profile,
@@ -77,8 +81,6 @@ def census(fn) -> dict:
     """What `fn` dispatches, counted as the virtual clock counts it: ``ops`` (views are free),
     ``ops_by_context`` (`mgpukit.measure.vclock.op_context`), ``flops`` and ``memory_bytes``
     (bytes moved by the ops that do no FLOPs)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     reference = load_profile("h100-nvlink")  # only FLOPs and bytes are read, not its rates
     out = {"ops": 0, "ops_by_context": dict.fromkeys(OP_CONTEXTS, 0), "flops": 0.0, "memory_bytes": 0.0}
 
@@ -172,8 +174,6 @@ def measure_allreduce(sizes, *, repeats: int, compute_first: bool = True) -> dic
     all-reduce, as in a training step where a collective follows backward — back to back, with
     hot caches and awake threads, gloo is 1.5-2x faster than what a run sees.
     """
-    import torch.distributed as dist
-
     a = torch.randn(128, 128)
     buffers = {nbytes: torch.zeros(max(1, nbytes // 4)) for nbytes in sizes}
     for t in buffers.values():
@@ -192,8 +192,6 @@ def measure_allreduce(sizes, *, repeats: int, compute_first: bool = True) -> dic
 
 def _measure(sizes, quick: bool) -> dict:
     """Runs on every worker: compute and memory figures measured concurrently, then gloo."""
-    import torch.distributed as dist
-
     reps = 5 if quick else 9
     dist.barrier()
     flops = {"fp32": statistics.median(measure_matmul(torch.float32, n=n, repeats=reps) for n in (256, 512))}
@@ -217,10 +215,6 @@ def calibrate(*, workers: int = 2, sizes=None, quick: bool = False, out: str | P
     `out`: where to write the TOML (default ``~/.cache/mgpukit/hardware/this-machine.toml``);
     `sizes`: all-reduce sizes in bytes for the alpha-beta fit (default 1 KB … 16 MB).
     """
-    import warnings
-
-    import psutil
-
     if not isinstance(workers, int) or workers < 2:
         raise ValueError(f"workers={workers!r}: calibrate needs at least 2 workers to measure "
                          f"gloo's alpha and beta.")

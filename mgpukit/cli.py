@@ -26,7 +26,8 @@ from mgpukit.signals import Terminated, ignore_file_size_limit, raise_on_termina
 
 def _info(args):
     from mgpukit.runtime.hardware import (cuda_device_count, default_mode,  # lazy: start-up
-                                          default_workers, env_info)
+                                          default_workers, env_info, placement_lines)
+    from mgpukit.threads import policy as thread_policy  # lazy: start-up
 
     env = env_info()
     print(f"mgpukit — torch {env['torch']}, accelerate {env['accelerate']}, python {env['python']}")
@@ -40,6 +41,12 @@ def _info(args):
         print("gpus: none — workers run on CPU with gloo (use --emulate PROFILE for GPU timings)")
     print(f"default mode: {default_mode()}   default workers: {default_workers()}"
           f"   (GPUs visible: {cuda_device_count()})")
+    print("what runs where (mode auto):")
+    for line in placement_lines():
+        print(f"  {line}")
+    pol = thread_policy()
+    print(f"threads: a CPU worker gets cores // workers intra-op threads; OpenMP waits "
+          f"{pol['omp_waits']} ({pol['known_from']})" + (f" — {pol['note']}" if pol.get("note") else ""))
     if args.json:
         print(json.dumps(env, indent=1))
 
@@ -69,8 +76,9 @@ def add_run_arguments(p):
     p.add_argument("--emulate", metavar="PROFILE", default=None,
                    help="emulated mode with this hardware profile (e.g. h100-nvlink)")
     p.add_argument("--steps", type=positive_int, default=None)
-    p.add_argument("--model", default=None, help=" | ".join(m for m in MODELS if m not in SHAPE_MODELS)
-                   + "; with --shape also " + " | ".join(SHAPE_MODELS))
+    p.add_argument("--model", default=None, help=" | ".join(MODELS) + " (real scale: "
+                   + ", ".join(SHAPE_MODELS) + ", after a memory check, with a progress bar on CPU;"
+                   " or with --shape, fake tensors)")
     p.add_argument("--global-batch", type=positive_int, default=None)
     p.add_argument("--micro-batches", type=positive_int, default=None)
     p.add_argument("--lr", type=float, default=None)
@@ -269,7 +277,7 @@ def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-parity", action="store_true", help="skip the single-process reference")
     p.set_defaults(func=_run)
 
-    p = sub.add_parser("bench", help="benchmarks (ratios in one run): launch, emulation, dp, comm, pipeline, memory, all")
+    p = sub.add_parser("bench", help="benchmarks (ratios in one run): launch, emulation, dp, comm, pipeline, memory, overhead, gpu, all")
     p.add_argument("name", nargs="?", default="all")
     p.add_argument("--workers", type=positive_int, default=None)
     p.add_argument("--repeats", type=positive_int, default=None)
@@ -278,6 +286,13 @@ def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
                    help="emulation: also run gpt-tiny, gpt-small, GPT-2 124M for real on this GPU beside the emulated steps")
     p.add_argument("--profile", metavar="PROFILE", default=None,
                    help="emulation --real: the profile to emulate with (default: this-gpu if calibrated, else h100-nvlink)")
+    p.add_argument("--model", default=None, help="overhead, gpu: the model (default gpt-tiny)")
+    p.add_argument("--steps", type=positive_int, default=None, help="overhead: steps per block")
+    p.add_argument("--mode", default=None, choices=["gpu", "cpu"],
+                   help="gpu: on the GPUs present (default when there are); cpu: rehearse on CPU workers")
+    p.add_argument("--busy", action="store_true",
+                   help="overhead: keep one core busy with another process meanwhile, and time "
+                        "the plain loop on 1 thread (issue 29's check)")
     p.add_argument("--json", metavar="FILE")
     p.set_defaults(func=_bench)
 

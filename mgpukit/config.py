@@ -15,7 +15,8 @@ from mgpukit.costmodel.layout import Layout
 
 MODELS = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide",
           "gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")
-# real-scale models: only ever built from fake tensors (shape mode, `mgpukit.measure.shape`)
+# real-scale models: fake tensors in shape mode (`mgpukit.measure.shape`), or real ones after the
+# memory check (`mgpukit.fits`; data: the shipped data/tinytext.txt)
 SHAPE_MODELS = ("gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")
 # the GPTs (and the Llama-sized GPT): what tensor parallelism splits (heads, MLP columns)
 GPT_MODELS = tuple(m for m in MODELS if not m.startswith("mlp"))

@@ -24,16 +24,22 @@ those of the real program on the profiled hardware; its losses are null and its 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
+import tempfile
+import time
 from pathlib import Path
 
 import torch
 
 from mgpukit import strategies
-from mgpukit.config import RunConfig
+from mgpukit.config import SHAPE_MODELS, RunConfig
 from mgpukit.files import OutputError, check_output, export_profiler_trace, write_all, write_bytes
+from mgpukit.fits import check_fits
 from mgpukit.measure.device_guard import DeviceGuard
+from mgpukit.measure.progress import follow
 from mgpukit.measure.record import build_record, save_chrome_trace, save_record
 from mgpukit.measure.recorder import Recorder
 from mgpukit.measure.shape import maybe as maybe_fake
@@ -42,7 +48,7 @@ from mgpukit.parity import check_parity
 from mgpukit.prepare import Prepared, check_outputs, default_collective_timeout, prepare
 from mgpukit.runtime import context as _context
 from mgpukit.runtime.context import current, worker_context
-from mgpukit.runtime.hardware import env_info
+from mgpukit.runtime.hardware import env_info, placement
 from mgpukit.runtime.launcher import WorkerError, launch
 from mgpukit.strategies.registry import Strategy
 from mgpukit.threads import policy as thread_policy
@@ -97,6 +103,9 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     root = p.cfg.options.get("checkpoint_dir")
     if root:
         check_output(root, what="checkpoint folder (checkpoint_dir)", directory=True)
+    memory_check = {} if p.shape else check_fits(  # real scale: refused here if it cannot fit
+        p.cfg, p.cfg.layout, workers=p.workers, mode=p.mode, strategy=p.strategy.name,
+        parity=parity and p.strategy.reference is not None)
     lock = FolderLock(root).acquire() if root else None  # one run per checkpoint folder
     try:
         if root:
@@ -112,6 +121,7 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     record = finish(p, [r["result"] for r in results], results[0].get("weights"), parity=parity,
                     tolerance=tolerance, timeout_s=timeout_s)
     record["restarts"] = restarts
+    record["memory_check"] = memory_check
     write_outputs(record, results[0].get("weights"), json_path=json_path, trace_path=trace_path,
                   weights_path=weights_path, failed=[r["output_error"] for r in results
                                                      if r.get("output_error")])
@@ -124,10 +134,13 @@ def _launch_with_restarts(p: Prepared, max_restarts: int, **launch_kw) -> tuple[
     restarts). A rank that stopped on purpose (a NaN, a full disk: `WorkerError.one_line`) is
     not restarted: it would stop again the same way."""
     restarts = []
+    base_options = launch_kw.pop("options", {})
     while True:
         try:
-            results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
-                             dims=p.dims, layout=p.layout, **launch_kw)
+            with progress_bar(p) as progress_file:
+                options = {**base_options, "progress_file": progress_file}
+                results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
+                                 dims=p.dims, layout=p.layout, options=options, **launch_kw)
             return results, p, restarts
         except WorkerError as e:  # a rank died: go on from the last checkpoint, if there is one
             root = p.cfg.options.get("checkpoint_dir")
@@ -136,6 +149,15 @@ def _launch_with_restarts(p: Prepared, max_restarts: int, **launch_kw) -> tuple[
             restarts.append({"error": str(e).splitlines()[0], "rank": e.rank})
             p = dataclasses.replace(p, cfg=p.cfg.replace(options={**p.cfg.options, "resume": True}))
             check_folder(p.cfg)  # what the failed run saved last is whole
+
+
+def progress_bar(p: Prepared):
+    """A tqdm bar in this process for a real-scale model trained on CPU workers (minutes per
+    step: `measure/progress.py`); the path the workers write to, or None for everything else."""
+    if p.shape or p.cfg.model not in SHAPE_MODELS or p.mode == "gpu":
+        return contextlib.nullcontext(None)
+    path = os.path.join(tempfile.gettempdir(), f"mgpukit-progress-{os.getpid()}-{time.monotonic_ns()}")
+    return follow(path, steps=p.cfg.steps, desc=f"{p.cfg.model} · {p.strategy.name} ({p.mode})")
 
 
 def write_outputs(record: dict, weights, *, json_path=None, trace_path=None, weights_path=None,
@@ -167,6 +189,7 @@ def run_rank(name: str, cfg: RunConfig):
     strat = strategies.get(name)
     prof_dir = ctx.options.get("torch_profile_dir")
     if prof_dir:
+        # here, not at the top: `profile` is also `run`'s hardware-profile argument
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.device.type == "cuda" else [])
@@ -216,6 +239,8 @@ def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool
     record["layout"] = dataclasses.asdict(cfg.layout)
     record["shape"] = p.shape
     record["threads"].update(thread_policy())
+    if p.mode in ("cpu", "gpu"):  # where auto puts this many ranks on this machine, and why
+        record["placement"] = placement(p.workers)[1]
     if p.shape:  # fake tensors: no values to compare
         record["parity"] = "n/a (shape mode)"
         record["reference"] = None
@@ -245,6 +270,7 @@ def _profile_name(profile):
 
 def save_weights(weights: dict | None, path: str | Path) -> Path:
     """The trained, unsharded weights as safetensors (no pickle: safe to load anywhere)."""
+    # lazy: start-up (only a run that saves or loads weights needs it)
     from safetensors.torch import save
 
     if weights is None:
@@ -257,6 +283,7 @@ def save_weights(weights: dict | None, path: str | Path) -> Path:
 
 
 def load_weights(path: str | Path) -> dict:
+    # lazy: start-up (only a run that saves or loads weights needs it)
     from safetensors.torch import load_file
 
     return load_file(str(path))

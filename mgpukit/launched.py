@@ -19,7 +19,8 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -36,8 +37,14 @@ from mgpukit.training.checkpoint import has_checkpoint
 
 
 def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
-                      json_path: str | None = None, parity: bool = True) -> Iterator[tuple[str, dict | None]]:
-    """Yield `(strategy, record)` per strategy run (`record` on rank 0, None elsewhere)."""
+                      json_path: str | None = None, parity: bool = True,
+                      on_skip: Callable[[str, str], None] | None = None) -> Iterator[tuple[str, dict | None]]:
+    """Yield `(strategy, record)` per strategy run (`record` on rank 0, None elsewhere).
+
+    `name="all"`: a strategy this launch cannot run (it needs more workers than were launched,
+    or a model it does not train) is skipped — `on_skip(strategy, reason)` on rank 0, or a
+    warning — and the others run; one named strategy that cannot run raises, as before."""
+    # lazy: start-up (accelerate ~0.1 s: loaded where a run uses it, not on import)
     from accelerate import PartialState
 
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -45,7 +52,21 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
     gpu = torch.cuda.is_available() and torch.cuda.device_count() >= local
     names = exportable() if name == "all" else [name]
     # validated before the process group exists: a bad configuration costs no rendezvous
-    prepared = [prepare(n, workers=world_size, mode="cpu", config=cfg, layout=layout) for n in names]
+    prepared = []
+    for n in names:
+        try:
+            prepared.append(prepare(n, workers=world_size, mode="cpu", config=cfg, layout=layout))
+        except ValueError as e:
+            if name != "all":
+                raise
+            if int(os.environ.get("RANK", "0")) == 0:  # every rank skips the same ones
+                reason = str(e).splitlines()[0]
+                if on_skip is not None:
+                    on_skip(n, reason)
+                else:
+                    warnings.warn(f"skipped {n}: {reason}", stacklevel=2)
+    if not prepared:
+        raise ValueError(f"no strategy can run on {world_size} worker(s) with these settings.")
     if json_path:  # a typo in the path must not throw the trained run away
         check_outputs(json_path=json_path)
     open_group_for_this_attempt(gpu)
@@ -132,7 +153,6 @@ def open_group_for_this_attempt(gpu: bool) -> bool:
     if (os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or dist.is_initialized()
             or "MASTER_ADDR" not in os.environ):
         return False
-    from datetime import timedelta
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     timeout = timedelta(minutes=10)

@@ -96,8 +96,8 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
 
 
 def check_shape(shape, mode: str, model: str, strat: Strategy, options: dict) -> None:
-    """Shape mode is emulated only (fake tensors have no values to measure), and the real-scale
-    models run only in shape mode (they are never allocated)."""
+    """Shape mode is emulated only (fake tensors have no values to measure). The real-scale
+    models run in shape mode or for real, after the memory check (`mgpukit.fits`)."""
     if not isinstance(shape, bool):
         raise ValueError(f"shape={shape!r}: give True or False.")
     if shape and mode != "emulated":
@@ -108,9 +108,6 @@ def check_shape(shape, mode: str, model: str, strat: Strategy, options: dict) ->
                          f"and the one trainer only.")
     if shape and options.get("checkpoint_dir"):
         raise ValueError("shape mode has no weights to checkpoint (fake tensors); drop checkpoint_dir.")
-    if model in SHAPE_MODELS and not shape:
-        raise ValueError(f"model {model!r} is real-scale: it runs in shape mode only (add --shape "
-                         f"--emulate PROFILE; shape=True, mode='emulated').")
 
 
 def default_collective_timeout(cfg: RunConfig, mode: str, *, shape: bool = False) -> float:
@@ -118,12 +115,15 @@ def default_collective_timeout(cfg: RunConfig, mode: str, *, shape: bool = False
 
     On the shipped models a step takes milliseconds to a second, so a collective that waits a
     minute is a rank that will never come (a mismatch), not a slow one: 60 s for the tiny
-    models, 180 s for gpt-small, plus the seconds a deliberate input delay adds per step
+    models, 180 s for gpt-small, an hour for a real-scale model trained for real (CPU workers
+    take minutes per step), plus the seconds a deliberate input delay adds per step
     (`loader_delay_s` × micro-batches); at least 300 s on GPUs, where NCCL's first collective
     sets up its communicators."""
     seconds = 180.0 if cfg.model == "gpt-small" else 60.0
     if shape:  # fake tensors: a rank of a real-scale model spends seconds per step on the host
         seconds = 600.0
+    elif cfg.model in SHAPE_MODELS:  # real tensors at real scale: minutes per step on CPU workers
+        seconds = 3600.0
     delay = cfg.options.get("loader_delay_s") or 0.0
     seconds += 4 * float(delay) * cfg.micro_batches
     return max(seconds, 300.0) if mode == "gpu" else seconds

@@ -61,6 +61,7 @@ def run_tour(*, workers: int | None = None, steps: int = 10, out: str | Path = "
     profile, the names in `only`). A strategy that fails is reported and the tour goes on;
     whatever finished is written even when the figures at the end fail, and on Ctrl-C the
     finished runs are written before the `KeyboardInterrupt` goes on up."""
+    # lazy: start-up (tqdm.auto loads ipywidgets, ~0.2 s)
     from tqdm.auto import tqdm
 
     workers = check_tour_args(workers=workers, steps=steps, out=out, emulate=emulate, only=only)

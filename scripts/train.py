@@ -43,6 +43,11 @@ def parse_option(text: str):
         return key, value
 
 
+def print_skip(name: str, reason: str) -> None:
+    """`--strategy all`: one line for each strategy this launch cannot run (rank 0)."""
+    print(f"skip {name}: {reason}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategy", default=STRATEGY, help="a strategy from `mgpukit list`, or 'all'")
@@ -72,7 +77,8 @@ def main():
     ok = True
     try:
         for name, record in training_function(args.strategy, get_config(args), layout=layout,
-                                              json_path=args.json, parity=not args.no_parity):
+                                              json_path=args.json, parity=not args.no_parity,
+                                              on_skip=print_skip):
             if record is not None:  # rank 0
                 from mgpukit.cli import print_summary
 

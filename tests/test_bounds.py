@@ -66,3 +66,15 @@ def test_flag_scaling_writes_flags_into_the_records_and_show_flags_prints_them()
     assert text.startswith("⚠ speedup of 4 workers over 1 = 8.00 breaks the bound 4.00")
     assert show_flags(recs[:2]) == ""
     assert show_flags(flags) == text
+
+
+def test_the_speedup_figure_marks_a_flagged_point():
+    from mgpukit.plots import plot_speedup
+
+    recs = [_rec(1, [1.0] + [0.4] * 4), _rec(2, [1.0] + [0.1] * 4)]
+    recs[0]["strategy"], recs[1]["strategy"] = "single", "dp-bucketed"
+    flag_scaling(recs, "strong")
+    traces = {t.name: t for t in plot_speedup(recs).data}
+    marked = traces["⚠ breaks a physical bound"]
+    assert list(marked.x) == [2] and list(marked.y) == [4.0] and "breaks the bound" in marked.text[0]
+    assert "⚠ breaks a physical bound" not in {t.name for t in plot_speedup(recs[:1] + [_rec(2, [1.0] + [0.3] * 4)]).data}

@@ -171,6 +171,19 @@ def test_memory_predicted_bars_sit_next_to_measured():
     assert "vs predicted" in fig.layout.title.text
 
 
+def test_memory_legend_says_predicted_or_emulated_when_the_record_names_no_source():
+    """Issue 27 (the tour report's figures): the tour's "Predicted memory per GPU: 70B on 64 GPUs"
+    (a cost-model record, mode "analytic", no memory source) drew its legend as "params —
+    estimated" under a "predicted (cost model)" title. A record without a source is labelled by
+    its mode: measured, emulated or predicted."""
+    cats = {"params": 4 * MiB, "grads": 4 * MiB, "optimizer": 8 * MiB, "activations": MiB, "peak": 17 * MiB}
+    for mode, word in (("analytic", "predicted"), ("emulated", "emulated")):
+        rec = make_record(mode=mode, profile="h100-nvlink")
+        rec["memory"] = {"0": dict(cats)}
+        names = [t.name for t in plot_memory(rec).data]
+        assert names and all(name.endswith(f"— {word}") for name in names), names
+
+
 def test_memory_of_several_records_prefixes_ranks():
     fig = plot_memory([make_record(), make_record("zero1", **EMULATED)])
     assert "ddp ×2 · rank 0" in fig.layout.xaxis.categoryarray

@@ -47,21 +47,18 @@ def test_the_probe_sees_spinning_when_the_environment_asks_for_it():
     assert spin > SPIN_THRESHOLD_MS
 
 
-def test_torch_first_gives_one_thread_per_worker_and_says_why():
+def test_torch_first_gives_one_thread_per_worker_and_the_record_says_why():
     code = """
-import warnings, torch
+import torch
 import mgpukit
-from mgpukit.runtime.launcher import SpinWaitWarning
-with warnings.catch_warnings(record=True) as w:
-    warnings.simplefilter("always")
-    threads = mgpukit.launch(torch.get_num_threads, 1, mode="cpu", echo=False)[0]
-from mgpukit.threads import policy
-print(repr((threads, [str(x.message) for x in w if x.category is SpinWaitWarning], policy())))
+threads = mgpukit.launch(torch.get_num_threads, 1, mode="cpu", echo=False)[0]
+rec = mgpukit.run("single", workers=1, mode="cpu", steps=2)
+print(repr((threads, rec["threads"])))
 """
-    threads, warned, pol = eval(_fresh(code))
-    assert threads == 1
-    assert warned and "import mgpukit before torch" in warned[0].lower()
-    assert pol["omp_waits"] == "spin" and "measured" in pol["known_from"] and pol["note"]
+    threads, pol = eval(_fresh(code))
+    assert threads == 1 and pol["per_worker"] == 1
+    assert pol["omp_waits"] == "spin" and "measured" in pol["known_from"]
+    assert "import mgpukit before torch" in pol["note"].lower()
 
 
 def test_the_record_names_threads_and_policy_and_the_reference_uses_the_same_threads():

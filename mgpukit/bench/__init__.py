@@ -5,6 +5,8 @@ A benchmark is a function `(args) -> dict` registered with `@bench("name", help=
 its table and returns the figures (the tests call it with small settings)."""
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 
 BENCHES: dict[str, tuple[Callable, str]] = {}
@@ -20,8 +22,5 @@ def bench(name: str, *, help: str):
 
 def load_all():
     """Import every benchmark module (each registers itself)."""
-    import importlib
-    import pkgutil
-
     for info in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{info.name}")

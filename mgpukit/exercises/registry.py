@@ -6,6 +6,7 @@ An expected value is a function, evaluated when checked, so it follows the code 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -370,8 +371,6 @@ def _h100_six_nd(tokens: float = 2e12, mfu: float = 0.4) -> dict:
 
 
 def _llama2_steps() -> int:
-    import math
-
     return math.ceil(2e12 / (1024 * get_shape("7b").seq_len))
 
 

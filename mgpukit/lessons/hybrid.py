@@ -331,8 +331,9 @@ def placement_lab(dims=(2, 2, 2), *, initial: dict | None = None, base: str = "h
     `placements`), and its step, the axes that cross nodes and its timeline (messages between
     nodes hatched) show beside the cost model's prediction. `initial`: a `placements` row to
     show first."""
+    # lazy: start-up (ipywidgets ~0.2 s, for this widget only; lab workers import lessons)
     import ipywidgets as w
-    from IPython.display import display
+    from IPython.display import display  # lazy: as the line above
 
     d = dims_of(dims)
     per_node = w.Dropdown(options=[8, 4, 2, 1], value=4, description="GPUs per node",

@@ -7,7 +7,11 @@ the notebook; nothing here prints.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import statistics
+
+import torch
 
 from mgpukit import experiment
 from mgpukit.config import RunConfig
@@ -62,8 +66,6 @@ def measure_activations(*, seq_len: int, batch: int, checkpointing: str = "none"
                         model: str = "gpt-tiny") -> int:
     """Peak activation bytes of one forward + backward of the GPT at (`seq_len`, `batch`),
     measured in this process by the same meter the runs use (forward and recomputation)."""
-    import torch
-
     cfg = RunConfig(model=model).model_config()
     cfg = type(cfg)(**{**cfg.__dict__, "seq_len": seq_len})
     net = apply_checkpointing(GPT(cfg), checkpointing)
@@ -79,10 +81,6 @@ def measure_activations(*, seq_len: int, batch: int, checkpointing: str = "none"
 
 
 def _autocast(dtype: str):
-    import contextlib
-
-    import torch
-
     if dtype == "fp32":
         return contextlib.nullcontext()
     return torch.autocast("cpu", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
@@ -139,8 +137,6 @@ def memory_table(model: str | ModelShape, gpus: int, *, profile: str = "h100-nvl
     """Predicted bytes per GPU by category for each candidate layout, and whether it fits in the
     profile's usable memory (`HardwareProfile.usable_memory_bytes`: 90 % of an H100's 85.5 GB,
     77.0 GB — the line the planner of notebook 09 and the stages of notebook 06 draw too)."""
-    import dataclasses
-
     shape = get_shape(model) if isinstance(model, str) else model
     if seq_len:
         shape = dataclasses.replace(shape, seq_len=seq_len)

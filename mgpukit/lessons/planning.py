@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import statistics
+import warnings
 
 from mgpukit.config import RunConfig
 from mgpukit.costmodel.gpt_step import ddp_step_time
@@ -270,9 +272,6 @@ def emulated_vs_predicted(*, workers: int = 2, steps: int = 3, global_batch: int
     planner's step time (same layout, fp32) and the closed form the emulator is validated by
     (`costmodel.gpt_step.ddp_step_time`, op by op). Both closed forms count kernels, not launches:
     the ratios are against the kernels-only clock."""
-    import statistics
-    import warnings
-
     cfg = RunConfig(global_batch=global_batch)
     shape = ModelShape.from_gpt_config(cfg.model_config(), name="gpt-tiny")
     layout = Layout.from_global_batch(global_batch=global_batch, dp=workers, micro_batch=global_batch // workers,

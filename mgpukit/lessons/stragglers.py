@@ -13,7 +13,11 @@ predicted (the even, unthrottled run's per-row times scaled). The notebook print
 """
 from __future__ import annotations
 
+import tempfile
 from collections import defaultdict
+from pathlib import Path
+
+import torch
 
 from mgpukit.config import RunConfig
 from mgpukit.experiment import load_weights, run
@@ -103,8 +107,6 @@ def measured_stragglers(*, factor: float = 4.0, rank: int = 1, model: str = "mlp
 def held_out_loss(weights_path, cfg, *, rows: int = 64) -> float:
     """The loss of the weights in `weights_path` on one batch no run trains on (`rows` rows of
     a step far past the run's): runs that trained on different rows compared on the same ones."""
-    import torch
-
     held = cfg.replace(global_batch=rows)
     model = build_model(held)
     model.load_state_dict(load_weights(weights_path))
@@ -120,9 +122,6 @@ def drop_slowest_emulated(*, factor: float = 3.0, rank: int = 1, steps: int = 10
     straggler's run trains on the full batch every step (same numbers as without it), the
     dropped one from step 1 on the kept ranks' rows only: each run's loss on its own batches,
     and both final weights' loss on the same held-out batch (`held_out_loss`)."""
-    import tempfile
-    from pathlib import Path
-
     common = dict(workers=workers, steps=steps, mode="emulated", profile=profile, parity=False,
                   global_batch=global_batch)
     slow = {"straggler": {"rank": rank, "factor": factor}}

@@ -10,6 +10,8 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
+import signal
 from collections import defaultdict
 from pathlib import Path
 
@@ -96,8 +98,9 @@ def local_sgd_lab(*, initial: list[dict] | None = None):
     """Widget: pick H and a straggler's slowdown, press Run — local SGD on 2 emulated GPUs in
     two nodes (kernels only) runs at that H and at H = 1 (DDP's traffic), and their step times
     and the H run's timeline show. `initial`: rows of `local_sgd_emulated` to show first."""
+    # lazy: start-up (ipywidgets ~0.2 s, for this widget only; lab workers import lessons)
     import ipywidgets as w
-    from IPython.display import display
+    from IPython.display import display  # lazy: as the line above
 
     pick_h = w.Dropdown(options=[2, 4, 8], value=4, description="H")
     slow = w.Dropdown(options=[1.0, 2.0, 4.0], value=1.0, description="rank 1 slower ×",
@@ -196,9 +199,6 @@ def _preempting(at_steps, marks: Path):
     """Workers are forked from this process: wrap the checkpoint seam so that rank 1 dies
     (SIGKILL, as a reclaimed instance) after finishing each step in `at_steps` — once each (a
     mark file remembers), before that step's checkpoint would be written."""
-    import os
-    import signal
-
     real = ex.checkpointing
 
     def checkpointing(ctx, rec, cfg, parts, optimizer):

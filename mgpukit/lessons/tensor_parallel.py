@@ -7,6 +7,8 @@ Everything here calls the library (`mgpukit.strategies.tensor_parallel`, the cos
 from __future__ import annotations
 
 import dataclasses
+import statistics
+import warnings
 
 import plotly.graph_objects as go
 import torch
@@ -180,8 +182,6 @@ def emulated_run(tp: int, link: str, *, steps: int = 2, kernels_only: bool = Tru
     `link`'s profile. ``kernels_only`` (default) drops the host's kernel launches from the clock
     (`HardwareProfile.kernels_only`): the cost model counts kernels and messages, not launches,
     and gpt-tiny on a GPU is launch-bound (notebook 00), which would hide the link altogether."""
-    import warnings
-
     hw = link_profile(link)
     hw = hw.kernels_only() if kernels_only else hw
     with warnings.catch_warnings():
@@ -195,8 +195,6 @@ def emulated_run(tp: int, link: str, *, steps: int = 2, kernels_only: bool = Tru
 
 def steady_step(record: dict) -> float:
     """A record's step time without its first (warm-up) step, median."""
-    import statistics
-
     return statistics.median(record["step_time_s"][1:] or record["step_time_s"])
 
 
@@ -236,8 +234,6 @@ def measured_pairs(*, pairs: int = 2, steps: int = 4, tp: int = 2) -> list[dict]
     pair's ratio. On a shared machine the pairs disagree; that disagreement is the honest error
     bar. (One thread per worker: a lone worker given both cores spin-waits in OpenMP whenever
     another process holds one, and its steps swell many-fold.)"""
-    import warnings
-
     out = []
     for _ in range(pairs):
         row = {}
@@ -256,8 +252,9 @@ def measured_pairs(*, pairs: int = 2, steps: int = 4, tp: int = 2) -> list[dict]
 def tp_explorer(model: str = "1.3b"):
     """Widget: a model, a tp degree — the predicted step split into compute and tensor-parallel
     communication over each link (the cost model), redrawn at once."""
+    # lazy: start-up (ipywidgets ~0.2 s, for this widget only; lab workers import lessons)
     import ipywidgets as w
-    from IPython.display import display
+    from IPython.display import display  # lazy: as the line above
 
     models = w.Dropdown(options=list_shapes(), value=model, description="model")
     degree = w.SelectionSlider(options=[1, 2, 4, 8, 16, 32], value=8, description="tp")
@@ -289,8 +286,9 @@ def tp_run_lab(initial: dict | None = None):
     """Widget: pick a tp degree and a link, press Run — gpt-tiny runs `tp` for real under that
     link's virtual clock (emulated, 2 steps; `emulated_run`), and its step and timeline show
     beside the cost model's prediction. `initial`: a record from `emulated_run` to show first."""
+    # lazy: start-up (ipywidgets ~0.2 s, for this widget only; lab workers import lessons)
     import ipywidgets as w
-    from IPython.display import display
+    from IPython.display import display  # lazy: as the line above
 
     degree = w.Dropdown(options=[1, 2, 4], value=2, description="tp")
     link = w.Dropdown(options=list(LINKS), value=list(LINKS)[0], description="link",

@@ -12,6 +12,8 @@ step is outside the span: it is not part of the schedule.
 """
 from __future__ import annotations
 
+import statistics
+
 import torch
 import torch.distributed as dist
 from mgpukit.costmodel.schedules import build_schedule
@@ -82,8 +84,6 @@ def predicted_from_costs(record: dict) -> dict:
     """The simulator's bubble for the record's schedule with the action costs the run itself
     measured (median duration of each kind) — what the schedule gives when stages cost what
     they really cost, rather than the closed form's ``F = 1, B = 2``. Point-to-point is free."""
-    import statistics
-
     th = record.get("theory") or {}
     p, m, v = th["p"], th["m"], th.get("v", 1)
     steps = sorted({e["step"] for e in record["timeline"] if e.get("step") is not None})

@@ -93,7 +93,8 @@ import threading
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import ProcessGroup, Work
+from torch._C._distributed_c10d import ProcessGroup, Work, _resolve_process_group
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -423,8 +424,6 @@ class CommObserver(TorchDispatchMode):
 
     # ---- functional collectives (DTensor, funcol): result tensor, finished by wait_tensor ----
     def _functional(self, func, spec, args, kwargs):
-        from torch._C._distributed_c10d import _resolve_process_group
-
         name, payload_of, written_of, pg_index = spec
         group = args[pg_index]
         pg = group if isinstance(group, ProcessGroup) else _resolve_process_group(group)
@@ -461,8 +460,6 @@ class CommObserver(TorchDispatchMode):
     def _touch(self, args, kwargs):
         """An op reads an unfinished AsyncCollectiveTensor: wait for it here, so the wait is
         seen (otherwise it happens inside the tensor subclass, below this mode)."""
-        from torch.distributed._functional_collectives import AsyncCollectiveTensor
-
         for t in _tensors((args, kwargs)):
             local = getattr(t, "_local_tensor", None)  # DTensor
             if local is not None:

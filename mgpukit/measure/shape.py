@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 
 __all__ = ["fake_mode", "real", "is_fake", "value_or_none", "storage_key", "fake_group"]
@@ -71,7 +72,6 @@ def fake_group():
     group with the data — torch DDP's constructor checks and bucket rebuild. The timed
     traffic still goes through the recorder (DDP's comm hook), timestamps over the real group.
     Collective: every rank calls it at the same point."""
-    import torch.distributed as dist
     import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers "fake")
 
     return dist.new_group(backend="fake")

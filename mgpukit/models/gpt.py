@@ -69,7 +69,8 @@ def gpt_small(**overrides) -> GPTConfig:
     return GPTConfig(**{**kw, **overrides})
 
 
-# ---- real-scale shapes, for shape mode only (`mgpukit.measure.shape`: fake tensors, no data).
+# ---- real-scale shapes: fake tensors in shape mode (`mgpukit.measure.shape`), or real weights
+# after the memory check (`mgpukit.fits`), trained on the shipped character-level corpus.
 # The vocabulary is GPT-2's 50257 padded to 50304 (a multiple of 64, as nanoGPT does), so a
 # vocab-parallel table splits over 8 ranks. The head is untied (see `GPTHead`): each model has
 # vocab × d_model more parameters than its paper counts.

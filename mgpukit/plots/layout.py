@@ -16,6 +16,7 @@ Sizes are in CSS pixels; plotly's default fonts: title 17 px, legend entries ~19
 from __future__ import annotations
 
 import html
+import re
 
 import plotly.graph_objects as go
 
@@ -144,8 +145,6 @@ def legend_fits(fig: go.Figure) -> bool:
 
 def title_lines(fig: go.Figure) -> list[str]:
     """The title's and subtitle's lines as drawn, for tests: each fits its width."""
-    import re
-
     lines = []
     for text in (fig.layout.title.text, fig.layout.title.subtitle.text):
         lines += [html.unescape(re.sub("<[^>]+>", "", line)) for line in (text or "").split("<br>") if line]

@@ -87,7 +87,9 @@ def plot_speedup(
     Records are grouped into one line per (strategy, source). The 1-worker throughput is
     `baseline` (a record or a tokens/s number) when given, else the 1-worker record of the same
     source (same strategy preferred, e.g. "single"). A measured line is never divided by an
-    emulated baseline. `theory` maps world size -> predicted speedup (cost model).
+    emulated baseline. `theory` maps world size -> predicted speedup (cost model). A point whose
+    record carries a flag (`record["flags"]`, `measure.bounds`: faster than the workers allow) is
+    circled in red with the flag's message.
     """
     records = as_records(records)
     groups: dict[tuple[str, str], list[Record]] = {}
@@ -99,8 +101,11 @@ def plot_speedup(
 
     fig = go.Figure()
     max_ws = 1
+    flagged = []  # (workers, speedup, message) of points that break a physical bound
     for i, ((strategy, label), group) in enumerate(groups.items()):
         base_tps = _baseline_tokens_per_s(strategy, label, records, baseline)
+        flagged += [(r["world_size"], r["tokens_per_s"] / base_tps, f["message"])
+                    for r in group for f in r.get("flags", [])]
         points = sorted(((r["world_size"], r["tokens_per_s"]) for r in group), key=lambda p: p[0])
         if points[0][0] != 1:
             points.insert(0, (1, base_tps))
@@ -115,6 +120,15 @@ def plot_speedup(
                 mode="lines+markers",
                 line=dict(color=series_color(i)),
                 hovertemplate="%{x} workers<br>speedup %{y:.2f}×<br>%{customdata:,.0f} tokens/s<extra></extra>",
+            )
+        )
+    if flagged:  # measure/bounds.py: shown, but marked as an artefact, not a finding
+        fig.add_trace(
+            go.Scatter(
+                x=[f[0] for f in flagged], y=[f[1] for f in flagged], text=[f[2] for f in flagged],
+                name="⚠ breaks a physical bound", mode="markers",
+                marker=dict(symbol="x-open", size=14, color="#d62728", line=dict(width=2)),
+                hovertemplate="%{text}<extra></extra>",
             )
         )
     fig.add_trace(
@@ -204,7 +218,7 @@ def plot_memory(
         memory = rec.get("memory") or {}
         for rank in sorted(memory, key=int):
             cats = memory[rank]
-            src = cats.get("source") or ("measured" if source_kind(rec) == "measured" else "estimated")
+            src = cats.get("source") or source_kind(rec)   # measured / emulated / predicted, never a fourth word
             add(f"{prefix}rank {rank}", cats, src)
             if pred is not None:
                 add(f"{prefix}rank {rank} · predicted", _theory_for_rank(pred, rank), "predicted")

@@ -58,6 +58,7 @@ class ParallelDims:
         """The `DeviceMesh` over the launched group, axes named ("pp", "dp", "tp").
 
         Made once per launch, in every worker, by the launcher (`WorkerContext.mesh`)."""
+        # lazy: this module imports without torch (the parent, `mgpukit plan`)
         from torch.distributed.device_mesh import init_device_mesh
 
         return init_device_mesh(device_type, self.shape, mesh_dim_names=self.AXES)

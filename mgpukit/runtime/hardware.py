@@ -62,6 +62,37 @@ def gpu_info() -> list[dict]:
         return [{"index": i, "name": "cuda", "memory_bytes": None} for i in range(n)]
 
 
+NCCL_ONE_RANK_PER_GPU = ("NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\"), so "
+                         "more ranks than GPUs run as CPU workers with gloo")
+
+
+def placement(workers: int, gpus: int | None = None) -> tuple[str, str]:
+    """Where mode "auto" runs `workers` ranks — "gpu" or "cpu" — and why, in words.
+
+    One rank per GPU with NCCL when there are enough GPUs; otherwise CPU workers with gloo (on a
+    1-GPU machine: every multi-worker lesson), since NCCL will not put two ranks on one GPU.
+    The single-process reference a run is checked against runs where the run ran."""
+    gpus = cuda_device_count() if gpus is None else gpus
+    if gpus >= workers:
+        return "gpu", f"{workers} rank(s) on {workers} of {gpus} GPU(s) (CUDA, NCCL)"
+    if gpus == 0:
+        return "cpu", f"{workers} CPU worker(s) with gloo (no GPU)"
+    return "cpu", (f"{workers} CPU workers with gloo, not the {gpus} GPU(s): {NCCL_ONE_RANK_PER_GPU}; "
+                   f"for GPU timings of {workers} GPUs, emulate them (--emulate h100-nvlink)")
+
+
+def placement_lines(gpus: int | None = None) -> list[str]:
+    """What runs where on this machine (`mgpukit info`)."""
+    gpus = cuda_device_count() if gpus is None else gpus
+    if gpus == 0:
+        return ["every run: CPU workers with gloo, measured on this CPU "
+                "(GPU timings: --emulate PROFILE)"]
+    many = f"1–{gpus} workers" if gpus > 1 else "1 worker"
+    return [f"{many} (and its single-process reference): one rank per GPU, CUDA + NCCL, measured",
+            f"{gpus + 1}+ workers (the multi-worker lessons): CPU workers with gloo — "
+            f"{NCCL_ONE_RANK_PER_GPU.split(', so')[0]}; or emulated GPUs (--emulate h100-nvlink)"]
+
+
 def default_mode() -> str:
     return "gpu" if cuda_device_count() >= 2 else "cpu"
 
@@ -85,6 +116,7 @@ def cpu_name() -> str:
 
 def env_info() -> dict:
     """The `env` block of every result record."""
+    # lazy: start-up (accelerate ~0.1 s: loaded where a run uses it, not on import)
     import accelerate
 
     return {

@@ -37,6 +37,7 @@ start method), with the four traps of that launcher closed:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import gc
 import logging
@@ -55,6 +56,7 @@ from typing import Any
 import psutil
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
 
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.lifeline import Reaper, kill_groups, own_group
@@ -64,8 +66,8 @@ from mgpukit.runtime.failures import (LaunchError, LaunchTimeout, WorkerError, t
                                       worker_error)
 
 __all__ = ["launch", "resolve_mode", "build_mesh", "LaunchError", "LaunchTimeout", "WorkerError",
-           "OversubscribedWarning", "SpinWaitWarning"]
-from mgpukit.runtime.hardware import cuda_device_count, usable_cores
+           "OversubscribedWarning"]
+from mgpukit.runtime.hardware import cuda_device_count, placement, usable_cores
 from mgpukit.runtime.context import build_mesh  # noqa: F401  (in __all__)
 from mgpukit.threads import worker_threads
 from mgpukit.runtime.worker import (_FINISHED_KEY, BAD_FORK, WorkerSpec, _worker_main,  # noqa: F401
@@ -82,20 +84,18 @@ class OversubscribedWarning(UserWarning):
     """More CPU workers than cores: results stay correct, wall-clock speedups do not."""
 
 
-class SpinWaitWarning(UserWarning):
-    """OpenMP spin-waits in this process (torch came before mgpukit): workers get 1 thread each."""
-
-
 def resolve_mode(mode: str, world_size: int) -> str:
     """"auto" -> "gpu" when at least `world_size` GPUs are visible, else "cpu"."""
     if mode not in MODES:
         raise LaunchError(f"mode={mode!r} is not one of {MODES}.")
     if mode == "auto":
-        return "gpu" if cuda_device_count() >= world_size else "cpu"
+        # the reason (too few GPUs: NCCL wants one rank per GPU) is the record's `placement`
+        return placement(world_size, cuda_device_count())[0]
     if mode == "gpu" and cuda_device_count() < world_size:
         raise LaunchError(
-            f"mode='gpu' needs {world_size} GPUs but {cuda_device_count()} are visible; "
-            f"use mode='cpu' (or 'auto'), or fewer workers."
+            f"mode='gpu' needs {world_size} GPUs but {cuda_device_count()} are visible (NCCL "
+            f"refuses two ranks on one GPU); use mode='cpu' (or 'auto'), mode='emulated', or "
+            f"fewer workers."
         )
     return mode
 
@@ -175,9 +175,9 @@ def launch(
     nodes = (for_profile(world_size, profile) if mode == "emulated"
              else NodeLayout(of_rank=(0,) * world_size, hosts=(socket.gethostname(),)))
     nodes.warn(dims)
-    threads, forced = worker_threads(world_size, threads_per_worker, cores=cores)
-    if forced:
-        warnings.warn(forced, SpinWaitWarning, stacklevel=2)
+    # 1 per worker when OpenMP spin-waits (torch imported before mgpukit): said in the record
+    # (`record["threads"]["note"]`) and by `mgpukit info`, not as a warning a notebook would show
+    threads, _ = worker_threads(world_size, threads_per_worker, cores=cores)
     options = dict(options or {})
     for key, var in _CHECK_SWITCHES.items():  # read once, here, and handed to every worker
         options.setdefault(key, os.environ.get(var) == "1")
@@ -195,8 +195,6 @@ def launch(
 
 
 def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
-
     n = spec.world_size
     # Imported once here rather than in every worker: each would otherwise pay ~1 s of CPU
     # (torch._dynamo is pulled in by the first optimizer) on a machine with few cores.
@@ -373,8 +371,6 @@ def _release_openmp_threads() -> None:
     OpenMP 5.0's `omp_pause_resource_all(omp_pause_hard)` releases the parent's thread pool
     before the fork; the parent's next parallel op simply starts a new one.
     """
-    import ctypes
-
     try:
         with open("/proc/self/maps") as f:
             libs = sorted({line.split()[-1] for line in f if "libgomp" in line or "libiomp" in line})

@@ -38,6 +38,7 @@ class PeerWatch:
     @classmethod
     def from_env(cls, rank: int, world_size: int, nodes: NodeLayout) -> "PeerWatch | None":
         """A client of the launcher's store (MASTER_ADDR:MASTER_PORT); None where there is none."""
+        # lazy: this module imports without torch (the parent, `mgpukit plan`)
         import torch.distributed as dist
 
         addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")

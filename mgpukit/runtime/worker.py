@@ -17,6 +17,7 @@ import pickle
 import signal
 import sys
 import time
+import traceback
 from collections import OrderedDict
 from typing import Any
 
@@ -56,8 +57,6 @@ class WorkerSpec:
 
 def _worker_main(fn, args, kwargs, spec: WorkerSpec, port_read: int):
     """Runs in each forked worker: set up Accelerate + torch.distributed, run `fn`, tear down."""
-    import traceback
-
     rank = int(os.environ["RANK"])
     die_with_parent(spec.parent_pid)  # first: a parent killed from now on takes this worker along
     # A worker inherits elastic's handlers, which turn SIGTERM into a Python exception that a
@@ -145,6 +144,7 @@ def _run_in_worker(fn, args, kwargs, spec: WorkerSpec, rank: int, report_failure
 
 
 def _setup_and_call(fn, args, kwargs, spec: WorkerSpec, rank: int):
+    # lazy: start-up (accelerate ~0.1 s: loaded where a run uses it, not on import)
     from accelerate import PartialState
 
     torch.set_num_threads(spec.threads)

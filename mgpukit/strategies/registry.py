@@ -57,7 +57,7 @@ class Strategy:
     compare: Callable | None = None  # (record, weights, ref, tolerance) -> parity dict, for
     # strategies that change the numbers on purpose (lossy compression compares loss curves)
     emulation: bool = True  # runs under the virtual clock
-    models: tuple[str, ...] = MODELS  # the kit's models (`config.SHAPE_MODELS`: shape mode only)
+    models: tuple[str, ...] = MODELS  # the kit's models (`config.SHAPE_MODELS`: real scale)
 
     def all_knobs(self) -> tuple[Knob, ...]:
         return self.knobs + (TRAINER_KNOBS if self.trainer_knobs else ())

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -190,8 +191,6 @@ def save_checkpoint(root, next_step: int, ctx, rec, parts, optimizer, *, logs=()
                     keep: int = DEFAULT_KEEP) -> Path:
     """Save every rank's share as ``<root>/step-<next_step>`` (collective: every rank calls it),
     with its manifest (`info` + the step + each file's checksum); keep the newest `keep`."""
-    import shutil
-
     root = Path(root)
     final = root / f"step-{next_step:06d}"
     partial = root / f"step-{next_step:06d}.partial"

@@ -41,6 +41,7 @@ import torch.distributed as dist
 
 from mgpukit.measure.allocator import start_meter
 from mgpukit.measure.memory import memory_breakdown, reset_device_peak
+from mgpukit.measure.progress import StepProgress, tick
 from mgpukit.training.backup import DropSlowest
 from mgpukit.training.building import grad_sq_norm
 from mgpukit.training.finite import NonFiniteError, check_finite  # noqa: F401 (re-exported)
@@ -86,11 +87,14 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
     metering = contextlib.ExitStack()
     if allocator is not None:
         metering.enter_context(allocator)
+    progress = StepProgress.for_rank(ctx)  # a real-scale model on CPU: the parent's progress bar
+    tick(progress, -1, "model built")
     for step in range(ckpt.start_step, cfg.steps):
         with rec.step(step):
             with rec.compute("data"):
                 x, y = loader.next(rec)
                 x, y = x.to(ctx.device), y.to(ctx.device)
+            tick(progress, step, "data")
             if drop is None:
                 loss = parts.engine.forward_backward(x, y, slowed)
             elif drop.computes(step):  # backup workers: the slowest skip their compute
@@ -101,7 +105,9 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
                 loss = 0.0  # a zero gradient (left by zero_grad) and no share of the loss
             if idle is not None:
                 idle.mark()
+            tick(progress, step, "forward+backward")
             parts.sync.sync(step)
+            tick(progress, step, "gradient sync")
             scale = parts.scaler.scale if parts.scaler is not None else 1.0
             finite = parts.scaler.unscale_(parts.params) if parts.scaler is not None else True
             sq_norm = (None if shape else parts.grad_sq() if parts.grad_sq
@@ -120,6 +126,7 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
                 parts.after_step(step)  # e.g. ZeRO-1/2: all-gather the updated shards
             if parts.scaler is not None:
                 parts.scaler.update(finite)
+            tick(progress, step, "optimizer")
         logs.append(None if shape else
                     contribution(ctx, parts, float(loss) / scale if loss is not None else None, sq_norm))
         if ckpt.on_step_end is not None:

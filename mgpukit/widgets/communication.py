@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 
+import ipywidgets as w
 import plotly.graph_objects as go
+from IPython.display import display
 
 from mgpukit.costmodel import comm as cost
 from mgpukit.costmodel.hardware import list_profiles, load_profile
@@ -78,9 +80,6 @@ def describe(p: dict) -> str:
 def alpha_beta_explorer(*, nbytes: float = 16 * 2**20, n: int = 8, algorithm: str = "ring",
                         profile: str = "h100-nvlink"):
     """Sliders for message size and ranks, dropdowns for algorithm and profile; redraws at once."""
-    import ipywidgets as w
-    from IPython.display import display
-
     size = w.FloatLogSlider(value=nbytes, base=2, min=10, max=31, step=0.25, description="bytes",
                             readout_format=".3s", continuous_update=False)
     ranks = w.IntSlider(value=n, min=2, max=64, description="ranks n", continuous_update=False)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import statistics
 
+import ipywidgets as widgets
 import plotly.graph_objects as go
+from IPython.display import display
 
 from mgpukit.config import RunConfig
 from mgpukit.costmodel.hardware import Link
@@ -170,9 +172,6 @@ def breakeven_label(times, dense_times, betas=None) -> str:
 def compression_explorer(*, config: RunConfig | None = None, workers: int = 2, steps: int = 30,
                          ratio: float = 0.01):
     """Slider: top-k ratio -> predicted bytes per step. Button: a real short run at that ratio."""
-    import ipywidgets as widgets
-    from IPython.display import display
-
     cfg = (config or RunConfig()).replace(steps=steps)
     slider = widgets.FloatLogSlider(value=ratio, base=10, min=-4, max=0, step=0.125,
                                     description="top-k ratio", readout_format=".4f",

@@ -10,6 +10,12 @@ closed form of the same step (`costmodel.gpt_step.ddp_step_time`) — the slider
 bucket size apply.
 """
 from __future__ import annotations
+
+import warnings
+
+import ipywidgets as w
+from IPython.display import display
+
 from mgpukit.config import RunConfig
 from mgpukit.costmodel import list_profiles, list_shapes
 from mgpukit.costmodel.gpt_step import ddp_step_time
@@ -27,9 +33,6 @@ def scaling_explorer(*, model: str = "125m", profile: str = "h100-ib", max_worke
 
     `show=True` displays the controls (and returns None, so a notebook cell shows them once);
     `show=False` returns the widget box without displaying it."""
-    import ipywidgets as w
-    from IPython.display import display
-
     counts = [n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if n <= max_workers]
     workers = w.SelectionSlider(options=counts, value=counts[-1], description="GPUs up to")
     profiles = w.Dropdown(options=list_profiles(), value=profile, description="profile")
@@ -85,8 +88,6 @@ def emulated_scaling(profile: str, *, scaling: str = "weak", seqs_per_gpu: int =
                      gpus=(1, 2, 8)):
     """`dp-bucketed` on GPT-2 124M in shape mode on `gpus` emulated GPUs of `profile`, with the
     closed form of the same steps: a speedup figure (emulated vs predicted)."""
-    import warnings
-
     per = seqs_per_gpu * (max(gpus) if scaling == "strong" else 1)  # strong: the global batch
     records = []
     for n in gpus:

@@ -9,7 +9,9 @@
 """
 from __future__ import annotations
 
+import ipywidgets as widgets
 import plotly.graph_objects as go
+from IPython.display import display
 
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.memory import CATEGORIES
@@ -38,9 +40,6 @@ def plot_memory_breakdown(rows: list[dict], *, title: str = "") -> go.Figure:
 def memory_explorer(*, model: str = "7b", gpus: int = 8, profile: str = "h100-nvlink"):
     """Controls -> the predicted breakdown of each candidate layout and which fit in the
     profile's usable memory."""
-    import ipywidgets as widgets
-    from IPython.display import display
-
     model_w = widgets.Dropdown(options=list_shapes(), value=model, description="model")
     gpus_w = widgets.Dropdown(options=[8, 16, 32, 64, 128, 256, 512], value=gpus, description="GPUs")
     seq_w = widgets.Dropdown(options=[1024, 2048, 4096, 8192, 16384], value=4096, description="seq len")

@@ -13,7 +13,9 @@
 """
 from __future__ import annotations
 
+import ipywidgets as widgets
 import plotly.graph_objects as go
+from IPython.display import display
 
 from mgpukit.costmodel.pipeline import bubble_fraction
 from mgpukit.costmodel.schedules import SCHEDULES, build_schedule, max_in_flight
@@ -94,9 +96,6 @@ def _summary(name: str, p: int, m: int, v: int) -> str:
 
 def schedule_explorer(*, name: str = "1f1b", p: int = 4, m: int = 8, v: int = 2):
     """Dropdown + sliders -> predicted Gantt and bubble; button -> an emulated run of it."""
-    import ipywidgets as widgets
-    from IPython.display import display
-
     pick = widgets.Dropdown(options=list(SCHEDULES), value=name, description="schedule")
     sp = widgets.IntSlider(value=p, min=1, max=8, description="p (ranks)", continuous_update=False)
     sm = widgets.IntSlider(value=m, min=1, max=24, description="m (micro)", continuous_update=False)

@@ -21,7 +21,9 @@ saw the same once and could not reproduce it) — an Output of plain figures has
 """
 from __future__ import annotations
 
+import ipywidgets as w
 import plotly.graph_objects as go
+from IPython.display import display
 
 from mgpukit.costmodel.actions import SCHEDULES
 from mgpukit.costmodel.hardware import list_profiles
@@ -131,8 +133,6 @@ class PlannerExplorer:
     def __init__(self, *, model="70b", gpus=64, profile="h100-ib", tp=8, pp=1, zero=1, checkpointing="selective",
                  schedule="1f1b", v=2, dtype="bf16", micro_batch=1, global_batch=512, tokens="2T", price=2.0,
                  in_place: bool = False):
-        import ipywidgets as w
-
         self.figure_widget = FigureWidget if in_place else None  # None: plain figures in the Output
 
         profiles = [p for p in list_profiles() if not p.startswith("this-machine")]
@@ -237,8 +237,6 @@ class PlannerExplorer:
 
 def planner_explorer(**kw) -> PlannerExplorer:
     """Show the planner's controls and figures (see `PlannerExplorer`); returns the explorer."""
-    from IPython.display import display
-
     ex = PlannerExplorer(**kw)
     display(ex.box)
     return ex

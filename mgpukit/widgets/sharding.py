@@ -11,7 +11,9 @@
 """
 from __future__ import annotations
 
+import ipywidgets as w
 import plotly.graph_objects as go
+from IPython.display import display
 
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.shapes import get_shape, list_shapes, param_count
@@ -90,9 +92,6 @@ def fits(psi: float, *, dp: int, dtype: str, optimizer: str, profile: str = "h10
 
 def zero_explorer(*, model: str = "7b", dp: int = 8, dtype: str = "bf16", optimizer: str = "adamw"):
     """Dropdowns for the model and precision, a slider for dp: the stages redraw at once."""
-    import ipywidgets as w
-    from IPython.display import display
-
     size = w.Dropdown(options=[s for s in list_shapes() if s != "gpt-tiny"], value=model, description="model")
     ranks = w.IntSlider(value=dp, min=1, max=512, description="dp ranks", continuous_update=False)
     prec = w.Dropdown(options=["bf16", "fp32"], value=dtype, description="precision")

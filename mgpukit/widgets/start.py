@@ -1,5 +1,9 @@
 """Widgets for the first notebook: launch a DDP run with the workers and mode you pick."""
 from __future__ import annotations
+
+import ipywidgets as w
+from IPython.display import display
+
 from mgpukit.display import errors_shown_in, show
 from mgpukit.experiment import run
 from mgpukit.plots import format_time, plot_timeline, source_label
@@ -9,9 +13,6 @@ def run_explorer(*, steps: int = 5, run_now: bool = True):
     """Workers slider, mode dropdown and a Run button; shows the run's timeline and summary.
 
     Headless (CI) it runs once with the initial settings so the cell still shows a figure."""
-    import ipywidgets as w
-    from IPython.display import display
-
     workers = w.IntSlider(value=2, min=1, max=4, description="workers")
     mode = w.Dropdown(options=[("measured on this machine", "cpu"),
                                ("emulated on h100-nvlink", "h100-nvlink"),

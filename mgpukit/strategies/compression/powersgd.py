@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
 from mgpukit.strategies.compression.common import loss_curve_check, track_step_bytes
 from mgpukit.strategies.compression.theory import DEFAULTS, compression_theory, knobs_of
@@ -107,12 +108,11 @@ class PowerSgdSync:
 
 def apply_powersgd(module, ctx, rec, cfg):
     """The applier: DDP (through Accelerate) with torch's PowerSGD hook on a recorded group."""
-    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
-
     if rec.shape:  # fake tensors: torch's DDP over a fake group, as `ddp` does in shape mode
 
         accelerator, model = None, shape_ddp_module(module, ctx, rec, "dp-powersgd")
     else:
+        # lazy: start-up (accelerate ~0.1 s: loaded where a run uses it, not on import)
         from accelerate import Accelerator
 
         # the layout's dtype, not ACCELERATE_MIXED_PRECISION's (see ddp)

@@ -25,6 +25,7 @@ the cuts fall differs (counted from the embedding end instead of the head end).
 from __future__ import annotations
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from mgpukit.measure.shape import fake_group
 from mgpukit.strategies.data_parallel.theory import dp_theory
@@ -62,8 +63,9 @@ def apply_ddp(module, ctx, rec, cfg):
     the recorder as its communication hook."""
     if rec.shape:  # before importing Accelerate, which shape mode does not use (~1.5 s per rank)
         return _shape_ddp(module, ctx, rec, cfg)
+    # lazy: start-up (accelerate ~0.1 s: loaded where a run uses it, not on import)
     from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs
+    from accelerate.utils import DistributedDataParallelKwargs  # lazy: as the line above
 
     # explicit: `accelerate launch --mixed_precision bf16` exports ACCELERATE_MIXED_PRECISION, and
     # Accelerator() would silently run forward in autocast while the record says fp32; the
@@ -88,8 +90,6 @@ def shape_ddp_module(module, ctx, rec, strategy: str, *, bucket_mb: float = 25):
     """torch's DDP for shape mode: over a fake process group, no initial sync, buckets never
     rebuilt (module docstring); fp32 only. The caller registers the comm hook that does the
     timed traffic."""
-    from torch.nn.parallel import DistributedDataParallel
-
     if ctx.layout.dtype != "fp32":
         raise ValueError(f"{strategy} in shape mode trains in fp32 only (Accelerate's autocast is not applied).")
     rec.extra["mixed_precision"] = "no"

@@ -51,6 +51,7 @@ def build_native_schedule(schedule: str, stages: dict, *, num_stages: int, m: in
                           group=None, rec=None):
     """PyTorch's schedule object over this rank's stages (``stages``: index -> module), its
     point-to-point on ``group`` (the pp axis)."""
+    # lazy: start-up (torch.distributed.pipelining imports in ~1 s; only pp-native runs it)
     from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
                                               ScheduleInterleaved1F1B)
 

@@ -24,6 +24,12 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+# the untimed gathers (after a checkpoint load, the full weights for parity): torch 2.13 renamed
+# all_gather_into_tensor to all_gather_single, and the old name prints a FutureWarning in every
+# worker of every zero run; older torch has only the old name (as `measure.recorder`)
+ALL_GATHER = (getattr(torch.distributed, "all_gather_single", None)
+              or torch.distributed.all_gather_into_tensor)
+
 
 class FlatUnit:
     """One unit's parameters as a padded flat buffer cut into `n` equal shards."""

@@ -33,6 +33,7 @@ import dataclasses
 
 import torch
 import torch.nn as nn
+from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
 from mgpukit.strategies.knobs import Knob
@@ -79,8 +80,6 @@ def layers(module: nn.Module) -> list[nn.Module]:
 
 def apply_fully_shard(module: nn.Module, mesh, rec, *, offload: bool = False) -> nn.Module:
     """`fully_shard` each layer, then the root, over the 1-D `mesh` (the dp axis)."""
-    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
-
     kw = {"mesh": mesh}
     if offload:  # pinned host memory only makes sense next to a GPU
         kw["offload_policy"] = CPUOffloadPolicy(pin_memory=mesh.device_type == "cuda")
@@ -154,6 +153,7 @@ def accelerate_plugin(*, offload: bool = False):
     ``Accelerator(fsdp_plugin=accelerate_plugin())`` under ``accelerate launch``: FSDP2, one
     unit per GPT `Block` (then the root), parameters resharded after forward. Accelerate
     refuses FSDP on CPU workers, so the kit's runs call `fully_shard` directly (same units)."""
+    # lazy: start-up (accelerate ~0.1 s: loaded where a run uses it, not on import)
     from accelerate import FullyShardedDataParallelPlugin
 
     return FullyShardedDataParallelPlugin(

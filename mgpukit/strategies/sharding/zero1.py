@@ -35,7 +35,7 @@ import torch
 import torch.nn as nn
 
 from mgpukit.strategies.registry import register
-from mgpukit.strategies.sharding.flat import FlatUnit, find_units
+from mgpukit.strategies.sharding.flat import ALL_GATHER, FlatUnit, find_units
 from mgpukit.strategies.sharding.theory import zero_layout, zero_theory
 from mgpukit.training.holding import SHARDED, Holding
 
@@ -106,8 +106,7 @@ class Zero1:
         """After a checkpoint was loaded into my shards (`training.checkpoint`, untimed):
         every rank gets every shard back into the full parameters."""
         for unit in self.units:
-            torch.distributed.all_gather_into_tensor(unit.full, unit.shard.detach().clone(),
-                                                     group=self.group)
+            ALL_GATHER(unit.full, unit.shard.detach().clone(), group=self.group)
 
     def sharded_parts(self, parts):
         """The trainer's `Parts` with the optimizer over my shards (see `parallelize`)."""

@@ -33,7 +33,7 @@ import torch
 
 from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.registry import register
-from mgpukit.strategies.sharding.flat import FlatUnit
+from mgpukit.strategies.sharding.flat import ALL_GATHER, FlatUnit
 from mgpukit.strategies.sharding.theory import zero_layout, zero_theory
 from mgpukit.strategies.sharding.zero1 import apply_zero
 from mgpukit.strategies.sharding.zero2 import Zero2
@@ -123,8 +123,7 @@ class Zero3(Zero2):
             with self.rec.untimed():
                 for unit in self.units:
                     unit.full.untyped_storage().resize_(unit.padded * unit.full.element_size())
-                    torch.distributed.all_gather_into_tensor(unit.full, unit.shard.detach(),
-                                                             group=self.group)
+                    ALL_GATHER(unit.full, unit.shard.detach(), group=self.group)
                     unit.gathered = True
                 out = state_dict()
                 for unit in self.units:

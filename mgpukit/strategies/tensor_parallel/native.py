@@ -21,6 +21,11 @@ import contextlib
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
+                                               RowwiseParallel, SequenceParallel, loss_parallel,
+                                               parallelize_module)
 
 from mgpukit.measure.observe import CommObserver
 from mgpukit.models.weights import to_device
@@ -31,12 +36,6 @@ def apply_tp_native(model: nn.Module, ctx, rec, *, sp: bool = False, count_comm:
     """DTensor's tensor parallelism on the tp axis. `count_comm`: count and time DTensor's
     collectives with the `CommObserver` (a dispatch mode: it slows every op it sees, so the
     benchmark turns it off)."""
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
-                                                   PrepareModuleOutput, RowwiseParallel,
-                                                   SequenceParallel, loss_parallel,
-                                                   parallelize_module)
-
     check_divides(model.cfg, ctx.size("tp"), sp=sp)
     mesh = ctx.mesh["tp"]
     to_device(model, ctx.device)
@@ -95,8 +94,6 @@ class PendingSumSync:
         return self.inner.no_sync()
 
     def sync(self, step: int) -> None:
-        from torch.distributed.tensor import Replicate
-
         self.inner.sync(step)
         with self.observed():
             for p in self.params:
@@ -107,8 +104,6 @@ class PendingSumSync:
 
 def _loss(logits, targets):
     """Cross-entropy of vocabulary-sharded DTensor logits (inside `loss_parallel()`)."""
-    import torch.nn.functional as F
-
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(0, 1))
 
 

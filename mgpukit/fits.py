@@ -1,0 +1,202 @@
+"""Will this run fit in memory? Asked of the cost model before anything starts.
+
+Real-scale models train for real (GPT-2 124M on a laptop's CPU, GPT-2 1.3B on a GPU), so a run
+that cannot fit must be refused up front — with the change that would make it fit — rather than
+killed by the kernel's OOM killer after minutes of work.
+
+What is counted (`costmodel.memory`, the planner's model of Rajbhandari et al. 2020 and
+Korthikanti et al. 2022): per rank, the parameters, gradients and optimizer states of the
+layers it holds (the kit trains fp32 weights — bf16/fp16 autocast computes in 16 bits over
+fp32 weights — so 4 + 4 bytes plus 4 per optimizer state: 1 for SGD with momentum, 2 for
+AdamW; sharded by ZeRO's stage over dp) and the activations of its micro-batches in flight
+at the layout's precision, on the fullest pipeline stage.
+
+Against what:
+
+- **gpu**: each rank has a GPU of its own: its peak against 90 % of that GPU's memory (the
+  hardware profiles' `usable_memory`, leaving room for the CUDA context, NCCL's buffers and the
+  allocator's fragmentation). The parity reference, run afterwards on GPU 0, is checked too.
+- **cpu / emulated** (real tensors on CPU workers): every rank lives in this machine's RAM,
+  so their *sum* counts, plus the trained weights sent back to the parent and, for parity,
+  the single-process reference trained afterwards — against 90 % of the memory available now.
+
+Not counted: the CUDA context, torch's own workspace, the loss's temporaries beyond the
+logits. It is a refusal of the clearly impossible, not a promise: a run predicted at 95 %
+may still fail.
+"""
+from __future__ import annotations
+
+import dataclasses
+from itertools import combinations
+
+import psutil
+
+from mgpukit.costmodel.memory import model_state_bytes, stage_memory, stage_params
+from mgpukit.costmodel.shapes import ModelShape, layer_param_split
+from mgpukit.runtime.hardware import gpu_info
+
+USABLE = 0.9  # of a GPU's memory, or of the RAM available (module docstring)
+GB = 1e9
+
+
+def _states_per_param(optimizer: str) -> int:
+    return 2 if optimizer == "adamw" else 1  # AdamW: m, v; SGD with momentum: the momentum
+
+
+def rank_bytes(cfg, layout, *, optimizer: str | None = None) -> dict[str, float]:
+    """Predicted bytes by category on the fullest rank of `layout` for `cfg`'s GPT."""
+    shape = ModelShape.from_gpt_config(cfg.model_config())
+    fp32 = dataclasses.replace(layout, dtype="fp32")  # the kit's weights, grads and states
+    split, replicated = layer_param_split(shape)
+    gather = 2 * (split / layout.tp + replicated) * 4  # ZeRO-3: the layer in use and the next
+    best = None
+    for stage in sorted({0, layout.pp - 1}):
+        states = model_state_bytes(stage_params(shape, layout, stage), fp32, gather_bytes=gather,
+                                   optimizer_states=_states_per_param(optimizer or cfg.optimizer))
+        mem = {**states, "activations": stage_memory(shape, layout, stage)["activations"]}
+        mem["total"] = sum(mem.values())
+        if best is None or mem["total"] > best["total"]:
+            best = mem
+    return best
+
+
+def _reference_layout(cfg, layout):
+    return dataclasses.replace(layout, dp=1, tp=1, pp=1, zero=0, sp=False, v=1, schedule="1f1b",
+                               cp=1, tp_overlap=False,
+                               micro_batch=cfg.global_batch // cfg.micro_batches,
+                               num_micro_batches=cfg.micro_batches, checkpointing="none",
+                               dtype="fp32", stage_layers=None)
+
+
+def need(cfg, layout, workers: int, mode: str, *, parity: bool = True) -> dict:
+    """Bytes the run needs where it is limited (`per` GPU, or this `host`'s RAM), and why."""
+    rank = rank_bytes(cfg, layout)
+    ref = rank_bytes(cfg, _reference_layout(cfg, layout)) if parity else None
+    if mode == "gpu":
+        total = max(rank["total"], ref["total"] if ref else 0.0)
+        return {"where": "per GPU", "bytes": total, "rank": rank, "reference": ref}
+    weights = rank["params"] * (layout.dp if layout.zero >= 3 else 1)  # fp32, sent to the parent
+    ranks = rank["total"] * workers
+    total = max(ranks, ref["total"] + weights if ref else 0.0) + weights
+    return {"where": "in this machine's RAM", "bytes": total, "rank": rank, "reference": ref,
+            "workers": workers}
+
+
+def limit(mode: str) -> tuple[float, str]:
+    """(usable bytes, how they were found) for `mode`."""
+    if mode == "gpu":
+        sizes = [g["memory_bytes"] for g in gpu_info() if g.get("memory_bytes")]
+        if not sizes:
+            return float("inf"), "GPU memory unknown"
+        return USABLE * min(sizes), f"{USABLE:.0%} of the smallest GPU's {min(sizes) / GB:.1f} GB"
+    avail = psutil.virtual_memory().available
+    return USABLE * avail, f"{USABLE:.0%} of the {avail / GB:.1f} GB of RAM available now"
+
+
+def _breakdown(rank: dict) -> str:
+    return ", ".join(f"{k} {rank[k] / GB:.2f}" for k in ("params", "grads", "optimizer", "activations"))
+
+
+_CHANGES = ("rows", "checkpointing", "sgd", "no_parity", "shard")
+
+
+def _changed(cfg, layout, workers, parity, mode, change, n=None):
+    """(cfg, layout, workers, parity) with one change applied; `n`: rows (for "rows"), GPUs (for
+    "shard" on GPUs)."""
+    if change == "rows":
+        cfg = cfg.replace(global_batch=cfg.global_batch * n // layout.micro_batch)
+        layout = dataclasses.replace(layout, micro_batch=n)
+    elif change == "checkpointing":
+        layout = dataclasses.replace(layout, checkpointing="full")
+    elif change == "sgd":
+        cfg = cfg.replace(optimizer="sgd")
+    elif change == "no_parity":
+        parity = False
+    elif change == "shard" and mode == "gpu":  # more GPUs, each a shard of a smaller batch
+        rows = max(1, layout.micro_batch * layout.dp // n)
+        layout, workers = dataclasses.replace(layout, dp=n, zero=3, micro_batch=rows), n
+    elif change == "shard":  # the same CPU workers, one copy of the model between them
+        layout = dataclasses.replace(layout, zero=3)
+    return cfg, layout, workers, parity
+
+
+def _applicable(change, cfg, layout, workers, mode, parity) -> bool:
+    return {"rows": layout.micro_batch > 1, "checkpointing": layout.checkpointing != "full",
+            "sgd": cfg.optimizer == "adamw", "no_parity": parity and mode != "gpu",
+            "shard": layout.zero < 3 and (mode == "gpu" or workers > 1)}[change]
+
+
+def fixes(cfg, layout, workers: int, mode: str, strategy: str, usable: float, *, parity: bool) -> list[str]:
+    """The fewest changes that make the run fit (up to three ways), each checked with `need`;
+    shape mode last, which always fits."""
+    def size(state):
+        c, lay, w, par = state
+        return (rank_bytes(c, lay)["total"] if mode == "gpu" and lay.zero == 3 and lay.dp > layout.dp
+                else need(c, lay, w, mode, parity=par)["bytes"])
+
+    def attempt(combo):
+        state = (cfg, layout, workers, parity)
+        words = []
+        for change in combo:
+            if change in ("rows", "shard") and not (change == "shard" and mode != "gpu"):
+                continue  # sized below, once the other changes are in
+            state = _changed(*state, mode, change)
+        if "shard" in combo and mode == "gpu":
+            gpus = next((n for n in (2, 4, 8, 16, 32, 64, 128, 256) if n > layout.dp
+                         and size(_changed(*state, mode, "shard", n)) <= usable), None)
+            if gpus is None:
+                return None
+            state = _changed(*state, mode, "shard", gpus)
+            words.append(f"zero3 or fsdp2 over {gpus * layout.tp * layout.pp} GPUs"
+                         + (f" (dp {gpus})" if layout.tp * layout.pp > 1 else ""))
+        if "rows" in combo:
+            rows = next((r for r in _halvings(layout.micro_batch)
+                         if size(_changed(*state, mode, "rows", r)) <= usable), None)
+            if rows is None:
+                return None
+            state = _changed(*state, mode, "rows", rows)
+            words.append(f"--global-batch {state[0].global_batch}")
+        if size(state) > usable:
+            return None
+        names = {"checkpointing": "--checkpointing full", "sgd": "--optimizer sgd",
+                 "no_parity": "--no-parity (the reference is another full copy)",
+                 "shard": f"zero3 or fsdp2 instead of {strategy} (one copy of the model over the "
+                          f"workers, not one each)"}
+        return " and ".join([names[c] for c in combo if c in names and not (c == "shard" and mode == "gpu")]
+                            + words)
+
+    usable_changes = [c for c in _CHANGES if _applicable(c, cfg, layout, workers, mode, parity)]
+    found = []
+    for k in range(1, len(usable_changes) + 1):
+        found = [f for combo in combinations(usable_changes, k) if (f := attempt(combo))]
+        if found:
+            break
+    return found[:3] + ["--emulate h100-nvlink --shape (fake tensors: times and memory, no bytes)"]
+
+
+def _halvings(rows: int) -> list[int]:
+    """rows/2, rows/4, … 1: the largest batch that fits is tried first."""
+    out = []
+    while rows > 1:
+        rows //= 2
+        out.append(rows)
+    return out
+
+
+def check_fits(cfg, layout, *, workers: int, mode: str, strategy: str, parity: bool = True) -> dict:
+    """Raise ValueError (one sentence: the bytes, the limit, what would fit) when the run cannot
+    fit; return the figures otherwise (`record["memory_check"]`)."""
+    if not cfg.is_gpt:
+        return {}
+    got = need(cfg, layout, workers, mode, parity=parity)
+    usable, how = limit(mode)
+    result = {"predicted_bytes": got["bytes"], "where": got["where"], "usable_bytes": usable,
+              "usable_from": how, "fits": got["bytes"] <= usable}
+    if result["fits"]:
+        return result
+    ranks = f" × {workers} ranks" if got.get("workers", 1) > 1 else ""
+    raise ValueError(
+        f"{cfg.model} with {strategy} ({layout.describe()}, {cfg.optimizer}) needs "
+        f"{got['bytes'] / GB:.1f} GB {got['where']} (fullest rank: {_breakdown(got['rank'])} GB"
+        f"{ranks}; cost model) but has {usable / GB:.1f} GB ({how}). It would fit with: "
+        + "; or ".join(fixes(cfg, layout, workers, mode, strategy, usable, parity=parity)) + ".")
