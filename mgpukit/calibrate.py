@@ -302,8 +302,6 @@ def register(subparsers):
 
 
 def _calibrate_command(args) -> int:
-    import torch
-
     gpu = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     if gpu:
         if not torch.cuda.is_available():

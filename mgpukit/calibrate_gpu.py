@@ -21,6 +21,8 @@ GPU run is what the profile is for. `real_vs_emulated` is `mgpukit bench emulati
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import statistics
 import time
 from pathlib import Path
@@ -211,7 +213,6 @@ def profile_from_measurements(measured: dict, *, name: str = "this-gpu", base: s
     """A `HardwareProfile` from `measure_device`'s dict: the fit of `costmodel.fit` for the
     kernels and the host, ``model_code_factor`` by bisection on the measured gpt-tiny step, the
     links (which one device cannot measure) from `base`."""
-    import dataclasses
 
 
     peaks = peaks_for(measured)
@@ -243,7 +244,6 @@ def calibrate_device(device="cuda", *, quick: bool = False, out: str | Path | No
                      name: str = "this-gpu", verbose: bool = True):
     """Measure `device`, fit, write the profile (default ``~/.cache/mgpukit/hardware/<name>.toml``,
     where `load_profile(name)` finds it) and the raw measurements beside it (``.json``)."""
-    import json
 
 
     measured = measure_device(device, quick=quick)
