@@ -48,12 +48,14 @@ def test_widget_cells_run_promptly_under_a_notebook_runner():
 
 def test_the_scaling_explorer_button_runs_gpt2_in_shape_mode_beside_its_closed_form():
     """Issue 27: notebook 01's explorer launches a run instead of only redrawing a formula.
-    Method: the button's function on 1 and 2 emulated H100s; the emulated speedup lies within
-    10 % of the closed form's (both are the same DDP step of GPT-2 124M)."""
+    Method: the button's function on 1 and 8 emulated H100s, one sequence per GPU at 8 (where the
+    host's launches set the step); the emulated speedup lies within 10 % of the closed form's —
+    both must be the same DDP step of GPT-2 124M (the kit's dp-bucketed beside DDP's closed form
+    came out 24 % apart there under the H200-fitted host)."""
     from mgpukit.widgets.data_parallel import emulated_scaling
 
-    fig = emulated_scaling("h100-nvlink", scaling="weak", seqs_per_gpu=2, bucket_mb=25, gpus=(1, 2))
+    fig = emulated_scaling("h100-nvlink", scaling="strong", seqs_per_gpu=1, bucket_mb=25, gpus=(1, 8))
     emulated = next(t for t in fig.data if "emulated" in t.name)
     predicted = next(t for t in fig.data if "predicted" in t.name)
-    assert list(emulated.x) == [1, 2] and emulated.y[-1] == pytest.approx(predicted.y[-1], rel=0.1)
+    assert list(emulated.x) == [1, 8] and emulated.y[-1] == pytest.approx(predicted.y[-1], rel=0.1)
     assert "emulated (shape mode" in fig.layout.title.text
