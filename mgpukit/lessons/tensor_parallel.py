@@ -285,7 +285,8 @@ def tp_explorer(model: str = "1.3b"):
 def tp_run_lab(initial: dict | None = None):
     """Widget: pick a tp degree and a link, press Run — gpt-tiny runs `tp` for real under that
     link's virtual clock (emulated, 2 steps; `emulated_run`), and its step and timeline show
-    beside the cost model's prediction. `initial`: a record from `emulated_run` to show first."""
+    beside the cost model's prediction on the same convention (kernels only, or both with the
+    host's launches). `initial`: a record from `emulated_run` to show first."""
     # lazy: start-up (ipywidgets ~0.2 s, for this widget only; lab workers import lessons)
     import ipywidgets as w
     from IPython.display import display  # lazy: as the line above
@@ -300,10 +301,11 @@ def tp_run_lab(initial: dict | None = None):
 
     def result(rec):
         t, name = rec["layout"]["tp"], rec["link"]
-        emu, pred = steady_step(rec), predicted_step("gpt-tiny", t, name)["total_s"]
+        emu = steady_step(rec)
+        pred = predicted_step("gpt-tiny", t, name, kernels_only=rec["kernels_only"])["total_s"]  # one convention
         clock = "kernels only" if rec["kernels_only"] else "with host launches"
-        show(out, f"gpt-tiny, tp={t}, {name}: step emulated ({clock}) {emu * 1e6:,.1f} µs · "
-                  f"{PREDICTED} {pred * 1e6:,.1f} µs (kernels and messages; ratio {pred / emu:.2f})",
+        show(out, f"gpt-tiny, tp={t}, {name}, {clock} on both sides: step emulated {emu * 1e6:,.1f} µs · "
+                  f"{PREDICTED} {pred * 1e6:,.1f} µs (predicted / emulated {pred / emu:.2f})",
              plot_timeline(rec, step=1))
 
     def changed(*_):
