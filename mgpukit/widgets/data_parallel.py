@@ -95,7 +95,7 @@ def emulated_scaling(profile: str, *, scaling: str = "weak", seqs_per_gpu: int =
     for n in gpus:
         with warnings.catch_warnings():  # emulated GPUs may outnumber this machine's cores
             warnings.simplefilter("ignore", OversubscribedWarning)
-            records.append(run("single" if n == 1 else "ddp", workers=n, steps=1, mode="emulated",
+            records.append(run("single" if n == 1 else "ddp", workers=n, steps=2, mode="emulated",
                                profile=profile, shape=True, model="gpt2-124m", parity=False,
                                global_batch=per if scaling == "strong" else per * n,
                                options={} if n == 1 else {"bucket_mb": bucket_mb}))
