@@ -71,7 +71,8 @@ def test_what_a_worker_started_is_gone_when_the_launch_ends(fail, tmp_path):
 
 
 PARENT = """
-import os, sys, time, torch.distributed as dist, mgpukit
+import os, signal, sys, time, torch.distributed as dist, mgpukit
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # under nohup SIGHUP is inherited ignored: this parent dies of it
 sys.path.insert(0, {tests!r})
 from test_lifeline import _start_orphan_sleep
 def work(path):
