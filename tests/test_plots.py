@@ -289,7 +289,7 @@ def test_table_summary_row_per_record():
     assert [r["source"] for r in rows] == ["measured", "emulated"]
     row = rows[0]
     assert row["strategy"] == "ddp" and row["world_size"] == 2 and row["dims"] == "dp2·tp1·pp1"
-    assert row["final_loss"] == 1.2 and row["median_step_time_s"] == 0.5
+    assert row["final_loss"] == 1.2 and row["median_step_time_s"] == pytest.approx(0.45)  # 0.9 is warm-up
     assert row["peak_memory_bytes"] == 21 * MiB
     assert row["bytes_sent_per_step"] == pytest.approx(6 * MiB / 3)
     assert row["parity_ok"] is True and rows[1]["parity_ok"] is None
@@ -404,3 +404,12 @@ def test_report_has_a_table_of_contents(tmp_path):
         assert f'id="{anchor}"' in html and f'href="#{anchor}"' in toc
     assert "40 µs" in write_report([{**make_record(**EMULATED), "step_time_s": [4e-5] * 3}],
                                    tmp_path / "b").read_text()
+
+
+def test_summary_step_is_the_records_steady_median_the_same_one_tokens_per_s_uses():
+    """The tour's table showed 44.4 ms (the median of a warm-up and a steady step) beside tokens/s
+    computed from the steady 50.0 ms: one record, two 'median steps'."""
+    rec = {**make_record(tokens_per_s=1000 / 0.050), "step_time_s": [0.0388, 0.050]}
+    row = table_summary([rec])[0]
+    assert row["median_step_time_s"] == 0.050
+    assert row["tokens_per_s"] * row["median_step_time_s"] == pytest.approx(1000)

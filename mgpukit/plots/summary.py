@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from typing import Any
+
+from mgpukit.measure.spread import median_step
 
 from .style import Record, as_records, format_dims, format_time, source_kind, source_label
 
@@ -13,7 +14,8 @@ def table_summary(records: Record | Sequence[Record]) -> list[dict[str, Any]]:
     """One dict per record; raw numbers (bytes, seconds), None where the record has no data.
 
     - `source`: "measured" | "emulated" | "predicted"; `source_label` says which device/profile;
-    - `median_step_time_s`: the median ignores the warm-up step's outlier;
+    - `median_step_time_s`: the record's steady median (`measure.spread.median_step`: the warm-up
+      step left out), the same step its tokens/s is computed from;
     - `peak_memory_bytes`: the largest peak over ranks (the rank that runs out first);
     - `bytes_sent_per_step`: the largest per-rank total over ranks divided by the number of steps.
     """
@@ -34,7 +36,7 @@ def table_summary(records: Record | Sequence[Record]) -> list[dict[str, Any]]:
             "world_size": rec.get("world_size"),
             "dims": format_dims(rec.get("dims")),
             "final_loss": losses[-1] if losses else None,
-            "median_step_time_s": statistics.median(step_times) if step_times else None,
+            "median_step_time_s": median_step(rec),
             "tokens_per_s": rec.get("tokens_per_s"),
             "peak_memory_bytes": max(peaks) if peaks else None,
             "bytes_sent_per_step": max(sent) / n_steps if sent and n_steps else None,
