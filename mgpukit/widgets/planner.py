@@ -72,6 +72,13 @@ def _titled(title: str, subtitle: str, height: int) -> dict:
             "margin": dict(t=100), "height": height}
 
 
+def _legend_height(entries: int) -> int:
+    """A figure tall enough that its vertical legend (~22 px a row) fits beside the plot: the
+    100 px title margin and ~90 px of axis below, then the rows (9 parts since the planner's
+    interference term; 360 px scrolled the legend in Chromium)."""
+    return max(360, 190 + 22 * entries)
+
+
 def plot_step_time(pl) -> go.Figure:
     """One horizontal stacked bar: the step's compute, exposed comm per axis, bubble, optimizer;
     the title gives the step's and the MFU's ranges from the planner's error bar."""
@@ -87,7 +94,7 @@ def plot_step_time(pl) -> go.Figure:
                                 f"{t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU",
                                 f"GEMMs, memory-bound kernels, exposed communication per axis, bubble — {PREDICTED}; "
                                 f"ranges: the planner's {pl.error_bar.describe()}",
-                                360))
+                                _legend_height(len(TIME_PARTS))))
     return fig
 
 

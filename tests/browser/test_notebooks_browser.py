@@ -258,6 +258,12 @@ def widget_signature(box) -> str:
                               (gd.data || []).map(t => (t.y || []).length)])).join('|') + '#' + b.innerText""")
 
 
+def _in_progress(text: str) -> bool:
+    """A widget's progress line ends with "…" ("running ddp on 2 workers…"); a range inside a
+    sentence ("MFU 47.4% (45.3% … 51.9%)", the planner's error bars) is not one."""
+    return any(line.rstrip().endswith("…") for line in text.splitlines())
+
+
 def move_one_control(page, box) -> str:
     """Move a control of widget `box`; wait until its figure (or text) changes. Returns what moved."""
     before = widget_signature(box)
@@ -275,7 +281,7 @@ def move_one_control(page, box) -> str:
             if sig != last:
                 last, since = sig, time.time()
                 continue
-            settled = (time.time() - since > 3 and "…" not in sig.split("#", 1)[-1]
+            settled = (time.time() - since > 3 and not _in_progress(sig.split("#", 1)[-1])
                        and (not had_figure or box.locator(".js-plotly-plot").count() > 0))
             if settled:
                 return sig != before
