@@ -90,6 +90,14 @@ def test_an_answer_printed_above_its_check_is_a_leak_and_below_it_is_not():
     assert find_leaks(rounded_away) == []
 
 
+def test_a_wall_clock_cell_is_not_read_for_numbers_but_an_untagged_one_is():
+    want = expected_value(GROWTH)
+    timed = _code("print(measured)", f"rank 1's rows went ×{want:.3f}, its time ×1.31")
+    assert len(find_leaks(_nb(timed, _check(GROWTH)))) == 1
+    timed["metadata"] = {"tags": ["wall-clock"]}
+    assert find_leaks(_nb(timed, _check(GROWTH))) == []
+
+
 def test_a_figure_title_or_bar_label_leaks_its_raw_coordinates_do_not():
     want = expected_value("04.gpipe-bubble")  # 7/31 = 0.226
     labelled = {"data": [{"type": "bar", "x": [1], "y": [want], "text": [f"{want:.3f}"]}], "layout": {}}

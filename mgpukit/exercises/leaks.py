@@ -17,6 +17,11 @@ reaches its check cell:
   copied it would be told "correct". Numbers of one significant digit ("2 µs", "8 GPUs") are
   too common to count; a list answer leaks when each of its informative elements is shown;
   a whole number the question itself gives (`m = 16`) is not a leak of an answer that equals it.
+- **wall-clock cells are not read for numbers**: a code cell tagged `wall-clock` (cell metadata
+  `"tags": ["wall-clock"]`) prints timings of CPU workers on a shared machine, and ratios derived
+  from them, which change from run to run; one that lands within a later answer's last digit by
+  chance (a measured rows ratio of 0.42 beside a spot-savings answer of 0.425) is a coincidence a
+  reader cannot rely on, not a give-away. Its words and quiz tables are still read.
 - **a debugging quiz** (`NN.debug`, three variants A/B/C, one broken) leaks when the printed
   table of its variants singles the broken one out by itself: it is the only row with a
   different word in some column (the only `parity False`), or in some numeric column the other
@@ -265,17 +270,26 @@ def quiz_leak(name: str, seen: list[tuple[int, str]]) -> str | None:
     return f"{name}: the printed table gives the broken variant away — {why}" if why else None
 
 
+WALL_CLOCK = "wall-clock"
+
+
+def _wall_clock(cell: dict) -> bool:
+    """Is `cell` tagged as printing run-to-run wall-clock timings (see the module docstring)?"""
+    return WALL_CLOCK in cell.get("metadata", {}).get("tags", [])
+
+
 def find_leaks(nb: dict) -> list[str]:
     """One line per exercise of executed notebook `nb` whose answer a reader sees first."""
     leaks = []
     texts = [cell_text(c) for c in nb["cells"]]
     for i, names in exercise_cells(nb):
         seen = [(j, texts[j]) for j in range(i + 1)]  # everything above, and the check's own hint
+        steady = [(j, t) for j, t in seen if not _wall_clock(nb["cells"][j])]
         for name in names:
             if name.endswith(".debug"):
                 leak = quiz_leak(name, seen)
             else:
-                leak = number_leak(name, seen, _question(nb, i))
+                leak = number_leak(name, steady, _question(nb, i))
             if leak:
                 leaks.append(leak)
     return leaks
