@@ -296,7 +296,7 @@ def _memory(fn, *args, **kw):
     return getattr(memory, fn)(*args, **kw)
 
 
-_add("07.model-states", lambda: _memory("model_state_gb", "llama3-8b"), rel=0.05, hint="16 bytes per parameter",
+_add("07.model-states", lambda: _memory("model_state_gb", "13b"), rel=0.05, hint="16 bytes per parameter",
      why="2 (bf16 weights) + 2 (bf16 grads) + 4 (fp32 master) + 8 (Adam m, v) bytes per parameter.")
 _add("07.full-ckpt", lambda: _memory("activations_per_layer_gb", "7b", checkpointing="full"), rel=0.05,
      hint="only the layer's input survives: 2·s·b·h bytes",
