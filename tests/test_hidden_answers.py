@@ -126,19 +126,37 @@ def _quiz(rows, name="00.debug"):
 def test_a_quiz_whose_table_singles_out_the_broken_variant_leaks():
     broken = expected_value("00.debug")
     ok = "True 1.2e-07 2.8e-08 1.5e-08 849,408 B"
-    bug = "False 1.9e-01 3.4e+00 8.9e-02 849,408 B"
+    bug = "False 9.0e-03 4.5e-02 1.2e-02 837,888 B"
     rounding = "False 1.6e-05 1.4e-04 5.5e-05 424,704 B"
+    topk = "False 2.5e-02 2.8e-01 4.0e-03 16,992 B"   # farther than the bug in two of three Δs
     others = [k for k in "ABC" if k != broken]
     only_false = {broken: bug, others[0]: ok, others[1]: ok}
     (leak,) = find_leaks(_quiz(dict(sorted(only_false.items()))))
     assert f"only for variant {broken}" in leak
-    # a second variant that misses parity by rounding: the verdict and the Δs no longer single it out
-    with_decoy = {broken: bug, others[0]: ok, others[1]: rounding}
+    # a second variant that misses parity by rounding: no column singles the bug out, but it is
+    # still the larger Δ in every column — "pick the larger Δ" answers the quiz
+    with_rounding = {broken: bug, others[0]: ok, others[1]: rounding}
+    (leak,) = find_leaks(_quiz(dict(sorted(with_rounding.items()))))
+    assert "largest difference in 3 of the 3 difference columns" in leak
+    # a legitimate suspect farther from the reference in most columns: the reader has to read how
+    with_decoy = {broken: bug, others[0]: ok, others[1]: topk}
     assert find_leaks(_quiz(dict(sorted(with_decoy.items())))) == []
     # … unless one column still does: the only variant that sends nothing
-    silent = {broken: "False 1.9e-01 3.4e+00 8.9e-02 0 B", others[0]: ok, others[1]: rounding}
+    far_half = "False 2.5e-02 2.8e-01 4.0e-03 424,704 B"   # farther, half the bytes (the ok row's within 10×)
+    silent = {broken: "False 9.0e-03 4.5e-02 1.2e-02 0 B", others[0]: ok, others[1]: far_half}
     (leak,) = find_leaks(_quiz(dict(sorted(silent.items()))))
     assert "column 5" in leak
+
+
+def test_farthest_counts_only_the_difference_columns_and_needs_a_majority():
+    rows = {"A": ["True", "1.2e-07", "2.8e-08", "1.5e-08", "849,408", "B"],
+            "B": ["False", "2.6e-06", "3.5e-05", "1.0e-03", "844,800", "B"],
+            "C": ["False", "1.6e-05", "1.4e-04", "5.5e-05", "424,704", "B"]}
+    assert singled_out(rows, "B") is None                   # the largest in one Δ column of three
+    rows["B"][2] = "3.5e-04"                                # now in two of three: a leak
+    assert "2 of the 3 difference columns (columns 3, 4)" in singled_out(rows, "B")
+    rows["B"][2] = "1.4e-04"                                # a tie is not "the larger"
+    assert singled_out(rows, "B") is None
 
 
 def test_singled_out_reads_columns_not_labels():

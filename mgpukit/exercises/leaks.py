@@ -26,9 +26,13 @@ reaches its check cell:
   table of its variants singles the broken one out by itself: it is the only row with a
   different word in some column (the only `parity False`), or in some numeric column the other
   rows agree within 10× while the broken row is 10× away from them (the only large Δ, the
-  only zero bytes). A quiz needs a second row that differs for a legitimate reason — a
-  compressed exchange that misses fp32 parity by rounding — so that reading the numbers, not
-  spotting the odd row, finds the bug.
+  only zero bytes), or it is the row **farthest from the reference** — the largest value in
+  most of the difference columns (the Δs, printed as `1.2e-03`), so that "the larger Δ is the
+  bug" answers it. A quiz needs a second row that differs for a legitimate reason and lands
+  farther from the reference than the bug in most difference columns — a compressed exchange
+  that sends 1/50 of the bytes, a rounding larger than the bug's effect on the losses — so that
+  reading *how* the rows differ (which column, the bytes, a factor), not spotting the odd or
+  the largest row, finds the bug.
 
 `find_leaks(nb)` returns one line per leak; `notebooks/conftest.py` runs it on every notebook
 nbmake executes (the notebook runs once), `tests/test_hidden_answers.py` tests it on planted
@@ -53,6 +57,7 @@ _CHECK = re.compile(r"""\bcheck\(\s*["']([\w.\-]+)["']""")
 _NUMBER = re.compile(r"(?<![\w.])([-−]?)(\d{1,3}(?:,\d{3})+|\d[\d_]*)(\.\d+)?(?:[eE]([-+]?\d+))?(?![\w])(?!\.\d)"
                      r"(\s?%)?(?:/(\d+)(?![\d.]))?")
 _VARIANT = re.compile(r"^\s*variant\s+([A-Z])\b(.*)$", re.M)
+_DIFFERENCE = re.compile(r"^\d\.\d+e[-+]\d+$")  # how a quiz table prints a Δ: 1.2e-03
 _SCALES = sorted({1000.0 ** k for k in range(-3, 4)} | {1024.0 ** k for k in range(-3, 4)})
 
 
@@ -253,6 +258,21 @@ def singled_out(rows: dict[str, list[str]], broken: str) -> str | None:
         if alone:
             return (f"column {col + 1}: variant {broken} shows {mine} where the others agree "
                     f"({', '.join(theirs)})")
+    return farthest(rows, broken)
+
+
+def farthest(rows: dict[str, list[str]], broken: str) -> str | None:
+    """Is `broken` the row with the largest difference in most difference columns (the
+    columns every row prints as `1.2e-03`)? Then "pick the larger Δ" answers the quiz."""
+    width = min(len(r) for r in rows.values())
+    columns = [col for col in range(width)
+               if all(_DIFFERENCE.match(r[col]) for r in rows.values())]
+    largest = [col for col in columns
+               if all(float(rows[broken][col]) > float(r[col]) for k, r in rows.items() if k != broken)]
+    if columns and 2 * len(largest) > len(columns):
+        return (f"variant {broken} has the largest difference in {len(largest)} of the "
+                f"{len(columns)} difference columns (columns {', '.join(str(c + 1) for c in largest)}): "
+                f"\"the larger Δ is the bug\" answers it")
     return None
 
 
