@@ -25,6 +25,7 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
+from mgpukit.config import RunConfig
 from mgpukit.experiment import run
 from mgpukit.strategies.compression import int8
 from mgpukit.strategies.compression.common import compressed_sync
@@ -33,6 +34,13 @@ from mgpukit.strategies.pipeline.engine import apply_pipeline
 from mgpukit.strategies.pipeline.pipeline_parallel import PARITY_TOLERANCE, pipeline_layout
 from mgpukit.training.building import build_model, build_optimizer, loss_fn
 from mgpukit.training.trainer import train
+
+
+def _unsynced(bug: str | None, index: int, name: str) -> bool:
+    """Does variant `bug` leave parameter `index` (`name`) out of its all-reduce?"""
+    return ((bug == "skip_first" and index == 0)  # one tensor (the embedding) never synced
+            # a sync written over the Linear and Embedding modules: the LayerNorms never synced
+            or (bug == "skip_layernorm" and ".ln" in f".{name}"))
 
 
 class _Sync:
@@ -51,10 +59,7 @@ class _Sync:
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
-            if self.bug == "skip_first" and i == 0:  # one tensor (the embedding) never synced
-                continue
-            # a sync written over the Linear and Embedding modules: the LayerNorms never synced
-            if self.bug == "skip_layernorm" and ".ln" in f".{self.names[i]}":
+            if _unsynced(self.bug, i, self.names[i]):
                 continue
             if self.bug in ("fp16", "bf16"):  # correct, but the exchange rounds to 16 bits
                 g = (p.grad / self.n).to(torch.float16 if self.bug == "fp16" else torch.bfloat16)
@@ -149,6 +154,13 @@ def broken_label(name: str) -> str:
     return _BROKEN[name]
 
 
+def unsynced_numel(name: str, cfg: RunConfig | None = None) -> int:
+    """Parameters the broken variant of quiz `name` never all-reduces (0 if its bug is another)."""
+    (bug,) = [arg for letter, arg, _ in MYSTERIES[name] if letter == _BROKEN[name]]
+    model = build_model(cfg or RunConfig())
+    return sum(p.numel() for i, (n, p) in enumerate(model.named_parameters()) if _unsynced(bug, i, n))
+
+
 @contextlib.contextmanager
 def _registered(strategies: dict):
     added = []
@@ -193,4 +205,4 @@ def parity_report(records: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["mystery_runs", "parity_report", "broken_label", "MYSTERIES"]
+__all__ = ["mystery_runs", "parity_report", "broken_label", "unsynced_numel", "MYSTERIES"]

@@ -19,7 +19,7 @@ from mgpukit.costmodel.memory import model_state_bytes, offload_traffic_bytes, s
 from mgpukit.costmodel.pipeline import bubble_fraction
 from mgpukit.costmodel.schedules import build_schedule, max_in_flight
 from mgpukit.costmodel.training_cost import six_nd, tokens_for_gpu_hours
-from mgpukit.exercises.debugging import broken_label
+from mgpukit.exercises.debugging import broken_label, unsynced_numel
 from mgpukit.lessons import memory, tensor_parallel
 from mgpukit.lessons.hybrid import axis_groups, crossing, node_profile
 from mgpukit.runtime.dims import ParallelDims
@@ -168,13 +168,17 @@ _add("01.predict-buckets", lambda: _buckets_at(0.2), rel=0.0, abs_tol=0.0,
          "hold more than 0.2 MiB (the embedding alone is large).")
 
 _add("01.debug", lambda: _mystery("01"),
-     hint="two variants miss parity; one sends about 1/50 of the bytes (top-k, as its question says) — "
-          "what does the other one's byte count say is missing?",
+     hint="two variants miss parity; one sends a small fraction of 2(n−1)/n · 4Ψ — a compressor "
+          "(top-k: the 1 % largest entries) — what does the other one's byte count say is missing?",
      why="variant A never all-reduces its first parameter tensor (an embedding table): each rank "
          "updates it from its own half-batch, so gradient norms and weights drift from step 0 "
          "while the bytes sent barely change (one tensor of 69 is missing: 16 KiB fewer). Variant B "
          "sends only the 1 % largest gradient entries (top-k with error feedback): farther from "
          "the reference than A in losses and gradient norms, by design, not a bug.")
+_add("01.never-synced", lambda: unsynced_numel("01"), rel=0.0,
+     hint="the bytes it did not send, at n = 2 (the ring factor 2(n−1)/n is 1), over 4 bytes per fp32 value",
+     why="one 64 × 64 table, the token embedding: variant A's sync skips the model's first tensor, and "
+         "every rank updates it from its own half-batch.")
 
 # ---------------------------------------------------------------- 02 · communication
 
