@@ -78,8 +78,10 @@ class RunConfig:
     def model_config(self):
         from mgpukit import models as m  # lazy: a RunConfig is made without importing torch (the CLI's)
 
-        # each name of MODELS has its builder in mgpukit.models: "gpt2-1.3b" -> gpt2_1_3b()
-        return getattr(m, self.model.replace("-", "_").replace(".", "_"))()
+        # each name of MODELS has its builder in mgpukit.models: "gpt2-1.3b" -> gpt2_1_3b(),
+        # sized by the `model_sizes` knob if given ({"n_layers": 8}: the builders take overrides)
+        build = getattr(m, self.model.replace("-", "_").replace(".", "_"))
+        return build(**(self.options.get("model_sizes") or {}))
 
     def tokens_per_step(self) -> int:
         """Tokens (GPT) or rows (MLP) one optimizer step consumes, over all ranks."""

@@ -144,7 +144,14 @@ def test_fp8_uses_the_profiles_fp8_rate_and_an_a100_refuses_it(capsys):
     fp8 = dataclasses.replace(bf16, dtype="fp8")
     t16, t8 = plan(shape, 64, H100, bf16), plan(shape, 64, H100, fp8)
     assert H100.flops("fp8") == 1979e12  # NVIDIA H100 SXM datasheet: 3,958 TFLOPS sparse, 1,979 dense
-    assert t8.time["compute_s"] < 0.62 * t16.time["compute_s"]  # linears at twice the rate, attention not
+    # the fraction of the fp8 peak an fp8 GEMM sustains, cited: Bekman's MAMF table, H100 SXM, one torch
+    # build — fp8 1402.6 of 1979 TFLOP/s against bf16 794.5 of 989 — applied to the bf16 fit
+    assert H100.gemm.fp8.efficiency == pytest.approx(H100.gemm.efficiency * (1402.6 / 1979) / (794.5 / 989.5),
+                                                     abs=5e-4)
+    # so the linears run r = 2 · 0.741 / 0.840 ≈ 1.77× faster, attention and the bf16 head not; the
+    # linears are over 80 % of a 70B layer's GEMM time, so compute falls to under 1 − 0.8·(1 − 1/r)
+    r = 2 * H100.gemm.fp8.efficiency / H100.gemm.efficiency
+    assert 1 / r < t8.time["compute_s"] / t16.time["compute_s"] < 1 - 0.8 * (1 - 1 / r)
     assert t8.time["memory_s"] > t16.time["memory_s"]  # the casts to fp8
     assert t8.memory == t16.memory  # weights, gradients, activations stay 16-bit
     assert t8.mfu > t16.mfu  # both against the bf16 peak

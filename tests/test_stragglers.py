@@ -16,6 +16,7 @@ import torch
 
 import mgpukit
 from mgpukit.config import RunConfig
+from mgpukit.costmodel.hardware import load_profile
 from mgpukit.experiment import load_weights
 from mgpukit.prepare import prepare
 from mgpukit.lessons import stragglers, warm_parent
@@ -109,3 +110,15 @@ def test_drop_slowest_recovers_the_step_emulated(tmp_path):
 def test_drop_slowest_refusals(strategy, options, match):
     with pytest.raises(ValueError, match=match):
         prepare(strategy, workers=2, options=options)
+
+
+def test_an_emulated_straggler_computes_exactly_factor_times_slower_kernels_only():
+    """gpt-tiny's kernels are mostly the GEMMs' fixed latency: a straggler that only divided the
+    peak FLOP/s and bandwidth ran 1.84× (forward) and 2.07× (backward), not 3×."""
+    profile = load_profile("h100-nvlink").kernels_only()
+    rec = mgpukit.run("dp-naive", workers=2, steps=2, global_batch=8, mode="emulated", profile=profile,
+                      parity=False, options={"straggler": {"rank": 1, "factor": 3}})
+    for kind in ("fwd", "bwd"):
+        fast, slow = (sum(e["end"] - e["start"] for e in rec["timeline"]
+                          if e["kind"] == kind and e["rank"] == r and e["step"] == 1) for r in (0, 1))
+        assert slow == pytest.approx(3 * fast, rel=1e-9), kind

@@ -16,7 +16,8 @@ memory-bound kernels), ``frameworks`` (the implementation: dp-sync convention, p
 kernels; files in ``data/frameworks/``), ``steptime``, ``balance`` (pipeline stages balanced by
 cost), ``planner`` (plan + search), ``published`` (Megatron-LM's Table 1), ``validation`` (every
 published run beside its prediction, and the error bars they give), ``plan_cli``
-(``mgpukit plan``); ``schedules`` and ``simulate`` hold pipeline schedule tables and their
+(``mgpukit plan``: ``plan_args`` turns its flags into a model and a layout, ``plan_format``
+prints its tables); ``schedules`` and ``simulate`` hold pipeline schedule tables and their
 event simulation.
 """
 

@@ -91,6 +91,9 @@ class GemmModel:
     # fp32 GEMMs (CUDA cores, no TF32) by the same model with their own figures ([gemm.fp32]);
     # None: fp32 matmuls take the flat ``peak · compute_efficiency``
     fp32: "GemmModel | None" = None
+    # fp8 GEMMs ([gemm.fp8]: the same tiles at the fp8 peak, with the fraction of it they sustain);
+    # None: fp8 GEMMs take this table's figures at the fp8 peak
+    fp8: "GemmModel | None" = None
 
     def __post_init__(self) -> None:
         if not 0 < self.efficiency <= 1 or self.sms < 1 or not self.tiles:
@@ -286,19 +289,22 @@ class HardwareProfile:
 
 
 def _gemm(d: dict, parent: GemmModel | None = None) -> GemmModel:
-    """``[gemm]`` (or its ``[gemm.fp32]`` sub-table, which inherits what it does not set)."""
+    """``[gemm]`` (or its ``[gemm.fp32]`` / ``[gemm.fp8]`` sub-table, which inherits the SMs, tiles
+    and latency it does not set)."""
     base = parent or GemmModel(efficiency=1.0, sms=1)
     tiles = tuple((int(m), int(n)) for m, n in d.get("tiles", base.tiles))
     g = GemmModel(efficiency=float(d["efficiency"]), sms=int(d.get("sms", base.sms)), tiles=tiles,
                   k_half=float(d.get("k_half", 0.0)), latency=float(d.get("latency", base.latency)))
-    return replace(g, fp32=_gemm(d["fp32"], g)) if isinstance(d.get("fp32"), dict) else g
+    subs = {key: _gemm(d[key], g) for key in ("fp32", "fp8") if isinstance(d.get(key), dict)}
+    return replace(g, **subs) if subs else g
 
 
 def _gemm_dict(g: GemmModel) -> dict:
     out = {"efficiency": g.efficiency, "sms": g.sms, "k_half": g.k_half, "latency": g.latency,
            "tiles": [list(t) for t in g.tiles]}
-    if g.fp32 is not None:
-        out["fp32"] = _gemm_dict(g.fp32)
+    for key in ("fp32", "fp8"):
+        if getattr(g, key) is not None:
+            out[key] = _gemm_dict(getattr(g, key))
     return out
 
 

@@ -18,7 +18,9 @@ tile costs a full tile and a partial wave a full wave, so the useful fraction is
 least; we take the best of the profile's tiles. ``R = peak · efficiency · η``, where
 ``efficiency`` is what a large, well-shaped GEMM sustains (the profile's ``[gemm]`` table;
 its source is written beside it). The table describes tensor-core GEMMs (bf16, fp16, tf32, and
-fp8 on GPUs that have it: the same tiles and efficiency at the fp8 peak, an assumption);
+fp8 on GPUs that have it: the same tiles at the fp8 peak, with the ``[gemm.fp8]`` efficiency
+where the profile cites one — fp8 doubles the work per clock, and at the same power cap it
+sustains a smaller fraction of its peak — else the 16-bit efficiency, an assumption);
 fp32 GEMMs run on the CUDA cores with other tiles, and they, like every matmul on a profile
 without a ``[gemm]`` table (the CPU profiles), fall back to a flat ``peak · compute_efficiency``.
 
@@ -41,9 +43,12 @@ OPERAND_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
 
 def _table(profile: HardwareProfile, dtype: str):
     """The ``[gemm]`` table for ``dtype``: the tensor-core one (bf16, fp16, tf32), its
-    ``[gemm.fp32]`` sub-table for fp32 (CUDA cores), else None (flat rate)."""
+    ``[gemm.fp8]`` sub-table for fp8 where the profile has one (else the tensor-core table at
+    the fp8 peak), its ``[gemm.fp32]`` sub-table for fp32 (CUDA cores), else None (flat rate)."""
     if profile.gemm is None:
         return None
+    if dtype == "fp8" and profile.gemm.fp8 is not None:
+        return profile.gemm.fp8
     return profile.gemm if dtype in TENSOR_CORE_DTYPES else profile.gemm.fp32
 
 

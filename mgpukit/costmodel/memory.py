@@ -186,7 +186,9 @@ def allocator_peak(shape: ModelShape, layout: Layout, *, stage: int = 0, micro_b
       ``s·b·V/t``, beside the saved log-probabilities (already counted), ``2·4·s·b·V/t``;
     - ``autocast``: the kit trains bf16 with fp32 weights, gradients and optimizer states, and
       autocast's 2-byte copy of each weight lives from its forward to its backward (``2Ψ``); off:
-      the Megatron policy of `model_state_bytes` (2-byte weights, fp32 master);
+      the Megatron policy of `model_state_bytes` (2-byte weights, fp32 master). The loss then
+      follows CUDA's autocast policy (`autocast_loss_bytes`): ``10·s·b·V/t`` at its worst
+      moment, not fp32's ``12``;
     - ``grads_persist=False`` (``zero_grad(set_to_none=True)``): no gradient exists yet then;
     - two cuBLAS workspaces (``workspace`` bytes each: the forward thread's, the autograd
       thread's; the profile's ``[memory] blas_workspace``);
@@ -217,7 +219,15 @@ def allocator_peak(shape: ModelShape, layout: Layout, *, stage: int = 0, micro_b
     if ddp_buckets:
         mem["grads"] += 4 * psi
     if stage == layout.pp - 1:
-        transient += 2 * 4 * shape.seq_len * b * shape.vocab / layout.tp / layout.cp
+        sbv = shape.seq_len * b * shape.vocab / layout.tp / layout.cp
+        if autocast:  # the loss's saved tensors under autocast (stage_memory counted fp32 log-probs),
+            # and the final norm's input in fp32 beside lm_head's 2-byte input (stage_memory: 2 + 2)
+            saved, grad = autocast_loss_bytes(sbv)
+            sbh = shape.seq_len * b * shape.d_model / (layout.tp if layout.sp else 1) / layout.cp
+            mem["activations"] += saved - 4 * sbv + 2 * sbh
+            transient += grad
+        else:
+            transient += 2 * 4 * sbv
     mem["transient"] = transient
     mem["peak"] = sum(mem[c] for c in CATEGORIES) + transient
     mem["total"] = sum(mem[c] for c in CATEGORIES)
@@ -228,11 +238,29 @@ def autocast_activation_bytes_per_layer(shape: ModelShape, *, micro_batch: int, 
     """Bytes one layer keeps for backward under ``torch.autocast`` (bf16) with fp32 weights — the
     kit's mixed precision, not Megatron's: the residual stream stays fp32, so both norms save
     fp32 inputs (``8sbh``); each linear casts its fp32 input itself, so q, k, v and fc1 keep four
-    2-byte copies of the norms' outputs (``8sbh``); q, k, v, the attention output and o's
-    (contiguous) input are 2-byte (``10sbh``), fc1's output and the activation's 2-byte
-    (``4sbf``), and the fused attention one fp32 log-sum-exp per row and head. Counted on the
-    kit's GPT under the emulator's allocator meter (tests/test_allocator.py)."""
+    2-byte copies of the norms' outputs (``8sbh``); q, k, v and the attention output are 2-byte
+    (``8sbh``: a fused kernel — flash, memory-efficient, cuDNN, and the CPU's flash — writes its
+    output as ``(B, T, heads, hd)``, so o's input, ``transpose(1, 2).reshape``, is a view, not a
+    copy), fc1's output and the activation's 2-byte (``4sbf``), and the fused attention one fp32
+    log-sum-exp per row and head. Counted on the kit's GPT under the emulator's allocator meter
+    (tests/test_allocator.py)."""
     s, b, h, f = shape.seq_len, micro_batch, shape.d_model, shape.d_ff
     replicated = 16 * s * b * h
-    split = 2 * s * b * (3 * h + 2 * h) + 4 * s * b * f * (1.5 if shape.gated_mlp else 1) + 4 * s * b * shape.n_head
+    split = 2 * s * b * (3 * h + h) + 4 * s * b * f * (1.5 if shape.gated_mlp else 1) + 4 * s * b * shape.n_head
     return replicated + split / tp
+
+
+def autocast_loss_bytes(sbv: float) -> tuple[float, float]:
+    """``(saved, gradient)`` bytes of ``F.cross_entropy`` on bf16 logits of ``sbv`` elements under
+    CUDA's autocast — what is alive at the loss's worst moment, the start of its backward.
+
+    ``cross_entropy`` has no autocast rule on CUDA; it decomposes into
+    ``log_softmax(x, dtype=x.dtype)`` and ``nll_loss``. ``log_softmax`` is on autocast's
+    "fp32 unless a dtype is given" list and is given one (bf16), so it runs in bf16 and saves its
+    2-byte output; ``nll_loss`` is on the fp32 list, so autocast casts the log-probabilities to
+    fp32 and nll_loss saves that 4-byte copy (PyTorch ``aten/src/ATen/autocast_mode.cpp``,
+    ``fp32_set_opt_dtype``; ``LossNLL.cpp``, ``cross_entropy_loss``). Backward's first node makes
+    nll's gradient, an fp32 ``s·b·V``, while both saved tensors live: ``2 + 4 + 4 = 10`` bytes per
+    logit. (On a CPU autocast casts the logits to fp32 before cross_entropy — ``4 + 4 + 4``: the
+    GPU's policy is the one a GPU's peak follows.)"""
+    return 6.0 * sbv, 4.0 * sbv

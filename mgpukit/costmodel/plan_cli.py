@@ -16,6 +16,8 @@ closed-form model, never a measurement, and carries the planner's error bar: the
 errors on published runs of the same framework (``mgpukit.costmodel.validation``).
 ``register(subparsers)`` adds the subcommand to the main CLI; ``main(argv)`` runs it alone.
 """
+# This module is the command: its flags, what runs, the JSON. The flags become a model and a layout
+# in `plan_args`; the tables it prints are `plan_format`. (The docstring above is `plan --help`.)
 
 from __future__ import annotations
 
@@ -28,19 +30,15 @@ from mgpukit.files import OutputError, write_text
 from mgpukit.costmodel.actions import SCHEDULES
 from mgpukit.costmodel.frameworks import DP_SYNC, get_framework, list_frameworks
 from mgpukit.costmodel.hardware import list_profiles, load_profile
-from mgpukit.costmodel.layout import DTYPE_BYTES, Layout
-from mgpukit.costmodel.memory import CATEGORIES
-from mgpukit.costmodel.planner import Plan, plan, search
-from mgpukit.costmodel.shapes import NORMS, POSITIONS, get_shape, list_shapes, shape_from_dict, shape_to_dict
+from mgpukit.costmodel.layout import DTYPE_BYTES
+from mgpukit.costmodel.plan_args import budget, check_positive, check_search_args, layout_from_args, shape_from_args
+from mgpukit.costmodel.plan_format import format_plan, format_search
+from mgpukit.costmodel.planner import plan, search
+from mgpukit.costmodel.shapes import NORMS, POSITIONS, list_shapes
 from mgpukit.costmodel.validation import format_error_bars, format_validation, validation_report
-from mgpukit.costmodel.training_cost import (check_price, format_training, format_training_table, time_to_train,
-                                             token_budget)
+from mgpukit.costmodel.training_cost import format_training, format_training_table, time_to_train
 
 SEARCH_GLOBAL_BATCH = 512
-
-
-SIZE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "gated_mlp", "norm", "positions",
-              "tied_embeddings", "bias", "dropout")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -120,113 +118,19 @@ def register(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-_POSITIVE = ("gpus", "dp", "tp", "pp", "cp", "v", "micro_batch", "global_batch", "micro_batches", "top",
-             "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
-# Beyond any cluster (the largest runs use ~10^5 GPUs) and far below where Python's integers stop
-# fitting the C doubles and sizes the arithmetic needs: refused in one line instead of an
-# OverflowError or a search that never ends.
-MAX_COUNT = 10**12
-
-
-def shape_from_args(args):
-    """The model: ``--model`` / ``--model-file`` (default 7b), changed by any size flag given;
-    or, with neither, the size flags alone (``--layers --hidden --heads --vocab --seq`` needed)."""
-    sizes = {k: getattr(args, k, None) for k in SIZE_FLAGS}
-    sizes = {k: v for k, v in sizes.items() if v is not None}
-    model, model_file = getattr(args, "model", None), getattr(args, "model_file", None)
-    if model is not None and model_file is not None:
-        raise ValueError("give --model or --model-file, not both")
-    if model_file is not None:
-        model = model_file if model_file.endswith(".toml") or "/" in model_file else model_file + ".toml"
-    if model is None and not sizes:
-        model = "7b"
-    if model is None:  # a model from its sizes alone
-        return shape_from_dict({"name": "custom", **sizes}, where="the model flags")
-    base = get_shape(model)
-    if not sizes:
-        return base
-    d = shape_to_dict(base)
-    d.update(sizes)
-    d["name"] = f"{base.name} (changed)"
-    if "hidden" in sizes and "ffn" not in sizes:
-        d.pop("ffn")  # 4 × the new hidden size, not the old model's
-    return shape_from_dict(d, where="the model flags")
-
-
-def layout_from_args(args) -> Layout:
-    tp, pp, cp = args.tp or 1, args.pp or 1, getattr(args, "cp", 1)
-    if args.dp is None and args.gpus % (tp * pp * cp):
-        what = "tp × pp × cp" if cp > 1 else "tp × pp"
-        raise ValueError(f"{what} = {tp * pp * cp} does not divide --gpus {args.gpus}; choose degrees whose product does")
-    dp = args.dp if args.dp is not None else args.gpus // (tp * pp * cp)
-    v = args.v if args.v is not None else (2 if args.schedule == "interleaved" else 1)
-    stage_layers = getattr(args, "stage_layers", None)
-    if stage_layers is not None:
-        try:
-            stage_layers = tuple(int(x) for x in stage_layers.split(","))
-        except ValueError:
-            raise ValueError(f"--stage-layers {stage_layers!r}: give whole numbers separated by commas, "
-                             f"one per stage (e.g. 7,9,9,7)") from None
-    kw = dict(dp=dp, tp=tp, pp=pp, cp=cp, zero=args.zero, sp=(tp > 1) if args.sp is None else args.sp,
-              schedule=args.schedule, v=v, micro_batch=args.micro_batch, checkpointing=args.ckpt, dtype=args.dtype,
-              stage_layers=stage_layers, tp_overlap=getattr(args, "tp_overlap", False),
-              flash_attention=getattr(args, "flash", True))
-    if args.global_batch is not None:
-        return Layout.from_global_batch(global_batch=args.global_batch, **kw)
-    m = args.micro_batches if args.micro_batches is not None else (4 * pp if pp > 1 else 1)
-    return Layout(num_micro_batches=m, **kw)
-
-
-def _check_positive(args) -> None:
-    for name in _POSITIVE:
-        value = getattr(args, name, None)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} {value}: must be at least 1")
-        if value is not None and value > MAX_COUNT:
-            raise ValueError(f"--{name.replace('_', '-')} {value}: more than 10^12 is beyond any "
-                             f"cluster; give a realistic number")
-
-
-# the layout flags --search chooses itself, with the value that means "not given" (--tp and --pp
-# are not among them: with --search they keep only that degree)
-_SEARCHED = {"dp": None, "cp": 1, "v": None, "micro_batches": None, "stage_layers": None}
-
-
-def _check_search_args(args) -> None:
-    """--search picks the layout; a layout flag beside it was silently ignored: refuse it."""
-    given = [f"--{k.replace('_', '-')} {getattr(args, k)}" for k, unset in _SEARCHED.items()
-             if getattr(args, k, unset) != unset]
-    if given:
-        raise ValueError(f"--search chooses the layout itself, so {', '.join(given)} would be ignored; "
-                         f"drop {'them' if len(given) > 1 else 'it'}, or drop --search to predict that "
-                         f"one layout")
-
-
-def _budget(args) -> "float | None":
-    """Tokens of the run when --tokens or --epochs/--dataset-tokens are given (checked), else None."""
-    price = check_price(getattr(args, "price_per_gpu_hour", None))
-    given = [getattr(args, k, None) for k in ("tokens", "epochs", "dataset_tokens")]
-    if all(g is None for g in given):
-        if price is not None:
-            raise ValueError("--price-per-gpu-hour needs a token budget: add --tokens (e.g. 2T) "
-                             "or --epochs with --dataset-tokens")
-        return None
-    return token_budget(tokens=args.tokens, epochs=args.epochs, dataset_tokens=args.dataset_tokens)
-
-
 def run(args) -> int:
     """Handler of ``mgpukit plan``: prints a table, optionally writes JSON; returns the exit code."""
     try:
         if getattr(args, "validation", False):
             return _validation(args)
-        _check_positive(args)
+        check_positive(args)
         shape, profile = shape_from_args(args), load_profile(args.profile)
         framework = get_framework(getattr(args, "framework", None))
         if getattr(args, "dp_sync", None):
             framework = framework.with_(dp_sync=args.dp_sync)
-        tokens, price = _budget(args), getattr(args, "price_per_gpu_hour", None)
+        tokens, price = budget(args), getattr(args, "price_per_gpu_hour", None)
         if args.search:
-            _check_search_args(args)
+            check_search_args(args)
             gb = args.global_batch or SEARCH_GLOBAL_BATCH
             plans = search(shape, args.gpus, profile, global_batch=gb, top=args.top, include_unfit=True,
                            dtype=args.dtype, framework=framework, flash_attention=getattr(args, "flash", True),
@@ -285,128 +189,6 @@ def _validation(args) -> int:
     print(f"{format_validation()}\n\n{format_error_bars()}\n(published figures and their sources: "
           f"mgpukit/costmodel/validation.py; predicted: the planner's)")
     return _write_json(args, validation_report())
-
-
-# -------------------------------------------------------------------------- formatting
-
-
-def _bytes(x: float) -> str:
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if x >= size:
-            return f"{x / size:8.2f} {unit}"
-    return f"{x:8.0f} B  "
-
-
-def _count(n: float) -> str:
-    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:.0f}"
-
-
-def _sec(x: float) -> str:
-    return f"{x * 1e3:8.1f} ms" if x < 1 else f"{x:8.2f} s "
-
-
-def _header(pl: Plan) -> list[str]:
-    s, hw, fw = pl.model, pl.profile, pl.framework
-    kv = f" ({s.kv_heads} kv)" if s.kv_heads != s.n_head else ""
-    return [
-        f"model    {s.name}: {_count(pl.params)} parameters, {s.n_layer} layers, d_model {s.d_model}, "
-        f"{s.n_head} heads{kv}, ffn {s.d_ff}{' gated' if s.gated_mlp else ''}, seq {s.seq_len}, vocab {s.vocab}",
-        f"cluster  {pl.gpus} GPUs of profile {hw.name} ({hw.gpus_per_node} per node): {hw.description}",
-        f"framework {fw.name}: dp sync {fw.dp_sync}, kernels × {fw.kernel_efficiency:g} "
-        f"({fw.description})",
-        f"error bar {pl.error_bar.describe()}" + _unchecked(pl.unchecked),
-    ]
-
-
-def _unchecked(features) -> str:
-    return f"; not among those runs: {', '.join(features)} (the error may be larger)" if features else ""
-
-
-def _range(lo_hi, fmt) -> str:
-    return f"({fmt(lo_hi[0]).strip()} … {fmt(lo_hi[1]).strip()})"
-
-
-def format_plan(pl: Plan) -> str:
-    """The readable report of one plan; every figure is labelled predicted."""
-    t, mem = pl.time, pl.memory
-    lines = _header(pl) + [f"layout   {pl.layout.describe()}", "",
-                           "predicted memory per GPU (fullest pipeline stage)"]
-    lines += [f"  {c:<12}{_bytes(mem[c])}" for c in CATEGORIES]
-    verdict = "FITS" if pl.fits else "DOES NOT FIT"
-    lines.append(f"  {'total':<12}{_bytes(mem['total'])}   of {_bytes(pl.memory_limit).strip()} usable "
-                 f"({pl.profile.usable_memory:.0%} of {_bytes(pl.profile.memory_bytes).strip()})  -> {verdict}")
-    if not pl.fits:
-        lines.append(f"  hint: {_advice(pl)}")
-    lines += ["", "predicted step time"]
-    rows = [("GEMMs", t["compute_s"]), ("memory-bound", t["memory_s"]), ("tp comm", t["comm_tp_s"]),
-            ("cp comm", t["comm_cp_s"]), ("pp comm", t["comm_pp_s"]), ("dp comm", t["comm_dp_s"]),
-            ("bubble", t["bubble_s"]), ("optimizer", t["optimizer_s"]),
-            ("interference", t.get("interference_s", 0.0)), ("total", t["total_s"])]
-    if pl.layout.cp == 1:
-        rows = [r for r in rows if r[0] != "cp comm"]
-    lines += [f"  {name:<12}{_sec(v)}" for name, v in rows]
-    r = pl.ranges
-    lines[-1] += f"   {_range(r['step_time_s'], _sec)} from the error bar"
-    lines += ["", f"predicted MFU             {t['mfu']:6.1%}   {_range(r['mfu'], lambda x: f'{x:.1%}')}"
-                  f"   (hardware FLOPs utilisation {t['hfu']:.1%})",
-              f"predicted bubble          {t['bubble_fraction']:6.1%}",
-              f"predicted throughput      {t['tokens_per_s']:,.0f} tokens/s   "
-              f"{_range(r['tokens_per_s'], lambda x: f'{x:,.0f}')}",
-              "predicted sent per GPU    " + ", ".join(f"{k} {_bytes(pl.comm_bytes[k]).strip()}" for k in ("dp", "tp", "pp", "cp")
-                                          if k != "cp" or pl.layout.cp > 1)
-              + " per step",
-              "(analytical cost model: predictions, not measurements)"]
-    return "\n".join(lines)
-
-
-def _advice(pl: Plan) -> str:
-    mem, lay = pl.memory, pl.layout
-    if max(CATEGORIES, key=lambda c: mem[c]) == "activations":
-        # under flash attention selective recomputation frees only the log-sum-exp: suggest full
-        policies = ("full",) if lay.flash_attention else ("selective", "full")
-        steps = [f"--ckpt {c}" for c in policies if c != lay.checkpointing][:1]
-        steps += ["a smaller --micro-batch" if lay.micro_batch > 1 else "more --tp or --pp"]
-        if lay.tp > 1 and not lay.sp:
-            steps.append("--sp")
-        return "activations dominate: try " + ", ".join(steps)
-    if lay.zero < 3 and lay.dp > 1:
-        return f"model states dominate: try --zero {lay.zero + 1}, or more --tp or --pp"
-    return "model states dominate: try more --tp or --pp (or more GPUs)"
-
-
-def format_search(plans: list[Plan], *, gpus: int, global_batch: int) -> str:
-    """A ranked table of plans (fitting ones first, fastest first)."""
-    if not plans:
-        return f"no valid layout for {gpus} GPUs and global batch {global_batch}"
-    lines = _header(plans[0]) + [
-        f"search   global batch {global_batch}; ranked by predicted step time", "",
-        f"{'#':>3} {'dp':>4} {'tp':>3} {'pp':>3} {'zero':>4} {'schedule':<14} {'mb×m':>9} {'ckpt':<9} "
-        f"{'pred. mem/GPU':>13} {'pred. step':>11} {'step range':>19} {'pred. MFU':>9} {'MFU range':>13} "
-        f"{'bubble':>6}  fits  stages",
-    ]
-    for i, pl in enumerate(plans, 1):
-        lay, r = pl.layout, pl.ranges
-        sched = (lay.schedule + (f" v={lay.v}" if lay.v > 1 else "")) if lay.pp > 1 else "-"
-        stages = "/".join(map(str, lay.stage_layers)) if lay.stage_layers else ("even" if lay.pp > 1 else "-")
-        if len(stages) > 24:
-            stages = stages[:21] + "..."
-        lines.append(
-            f"{i:>3} {lay.dp:>4} {lay.tp:>3} {lay.pp:>3} {lay.zero:>4} {sched:<14} "
-            f"{f'{lay.micro_batch}×{lay.num_micro_batches}':>9} {lay.checkpointing:<9} "
-            f"{_bytes(pl.memory['total']):>13} {_sec(pl.step_time_s).strip():>11} "
-            f"{_range(r['step_time_s'], _sec):>19} {pl.mfu:>9.1%} {_range(r['mfu'], lambda x: f'{x:.1%}'):>13} "
-            f"{pl.bubble_fraction:>6.1%}  {'yes' if pl.fits else 'NO ':<4}  {stages}"
-        )
-    if not plans[0].fits:
-        lines.append(f"no layout fits in {_bytes(plans[0].memory_limit).strip()} per GPU; shown: the ones needing "
-                     f"the least memory. Try more GPUs or a smaller model.")
-    lines.append(f"ranges: the planner's {plans[0].error_bar.describe()}"
-                 + _unchecked(sorted(set().union(*(pl.unchecked for pl in plans)))))
-    lines.append("(analytical cost model: predictions, not measurements)")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ SCHEMA: dict = {
     "efficiency": {"compute": NUMBER, "usable_memory": NUMBER, "op_overhead": NUMBER,
                    "op_overhead_forward": NUMBER, "op_overhead_backward": NUMBER,
                    "op_overhead_no_grad": NUMBER, "model_code_factor": NUMBER},
-    "gemm": {**_GEMM, "fp32": dict(_GEMM)},
+    "gemm": {**_GEMM, "fp32": dict(_GEMM), "fp8": dict(_GEMM)},
     "attention": {"forward": NUMBER, "backward": NUMBER, "fp32_forward": NUMBER,
                   "fp32_backward": NUMBER, "causal_skip": BOOLEAN},
     "launch": {"async": BOOLEAN, "min_kernel": NUMBER, "collective": NUMBER, "host_op": NUMBER},

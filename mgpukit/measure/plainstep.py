@@ -12,6 +12,7 @@ logging, casts and optimizer flavour):
 with SGD (lr 0.1, no momentum) or AdamW — on a GPU both default to their ``foreach``
 implementation (`torch.optim.Optimizer` picks it for CUDA tensors), so it is chosen here
 explicitly: the emulated ranks hold CPU tensors, for which torch would pick the per-tensor loop.
+Likewise autocast runs with CUDA's rule for the loss, not the CPU's (`measure.gpu_autocast`).
 
 The step runs under fake tensors (`measure.shape`: exact shapes, no data), under the virtual
 clock (`measure.vclock`: host dispatch by op context, kernels by shape, the host running ahead
@@ -28,6 +29,7 @@ import torch
 from mgpukit.config import GPT_MODELS, RunConfig
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.measure.allocator import AllocatorMeter
+from mgpukit.measure.gpu_autocast import gpu_autocast
 from mgpukit.measure.shape import fake_mode
 from mgpukit.measure.vclock import VirtualClock
 from mgpukit.models import GPT, lm_loss
@@ -71,7 +73,7 @@ def emulate_plain_steps(model: str, *, batch: int, dtype: str = "fp32", optimize
             clock.sync()
             start, before = clock.now(), dict(clock.split)
             with clock.counting(), meter:
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                with gpu_autocast(torch.bfloat16, enabled=dtype == "bf16"):
                     loss = lm_loss(net(inp), tgt)
                 loss.backward()
                 opt.step()

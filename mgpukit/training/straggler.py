@@ -14,8 +14,9 @@ The knob `options["straggler"] = {"rank": 1, "factor": 3}` makes one rank that m
   since a launch returns before its kernel ran) and sleeps `(factor - 1)`× its duration (pooled into ≥ 1 ms sleeps), so forward, backward and the optimizer all stretch
   evenly — gradient hooks in backward fire at the stretched times, as on a slow GPU;
 - **emulated**: the rank's virtual clock runs on a profile with `factor`× less FLOP/s and
-  memory bandwidth and `factor`× the host's per-op dispatch (its links unchanged), so its
-  compute takes `factor`× longer, exactly — launch-bound or not.
+  memory bandwidth, `factor`× the host's per-op dispatch and `factor`× each GEMM and attention
+  kernel's fixed latency (its links unchanged), so its forward and backward take `factor`×
+  longer, exactly — launch-bound or not (`tests/test_stragglers.py`).
 
 `IdleMarker` makes the wait explicit: after backward, ranks exchange when they finished (an
 untimed bookkeeping exchange) and each records an `idle` event from its own finish to the
@@ -92,6 +93,16 @@ class _SlowDown(TorchDispatchMode):
         return out, start.elapsed_time(end) / 1e3
 
 
+def _slower_gemm(gemm, factor: float):
+    """The ``[gemm]`` table with its fixed per-kernel latency (and its fp32 sub-table's) ×
+    ``factor``: a latency-bound GEMM or attention kernel — most of gpt-tiny's — is as slow as the
+    rest. Rates need no change: they scale with the peak FLOP/s already divided."""
+    if gemm is None:
+        return None
+    fp32 = _slower_gemm(gemm.fp32, factor) if gemm.fp32 is not None else None
+    return dataclasses.replace(gemm, latency=gemm.latency * factor, fp32=fp32)
+
+
 def apply_straggler(rec, ctx, options: dict):
     """Slow this rank down if it is the straggler; returns a context manager factory to wrap
     the compute regions with (a no-op except on a measured straggler)."""
@@ -101,14 +112,15 @@ def apply_straggler(rec, ctx, options: dict):
     if rec.clock.emulated:
         p = rec.clock.profile
         peak = dataclasses.replace(p.peak_flops, **{d: getattr(p.peak_flops, d) / s.factor
-                                                    for d in ("fp32", "tf32", "bf16", "fp16")})
+                                                    for d in ("fp32", "tf32", "bf16", "fp16", "fp8")
+                                                    if getattr(p.peak_flops, d) is not None})
         # the host that issues its ops is as slow (a noisy neighbour, a throttled node): every
         # op of this rank, launch-bound or not, takes `factor`x longer
         rec.clock.profile = dataclasses.replace(
             p, peak_flops=peak, memory_bandwidth=p.memory_bandwidth / s.factor,
             op_overhead=p.op_overhead * s.factor, min_kernel_time=p.min_kernel_time * s.factor,
             op_overhead_by_context={c: v * s.factor for c, v in p.op_overhead_by_context.items()}
-            if p.op_overhead_by_context else None)
+            if p.op_overhead_by_context else None, gemm=_slower_gemm(p.gemm, s.factor))
         return contextlib.nullcontext
     mode = _SlowDown(s.factor, ctx.device)
 
