@@ -8,6 +8,7 @@ small notebooks with outputs and check that it finds each one and nothing else (
 test), then run nbmake itself on a planted leak to see the hook fail it."""
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mgpukit.exercises import expected_value
@@ -106,6 +108,31 @@ def test_a_figure_title_or_bar_label_leaks_its_raw_coordinates_do_not():
     silent = {"data": [{"type": "bar", "x": [1], "y": [want]}], "layout": {"title": {"text": "bubble"}}}
     for fig, leaks in ((labelled, 1), (titled, 1), (silent, 0)):
         assert len(find_leaks(_nb(_code("fig.show()", fig=fig), _check("04.gpipe-bubble")))) == leaks
+
+
+def test_a_point_at_the_questions_own_parameter_leaks_on_hover():
+    """Notebook 04 drew the 1F1B closed form at every m = 1…16: hovering m = 12 gave Q4's 0.2,
+    though no label showed it; 02 drew the ring's predicted busbw on 60 sizes, one at 1.02 MiB
+    within 9.4's tolerance. A point at the question's parameter (in its unit) leaks; the same curve
+    drawn only where the runs are does not, nor does a point at another x."""
+    want = expected_value("04.predict-1f1b")  # p = 4, m = 12: 3/15
+    question = _md("**Q4.** 1F1B on p = 4 equal stages, **m = 12** micro-batches: what bubble fraction?")
+
+    def line(ms):
+        return {"data": [{"type": "scatter", "mode": "lines", "x": ms, "y": [3 / (m + 3) for m in ms]}],
+                "layout": {"title": {"text": "1F1B bubble vs micro-batches"}}}
+    (leak,) = find_leaks(_nb(_code("fig.show()", fig=line(list(range(1, 17)))), question, _check("04.predict-1f1b")))
+    assert "hover" in leak and "(12, 0.2)" in leak
+    assert find_leaks(_nb(_code("fig.show()", fig=line([1, 2, 4, 8, 16])), question, _check("04.predict-1f1b"))) == []
+    shifted = {"data": [{"type": "scatter", "x": [13], "y": [want]}], "layout": {}}
+    assert find_leaks(_nb(_code("fig.show()", fig=shifted), question, _check("04.predict-1f1b"))) == []
+    # a prefixed unit in the question reaches the axis's unit, and plotly's typed arrays are read
+    busbw = expected_value("02.predict-busbw")   # GB/s
+    typed = {"data": [{"type": "scatter", "mode": "lines",
+                       "x": {"dtype": "f8", "bdata": base64.b64encode(np.array([1.02 * 2**20]).tobytes()).decode()},
+                       "y": [busbw * 0.985]}], "layout": {}}
+    q94 = _md("**9.4** What bus bandwidth (GB/s) will the ring reach for a **1 MiB** all-reduce on **4** GPUs?")
+    assert len(find_leaks(_nb(_code("fig.show()", fig=typed), q94, _check("02.predict-busbw")))) == 1
 
 
 def test_a_list_answer_leaks_when_its_informative_elements_show_and_givens_do_not_count():

@@ -17,6 +17,10 @@ reaches its check cell:
   copied it would be told "correct". Numbers of one significant digit ("2 µs", "8 GPUs") are
   too common to count; a list answer leaks when each of its informative elements is shown;
   a whole number the question itself gives (`m = 16`) is not a leak of an answer that equals it.
+- **a figure's hover** is read too, for the point a reader would hover: a plotted point whose x is a
+  number the question gives (within 5 %, in any power of 1000 or 1024 when a prefixed unit follows
+  it: "1 MiB" is x = 1,048,576 bytes) and whose y is the answer within the exercise's tolerance —
+  a closed form drawn at every m answers "what bubble at m = 12?" on hover, though no label shows it.
 - **wall-clock cells are not read for numbers**: a code cell tagged `wall-clock` (cell metadata
   `"tags": ["wall-clock"]`) prints timings of CPU workers on a shared machine, and ratios derived
   from them, which change from run to run; one that lands within a later answer's last digit by
@@ -41,6 +45,7 @@ leaks. String answers other than the quizzes' letters are not searched (a word s
 """
 from __future__ import annotations
 
+import base64
 import functools
 import html
 import json
@@ -48,6 +53,8 @@ import math
 import re
 import sys
 from dataclasses import dataclass
+
+import numpy as np
 
 from mgpukit.exercises.registry import get
 
@@ -145,6 +152,28 @@ def _figure_text(fig: dict) -> list[str]:
     return out
 
 
+def _array(values) -> list:
+    """A trace's x or y as a list: plain JSON, or plotly's typed array {"dtype", "bdata"}."""
+    if isinstance(values, dict) and "bdata" in values:
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return list(values) if isinstance(values, (list, tuple)) else []
+
+
+def figure_points(output: dict) -> list[tuple[float, float]]:
+    """The (x, y) points of every trace of a plotly output whose x and y are numbers (what a
+    reader can hover); categorical axes and timelines' label rows give none."""
+    fig = output.get("data", {}).get("application/vnd.plotly.v1+json")
+    if fig is None:
+        return []
+    fig = json.loads(fig) if isinstance(fig, str) else fig
+    points = []
+    for trace in fig.get("data", []):
+        for x, y in zip(_array(trace.get("x")), _array(trace.get("y"))):
+            if isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool):
+                points.append((float(x), float(y)))
+    return points
+
+
 def _strip_html(s: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", " ", s))
 
@@ -225,6 +254,23 @@ def number_leak(name: str, seen: list[tuple[int, str]], question: str) -> str | 
     return f"{name}: the answer is on screen before its check — " + "; ".join(where)
 
 
+def hover_leak(name: str, points: list[tuple[int, list[tuple[float, float]]]], question: str) -> str | None:
+    """A plotted point at the question's own parameter whose y is exercise `name`'s answer."""
+    ex = get(name)
+    want = [v for v in _flat(_expected(name)) if isinstance(v, (int, float)) and not isinstance(v, bool) and v]
+    if len(want) != 1:
+        return None
+    v, rel = float(want[0]), max(ex.rel, 0.01)
+    xs = {s.value * scale for s in numbers(question) if s.value
+          for scale in (_SCALES if s.prefixed else (1.0,))}
+    for i, pts in points:
+        for x, y in pts:
+            if math.isclose(y, v, rel_tol=rel) and any(math.isclose(x, q, rel_tol=0.05) for q in xs):
+                return (f"{name}: the answer is on a figure's hover before its check — the point "
+                        f"({x:.6g}, {y:.6g}) in cell {i}, at the question's own parameter")
+    return None
+
+
 def _token_value(tok: str) -> float | None:
     try:
         return float(tok.replace(",", "").replace("_", ""))
@@ -302,14 +348,18 @@ def find_leaks(nb: dict) -> list[str]:
     """One line per exercise of executed notebook `nb` whose answer a reader sees first."""
     leaks = []
     texts = [cell_text(c) for c in nb["cells"]]
+    plotted = [[p for o in c.get("outputs", []) for p in figure_points(o)] if c["cell_type"] == "code" else []
+               for c in nb["cells"]]
     for i, names in exercise_cells(nb):
         seen = [(j, texts[j]) for j in range(i + 1)]  # everything above, and the check's own hint
         steady = [(j, t) for j, t in seen if not _wall_clock(nb["cells"][j])]
+        points = [(j, plotted[j]) for j in range(i + 1) if plotted[j] and not _wall_clock(nb["cells"][j])]
         for name in names:
             if name.endswith(".debug"):
                 leak = quiz_leak(name, seen)
             else:
-                leak = number_leak(name, steady, _question(nb, i))
+                question = _question(nb, i)
+                leak = number_leak(name, steady, question) or hover_leak(name, points, question)
             if leak:
                 leaks.append(leak)
     return leaks
