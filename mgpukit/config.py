@@ -3,7 +3,14 @@
 The parallel layout is not kept here beside it: `micro_batches` and `layout` are what was asked,
 and `mgpukit.prepare` resolves them once into the run's `Layout`, which the workers then read
 (`ctx.layout`). A record's `config` is this object as a dict, so `RunConfig(**record["config"])`
-rebuilds it."""
+rebuilds it (widgets/compression.py, notebook 03, saved records).
+
+Why the two stay fields: `micro_batches` is the experiment's gradient accumulation as asked,
+which the single-process reference also trains with (`experiment._reference_config` drops the
+layout, not it; `fits` predicts that reference from it) — a pipeline asked for 1 runs 2p, its
+reference runs 1, so the asked value is not the layout's `num_micro_batches` and must outlive
+resolution. `layout` as given is a request (a saved record's resolved layout re-applies as
+overrides); the record's `config` carries both under these keys, which its readers rebuild."""
 from __future__ import annotations
 
 import dataclasses
@@ -78,8 +85,10 @@ class RunConfig:
     def model_config(self):
         from mgpukit import models as m  # lazy: a RunConfig is made without importing torch (the CLI's)
 
-        # each name of MODELS has its builder in mgpukit.models: "gpt2-1.3b" -> gpt2_1_3b()
-        return getattr(m, self.model.replace("-", "_").replace(".", "_"))()
+        # each name of MODELS has its builder in mgpukit.models: "gpt2-1.3b" -> gpt2_1_3b(),
+        # sized by the `model_sizes` knob if given ({"n_layers": 8}: the builders take overrides)
+        build = getattr(m, self.model.replace("-", "_").replace(".", "_"))
+        return build(**(self.options.get("model_sizes") or {}))
 
     def tokens_per_step(self) -> int:
         """Tokens (GPT) or rows (MLP) one optimizer step consumes, over all ranks."""

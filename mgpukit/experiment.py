@@ -175,6 +175,40 @@ def write_outputs(record: dict, weights, *, json_path=None, trace_path=None, wei
         raise
 
 
+def run_each(runs: list[Prepared], *, timeout_s: float = 600.0, echo: bool = False) -> list[dict]:
+    """Several prepared runs on the same workers, one after the other in ONE launch, each
+    recorded as `run` records it, without parity (a launch costs seconds on a small machine;
+    notebook 04 compares 13 pipeline schedules: `mgpukit.lessons.pipeline_lab`).
+
+    Every run must have the same mesh, mode and profile (they share the workers); each rank runs
+    `run_rank` per run, its context carrying that run's layout."""
+    first = runs[0]
+    for p in runs[1:]:
+        if (p.dims, p.mode, p.profile, p.shape) != (first.dims, first.mode, first.profile, first.shape):
+            raise ValueError(f"run_each launches once: every run needs the mesh {first.dims.as_dict()}, "
+                             f"mode {first.mode!r} and profile of the first; {p.strategy.name} differs.")
+    results = launch(run_ranks, first.workers, [(p.strategy.name, p.cfg) for p in runs], mode=first.mode,
+                     profile=first.profile, dims=first.dims, layout=first.layout, timeout_s=timeout_s,
+                     echo=echo, collective_timeout_s=min(timeout_s, max(
+                         default_collective_timeout(p.cfg, p.mode, shape=p.shape) for p in runs)),
+                     options={"shape": first.shape})
+    return [finish(p, [r[k]["result"] for r in results], results[0][k].get("weights"), parity=False)
+            for k, p in enumerate(runs)]
+
+
+def run_ranks(runs: list[tuple[str, RunConfig]]) -> list[dict]:
+    """What every rank runs for `run_each`: `run_rank` per run, under that run's layout."""
+    ctx = current()
+    out = []
+    for name, cfg in runs:
+        _context.set_current(dataclasses.replace(ctx, layout=cfg.layout))
+        try:
+            out.append(run_rank(name, cfg))
+        finally:
+            _context.set_current(ctx)
+    return out
+
+
 def run_rank(name: str, cfg: RunConfig):
     """What every rank runs: the strategy with a recorder (optional torch.profiler trace).
 
@@ -232,7 +266,7 @@ def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool
     `torchrun`, rank 0, after its group is gone) instead of launching it."""
     strat, cfg = p.strategy, p.cfg
     record = build_record(
-        strategy=strat.name, mode=p.mode, profile=_profile_name(p.profile), dims=p.dims.as_dict(),
+        strategy=strat.name, mode=str(p.mode), profile=_profile_name(p.profile), dims=p.dims.as_dict(),
         config=cfg.as_dict(), ranks=ranks, tokens_per_step=cfg.tokens_per_step(), env=env_info(),
         theory=strat.theory(cfg, p.dims) if strat.theory else None,
     )

@@ -23,7 +23,7 @@ from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout
 from mgpukit.files import check_output
 from mgpukit.runtime.dims import ParallelDims
-from mgpukit.runtime.launcher import resolve_mode
+from mgpukit.runtime.modes import ResolvedMode, resolve_mode
 from mgpukit.strategies.pipeline.plan import plan_for
 from mgpukit.strategies.policies.checkpointing import check_checkpointing
 from mgpukit.strategies.policies.precision import check_precision
@@ -41,7 +41,7 @@ class Prepared:
     strategy: Strategy
     cfg: RunConfig  # its `layout` is the resolved one: the run's only carrier of the layout
     dims: ParallelDims  # the mesh's shape, built once from that layout (`resolve_layout`)
-    mode: str  # resolved: "cpu" | "gpu" | "emulated"
+    mode: ResolvedMode  # "cpu" | "gpu" | "emulated", resolved here once: `launch` takes it as it is
     profile: str | None
     shape: bool = False  # shape mode: fake tensors at real scale (mgpukit.measure.shape)
 
@@ -62,6 +62,7 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
     cfg = (config or RunConfig()).replace(**overrides) if overrides else (config or RunConfig())
     check_shape(shape, mode, cfg.model, strat, cfg.options)
     cfg = cfg.replace(options=strat.check_options(cfg.options))
+    check_model_options(cfg)
     if cfg.model not in strat.models:
         raise ValueError(f"strategy {strategy!r} runs on models {strat.models}, not {cfg.model!r}.")
     if workers is not None and (not isinstance(workers, int) or workers < 1):
@@ -110,6 +111,20 @@ def check_shape(shape, mode: str, model: str, strat: Strategy, options: dict) ->
         raise ValueError("shape mode has no weights to checkpoint (fake tensors); drop checkpoint_dir.")
 
 
+def check_model_options(cfg: RunConfig) -> None:
+    """The model knobs (`model_sizes`, `input_grad`) describe a model that can be built."""
+    sizes = cfg.options.get("model_sizes")
+    if sizes:
+        try:
+            cfg.model_config()
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"model_sizes={sizes!r} does not size {cfg.model!r} ({e}); give fields of its "
+                             f"config, e.g. {{'n_layers': 8}}.") from None
+    if cfg.options.get("input_grad") and cfg.is_gpt:
+        raise ValueError(f"input_grad=true needs an input of numbers; {cfg.model!r} reads token ids. "
+                         f"Use an MLP model (mlp-tiny, mlp-wide).")
+
+
 def default_collective_timeout(cfg: RunConfig, mode: str, *, shape: bool = False) -> float:
     """Seconds one collective may wait for its peers, proportionate to the job.
 
@@ -152,7 +167,8 @@ def check_batch(cfg: RunConfig, ranks: int) -> None:
             f"(e.g. {good}), or change the number of workers or micro-batches.")
 
 
-LAYOUT_FIELDS = ("dp", "tp", "pp", "schedule", "v", "zero", "sp", "checkpointing", "dtype", "stage_layers")
+LAYOUT_FIELDS = ("dp", "tp", "pp", "schedule", "v", "zero", "sp", "checkpointing", "dtype", "stage_layers",
+                 "num_micro_batches")
 
 
 def resolve_layout(strat: Strategy, cfg: RunConfig, workers: int | None,
@@ -228,8 +244,13 @@ def resolve_layout(strat: Strategy, cfg: RunConfig, workers: int | None,
         except (TypeError, ValueError):
             raise ValueError(f"stage_layers={stage_layers!r}: give the layers of each pipeline stage as "
                              f"whole numbers, e.g. (4, 4, 3, 1) or '4,4,3,1'.") from None
+    # micro-batches: the layout's `num_micro_batches` if asked there (1 included: a pipeline
+    # then runs one micro-batch), else `micro_batches` (1: a pipeline picks its own, `plan_for`)
+    m = overrides.get("num_micro_batches")
+    if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+        raise ValueError(f"num_micro_batches={m!r}: give a whole number >= 1.")
     if pp > 1:  # m, v (and an uneven split) checked
-        plan = plan_for(schedule, cfg, pp, degrees["dp"], overrides.get("v"), stage_layers)
+        plan = plan_for(schedule, cfg, pp, degrees["dp"], overrides.get("v"), stage_layers, m=m)
         m, v = plan.m, plan.v
     else:
         if "v" in overrides and overrides["v"] != 1:
@@ -237,7 +258,7 @@ def resolve_layout(strat: Strategy, cfg: RunConfig, workers: int | None,
         if overrides.get("schedule") is not None:  # was ignored without a pipeline
             raise ValueError(f"schedule={overrides['schedule']!r} is a pipeline schedule: it needs pp > 1 "
                              f"(--pp); drop it, or add --pp.")
-        m, v = cfg.micro_batches, 1
+        m, v = (cfg.micro_batches if m is None else m), 1
     # rows per micro-batch (whether they divide evenly is checked with the batch, in `prepare`)
     rows = max(1, cfg.global_batch // (degrees["dp"] * m))
     policies = {k: overrides[k] for k in ("checkpointing", "dtype") if k in overrides}

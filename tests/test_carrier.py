@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 import mgpukit
+import mgpukit.prepare as preparing
 from mgpukit import strategies
 from mgpukit.config import GPT_MODELS, MODELS, RunConfig
 from mgpukit.prepare import prepare
+from mgpukit.runtime import launcher
 
 ROOT = Path(mgpukit.__file__).parent
 WORKER_SIDE = [ROOT / "parallelize.py", *sorted((ROOT / "training").glob("*.py")),
@@ -63,6 +65,12 @@ def probes(source: str) -> list[str]:
     return bad
 
 
+def imported(source: str) -> set[str]:
+    """`module.name` for every `from module import name` in `source`."""
+    return {f"{node.module}.{a.name}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.ImportFrom) and node.module for a in node.names}
+
+
 def test_the_checks_see_what_they_forbid():
     """The test of the test: each check flags its own pattern and passes the allowed one."""
     code = ("def apply(module, ctx, rec, cfg):\n    return cfg.layout.dtype, ctx.layout.dtype\n"
@@ -71,6 +79,7 @@ def test_the_checks_see_what_they_forbid():
     assert probes("hasattr(parts.sync, 'units')\ngetattr(rec, 'shape', False)\n") == \
         ["1: hasattr(parts.sync, 'units')"]
     assert model_lists('A = ("gpt-tiny", "gpt-small", "llama-7b")\nB = ("gpt-tiny", "gpt-small")\n') == [1]
+    assert imported("from a.b import c, d\nimport e\n") == {"a.b.c", "a.b.d"}
 
 
 @pytest.mark.parametrize("path", WORKER_SIDE, ids=lambda p: str(p.relative_to(ROOT)))
@@ -116,3 +125,34 @@ def test_the_model_names_are_listed_once():
     for name in MODELS:
         assert RunConfig(model=name).model_config() is not None
         assert RunConfig(model=name).is_gpt == (name in GPT_MODELS) == (not name.startswith("mlp"))
+
+
+def test_one_runner_launches_workers_that_train():
+    """Only the runner (`experiment.py`) both launches workers and trains them with the one
+    trainer: the pipeline lab goes through `prepare` and `experiment.run_each` (one launch for
+    several runs) instead of being a second small runner (issue 28)."""
+    both = {"mgpukit.training.trainer.train", "mgpukit.runtime.launcher.launch"}
+    runners = [str(path.relative_to(ROOT)) for path in sorted(ROOT.rglob("*.py"))
+               if both <= imported(path.read_text())]
+    assert runners == ["experiment.py"]
+
+
+def test_a_run_resolves_its_mode_once(monkeypatch):
+    """`prepare` resolves the mode; `launch` takes that `ResolvedMode` as it is (it resolved
+    it a second time before); a plain string given to `launch` is still resolved there."""
+    calls = []
+
+    def counting(mode, world_size, real=launcher.resolve_mode):
+        calls.append(mode)
+        return real(mode, world_size)
+
+    monkeypatch.setattr(preparing, "resolve_mode", counting)
+    monkeypatch.setattr(launcher, "resolve_mode", counting)
+    rec = mgpukit.run("single", workers=1, mode="auto", steps=1, parity=False, timeout_s=120)
+    assert calls == ["auto"] and rec["mode"] == "cpu" and type(rec["mode"]) is str
+    assert launcher.launch(_rank, 1, mode="cpu", timeout_s=60, echo=False) == [0]
+    assert calls == ["auto", "cpu"]
+
+
+def _rank():
+    return mgpukit.current().rank

@@ -144,10 +144,10 @@ def test_importing_mgpukit_makes_cuda_queries_fork_safe():
 
 def test_bad_fork_in_gpu_mode_names_the_cause_and_the_fix(monkeypatch):
     """A notebook that touched CUDA before launching: refused before any worker is forked."""
-    from mgpukit.runtime import launcher
+    from mgpukit.runtime import launcher, modes
 
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(launcher, "cuda_device_count", lambda: 4)
+    monkeypatch.setattr(modes, "cuda_device_count", lambda: 4)
     forked = []
     monkeypatch.setattr(launcher, "_run", lambda *a, **k: forked.append(1))
     with pytest.raises(launcher.LaunchError) as err:

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 import mgpukit
 from mgpukit.runtime import launcher as launch_mod
+from mgpukit.runtime import modes
 
 
 def _no_children_left():
@@ -142,7 +143,7 @@ def test_two_launches_at_once_on_one_machine_both_succeed(tmp_path):
 
 
 def test_launch_after_cuda_was_initialised_is_refused_with_a_clear_message(monkeypatch):
-    monkeypatch.setattr(launch_mod, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(modes, "cuda_device_count", lambda: 2)  # where `resolve_mode` counts them
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     with pytest.raises(mgpukit.LaunchError, match="CUDA was initialised in the parent before fork"):
         mgpukit.launch(_rank_and_sum, 2, mode="auto")

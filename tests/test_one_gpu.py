@@ -11,13 +11,13 @@ from __future__ import annotations
 import pytest
 
 from mgpukit.cli import main
-from mgpukit.runtime import hardware, launcher
+from mgpukit.runtime import hardware, modes
 from mgpukit.runtime.launcher import LaunchError, resolve_mode
 
 
 @pytest.fixture
 def one_gpu(monkeypatch):
-    for module in (hardware, launcher):
+    for module in (hardware, modes):  # modes: where `resolve_mode` counts them
         monkeypatch.setattr(module, "cuda_device_count", lambda: 1)
 
 

@@ -19,7 +19,8 @@ from mgpukit.strategies import registry
 from mgpukit.lessons import run_lab
 from mgpukit.strategies.pipeline.engine import apply_pipeline
 from mgpukit.strategies.pipeline.pipeline_parallel import PARITY_TOLERANCE, pipeline_layout
-from mgpukit.training.building import build_model, build_optimizer, loss_fn
+from mgpukit.prepare import prepare
+from mgpukit.training.building import Batches, build_model, build_optimizer, loss_fn
 from mgpukit.training.trainer import train
 from mgpukit.strategies.pipeline.plan import plan_for
 from mgpukit.strategies.pipeline.split_backward import (WeightGradCapture, backward_input,
@@ -194,6 +195,37 @@ def test_emulated_bubble_matches_theory(lab):
     idle = {n: sum(lab[n]["extra"]["0"]["idle_s"]) for n in lab}
     assert idle["interleaved"] <= 0.55 * idle["1f1b"]
     assert idle["zb-h1"] <= 0.5 * idle["1f1b"]
+
+
+def test_the_lab_runs_the_layout_prepare_resolved(lab):
+    """The lab's runs go through `prepare` (issue 28): each record carries the resolved
+    layout its workers ran — the spec's m, its v, one stage per rank — and its theory."""
+    for name, rec in lab.items():
+        assert rec["layout"]["schedule"] == name and rec["layout"]["pp"] == 4
+        assert rec["layout"]["num_micro_batches"] == rec["theory"]["m"] == 8
+        assert rec["layout"]["v"] == rec["theory"]["v"] == (2 if name == "interleaved" else 1)
+
+
+def test_a_layout_asks_for_its_micro_batches_one_included():
+    """`micro_batches=1` lets a pipeline pick 2p; the layout's `num_micro_batches` asks exactly."""
+    assert prepare("pp-1f1b", workers=4).layout.num_micro_batches == 8
+    assert prepare("pp-1f1b", workers=4, layout={"num_micro_batches": 1}).layout.num_micro_batches == 1
+    assert prepare("ddp", workers=2, global_batch=8, layout={"num_micro_batches": 2}).layout.num_micro_batches == 2
+    assert prepare("mp-naive", workers=2, micro_batches=4).layout.num_micro_batches == 1  # naive: whole batch
+    assert prepare("mp-naive", workers=2, layout={"num_micro_batches": 4}).layout.num_micro_batches == 4
+    with pytest.raises(ValueError, match="num_micro_batches=0"):
+        prepare("pp-1f1b", workers=4, layout={"num_micro_batches": 0})
+
+
+def test_the_model_knobs_size_the_model_and_ask_for_the_input_gradient():
+    cfg = RunConfig(model="mlp-tiny", options={"model_sizes": {"d_in": 16, "n_layers": 8}, "input_grad": True})
+    assert (cfg.model_config().d_in, cfg.model_config().n_layers) == (16, 8)
+    x, y = Batches(cfg)(0)
+    assert x.shape[1] == 16 and x.requires_grad and x.is_leaf and not y.requires_grad
+    with pytest.raises(ValueError, match="does not size 'mlp-tiny'"):
+        prepare("pp-1f1b", workers=2, model="mlp-tiny", options={"model_sizes": {"n_heads": 2}})
+    with pytest.raises(ValueError, match="input_grad=true needs an input of numbers"):
+        prepare("pp-1f1b", workers=2, options={"input_grad": True})
 
 
 def test_activations_in_flight_gpipe_m_1f1b_at_most_p(lab):

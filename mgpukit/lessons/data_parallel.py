@@ -25,8 +25,9 @@ def warm_parent() -> None:
     (imported by the first optimizer built) and Accelerate take ~1.5 s of CPU per worker
     otherwise — 12 s for an 8-worker launch on 2 cores.
     """
+    # lazy: importing them in this process, before a launch forks, is what this function is for
     import accelerate  # noqa: F401
-    import torch._dynamo  # noqa: F401
+    import torch._dynamo  # noqa: F401  (lazy: as the line above)
 
 
 def compare_strategies(strategies=("dp-naive", "dp-bucketed", "ddp"), *, workers: int = 2,

@@ -14,9 +14,14 @@ dispatch or launch, so a stage costs its FLOPs and bytes): what is left is the s
 
 ``run_lab(specs, p=4)`` runs every spec — ``{"schedule": "1f1b", "m": 8, "v": 1}`` — one
 after the other inside ONE launch (a launch costs seconds on a small machine) and returns one
-result record per spec, as ``mgpukit.run`` would (no parity check: the single-process
-reference trains the kit's models, not this one). Micro-batches keep ``rows`` rows each, so
-the global batch grows with ``m`` — the activation memory GPipe holds grows with it.
+result record per spec. It goes the way every run goes — `mgpukit.prepare` (the layout:
+``layout={"num_micro_batches": m, "v": v}``), one launch (`mgpukit.experiment.run_each`), the
+pipeline applier, the one trainer, the record (`finish`) — with the model knobs any run can
+take: ``model_sizes`` (the square MLP is ``mlp-tiny`` at ``width × n_layers``) and
+``input_grad``. No parity check: the point is the schedule's time. The record's ``strategy``
+and ``config`` then say what the lab ran (``pp-1f1b m=8``; the square MLP, rows per
+micro-batch, whether p2p was free), as its figures show them. Micro-batches keep ``rows`` rows
+each, so the global batch grows with ``m`` — the activation memory GPipe holds grows with it.
 """
 from __future__ import annotations
 
@@ -24,21 +29,12 @@ import dataclasses
 import math
 import warnings
 
-import torch
-
+from mgpukit import strategies
 from mgpukit.config import RunConfig
 from mgpukit.costmodel.hardware import Link, load_profile
-from mgpukit.costmodel.layout import Layout
-from mgpukit.measure.record import build_record
-from mgpukit.measure.recorder import Recorder
-from mgpukit.models.mlp import MLP, MLPConfig
-from mgpukit.runtime.context import current
-from mgpukit.runtime.dims import ParallelDims
-from mgpukit.runtime.hardware import env_info
-from mgpukit.runtime.launcher import OversubscribedWarning, launch
-from mgpukit.strategies.pipeline.engine import apply_pipeline
-from mgpukit.strategies.pipeline.plan import PipelinePlan, theory_for
-from mgpukit.training.trainer import train
+from mgpukit.experiment import run_each
+from mgpukit.prepare import Prepared, prepare
+from mgpukit.runtime.launcher import OversubscribedWarning
 
 _FREE = Link(alpha=0.0, beta=1e30)
 
@@ -60,38 +56,26 @@ def lab_layers(p: int, vs) -> int:
     return p * math.lcm(2, *vs)
 
 
-def _batches(m: int, rows: int, width: int):
-    def batches(step: int):
-        g = torch.Generator().manual_seed(1000 + step)
-        x = torch.randn(m * rows, width, generator=g).requires_grad_()  # stage 0 computes dx
-        return x, torch.randn(m * rows, width, generator=g)
-    return batches
-
-
-class _Loader:
-    def __init__(self, batches):
-        self.batches, self.step = batches, 0
-
-    def next(self, rec):
-        self.step += 1
-        return self.batches(self.step - 1)
-
-
-def _lab_worker(specs: list[dict], width: int, n_layers: int, rows: int, steps: int):
-    ctx = current()
-    out = []
+def lab_runs(specs: list[dict], *, p: int, mode: str, profile, width: int, rows: int,
+             steps: int) -> list[Prepared]:
+    """Each spec prepared as a run of the pipeline strategy of its schedule (``mlp-tiny`` sized
+    as the square MLP, its input requiring a gradient, the kit's SGD): refused here, before the
+    launch, if a (schedule, p, m, v) cannot run."""
+    sizes = {"d_in": width, "d_hidden": width, "n_layers": lab_layers(p, [s["v"] for s in specs]),
+             "d_out": width}
+    by_schedule = {}  # the kit's pipeline strategy of each schedule (its own executor)
+    for strat in strategies.available():
+        if strat.family == "pipeline" and strat.pipeline == "ours":
+            by_schedule.setdefault(strat.schedule, strat.name)
+    runs = []
     for spec in specs:
-        rec = Recorder(ctx)
-        torch.manual_seed(0)
-        model = MLP(MLPConfig(d_in=width, d_hidden=width, n_layers=n_layers, d_out=width))
-        layout = Layout(pp=ctx.world_size, schedule=spec["schedule"], v=spec["v"],
-                        num_micro_batches=spec["m"], micro_batch=rows, dtype="fp32")
-        parts = apply_pipeline(ctx, rec, model, layout, torch.nn.functional.mse_loss)
-        # the one trainer; of the run config only `steps` (and no options) is read here
-        train(ctx, rec, RunConfig(model="mlp-tiny", steps=steps), parts,
-              torch.optim.SGD(parts.params, lr=0.01), loader=_Loader(_batches(spec["m"], rows, width)))
-        out.append(rec.result())
-    return out
+        cfg = RunConfig(model="mlp-tiny", steps=steps, global_batch=spec["m"] * rows, lr=0.01,
+                        options={"model_sizes": sizes, "input_grad": True})
+        asked_v = spec["schedule"] == "interleaved" or spec["v"] != 1  # plan_for says where v applies
+        layout = {"num_micro_batches": spec["m"]} | ({"v": spec["v"]} if asked_v else {})
+        runs.append(prepare(by_schedule[spec["schedule"]], workers=p, mode=mode, profile=profile, config=cfg,
+                            layout=layout))
+    return runs
 
 
 def run_lab(specs: list[dict], *, p: int = 4, mode: str = "emulated",
@@ -99,29 +83,19 @@ def run_lab(specs: list[dict], *, p: int = 4, mode: str = "emulated",
             rows: int = 8, steps: int = 2, timeout_s: float = 300.0) -> list[dict]:
     """One launch of ``p`` workers; one result record per spec (see the module docstring)."""
     specs = [{"schedule": s["schedule"], "m": int(s["m"]), "v": int(s.get("v", 1))} for s in specs]
-    plans = [PipelinePlan(schedule=s["schedule"], p=p, m=s["m"], v=s["v"]) for s in specs]
-    for plan in plans:
-        theory_for(plan)  # refuses a bad (schedule, p, m, v) before launching
     n_layers = lab_layers(p, [s["v"] for s in specs])
     prof = None
     if mode == "emulated":
         prof = free_p2p_profile(profile) if free_p2p else load_profile(profile)
+    runs = lab_runs(specs, p=p, mode=mode, profile=prof, width=width, rows=rows, steps=steps)
     with warnings.catch_warnings():
         if mode == "emulated":  # virtual time does not care how many cores there are
             warnings.simplefilter("ignore", OversubscribedWarning)
-        results = launch(_lab_worker, p, specs, width, n_layers, rows, steps, mode=mode,
-                         dims=ParallelDims(pp=p),
-                         profile=prof, timeout_s=timeout_s, echo=False)
-    env = env_info()
-    records = []
-    for k, (spec, plan) in enumerate(zip(specs, plans)):
-        ranks = [r[k] for r in results]
+        records = run_each(runs, timeout_s=timeout_s)
+    for spec, rec in zip(specs, records):  # what the lab ran, as its figures name it
         name = f"pp-{spec['schedule']}" + (f" v={spec['v']}" if spec["v"] > 1 else "")
-        config = {"model": f"square-mlp {width}x{n_layers}", "steps": steps,
-                  "global_batch": spec["m"] * rows, "micro_batches": spec["m"], "options": spec,
-                  "rows_per_microbatch": rows, "free_p2p": free_p2p}
-        records.append(build_record(
-            strategy=f"{name} m={spec['m']}", mode=mode, profile=prof.name if prof else None,
-            dims={"dp": 1, "tp": 1, "pp": p}, config=config, ranks=ranks,
-            tokens_per_step=spec["m"] * rows, env=env, theory=theory_for(plan)))
+        rec["strategy"] = f"{name} m={spec['m']}"
+        rec["config"] = {"model": f"square-mlp {width}x{n_layers}", "steps": steps,
+                         "global_batch": spec["m"] * rows, "micro_batches": spec["m"], "options": spec,
+                         "rows_per_microbatch": rows, "free_p2p": free_p2p}
     return records

@@ -72,7 +72,7 @@ def fake_group():
     group with the data — torch DDP's constructor checks and bucket rebuild. The timed
     traffic still goes through the recorder (DDP's comm hook), timestamps over the real group.
     Collective: every rank calls it at the same point."""
-    import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers "fake")
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers "fake"; lazy: shape mode only)
 
     return dist.new_group(backend="fake")
 

@@ -67,13 +67,13 @@ from mgpukit.runtime.failures import (LaunchError, LaunchTimeout, WorkerError, t
 
 __all__ = ["launch", "resolve_mode", "build_mesh", "LaunchError", "LaunchTimeout", "WorkerError",
            "OversubscribedWarning"]
-from mgpukit.runtime.hardware import cuda_device_count, placement, usable_cores
+from mgpukit.runtime.hardware import usable_cores
+from mgpukit.runtime.modes import MODES, ResolvedMode, resolve_mode  # noqa: F401  (in __all__)
 from mgpukit.runtime.context import build_mesh  # noqa: F401  (in __all__)
 from mgpukit.threads import worker_threads
 from mgpukit.runtime.worker import (_FINISHED_KEY, BAD_FORK, WorkerSpec, _worker_main,  # noqa: F401
                                     check_picklable)
 
-MODES = ("auto", "cpu", "gpu", "emulated")
 # CPU-side checks of the GPU path, off by default: environment switches so that a whole test run
 # can turn them on; read once by `launch` in the parent, seen by workers as `ctx.options[key]`
 _CHECK_SWITCHES = {"device_guard": "MGPUKIT_DEVICE_GUARD",  # measure/device_guard.py
@@ -82,22 +82,6 @@ _CHECK_SWITCHES = {"device_guard": "MGPUKIT_DEVICE_GUARD",  # measure/device_gua
 
 class OversubscribedWarning(UserWarning):
     """More CPU workers than cores: results stay correct, wall-clock speedups do not."""
-
-
-def resolve_mode(mode: str, world_size: int) -> str:
-    """"auto" -> "gpu" when at least `world_size` GPUs are visible, else "cpu"."""
-    if mode not in MODES:
-        raise LaunchError(f"mode={mode!r} is not one of {MODES}.")
-    if mode == "auto":
-        # the reason (too few GPUs: NCCL wants one rank per GPU) is the record's `placement`
-        return placement(world_size, cuda_device_count())[0]
-    if mode == "gpu" and cuda_device_count() < world_size:
-        raise LaunchError(
-            f"mode='gpu' needs {world_size} GPUs but {cuda_device_count()} are visible (NCCL "
-            f"refuses two ranks on one GPU); use mode='cpu' (or 'auto'), mode='emulated', or "
-            f"fewer workers."
-        )
-    return mode
 
 
 def launch(
@@ -155,7 +139,8 @@ def launch(
     if dims.world_size != world_size:
         raise LaunchError(f"dims {dims.as_dict()} describe {dims.world_size} workers, but "
                           f"world_size={world_size}; launch {dims.world_size} workers or change the degrees.")
-    mode = resolve_mode(mode, world_size)
+    # a run's mode was resolved once, in `mgpukit.prepare` (`ResolvedMode`): taken as it is
+    mode = mode if isinstance(mode, ResolvedMode) else resolve_mode(mode, world_size)
     if mode == "emulated" and not profile:
         raise LaunchError("mode='emulated' needs a hardware profile, e.g. profile='h100-nvlink'.")
     if mode == "gpu" and torch.cuda.is_initialized():
@@ -199,7 +184,7 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
     # Imported once here rather than in every worker: each would otherwise pay ~1 s of CPU
     # (torch._dynamo is pulled in by the first optimizer) on a machine with few cores.
     import accelerate  # noqa: F401
-    import torch._dynamo  # noqa: F401
+    import torch._dynamo  # noqa: F401  (lazy: as the line above)
 
     _release_openmp_threads()
 

@@ -43,6 +43,10 @@ TRAINER_KNOBS = (
          minimum=1),
     Knob("loss_scale_init", float, 2.0 ** 16, "fp16: the loss scaler's starting scale S (policies/precision.py)",
          minimum=1),
+    Knob("model_sizes", dict, None, '{"n_layers": 8, "d_hidden": 256}: the model\'s sizes, overriding its '
+         "config (notebook 04's square MLP: mgpukit.lessons.pipeline_lab)"),
+    Knob("input_grad", bool, False, "the input batch requires a gradient (MLP models): a pipeline's first "
+         "stage computes dx like every other stage (mgpukit.lessons.pipeline_lab)"),
 )
 
 

@@ -69,9 +69,11 @@ class Batches:
             return get_batch(self.tokens, step=step, global_batch=c.global_batch,
                              seq_len=self.mcfg.seq_len, rank=self.rank,
                              world_size=self.world_size, seed=c.seed, split=self.split)
-        return mlp_batch(step=step, global_batch=c.global_batch, d_in=self.mcfg.d_in,
+        x, y = mlp_batch(step=step, global_batch=c.global_batch, d_in=self.mcfg.d_in,
                          d_out=self.mcfg.d_out, rank=self.rank, world_size=self.world_size, split=self.split,
                          seed=c.seed)
+        # `input_grad`: the first layer's backward computes dx too, as every later layer's does
+        return (x.requires_grad_(), y) if c.options.get("input_grad") else (x, y)
 
 
 def loss_fn(cfg: RunConfig):

@@ -7,7 +7,10 @@ which keeps the answer in the `Layout` — ``num_micro_batches``, ``v``):
 - ``micro_batches``: ``m``, the micro-batches per step. When left at its default of 1, a
   pipeline picks ``m = 2·p`` (enough to shrink the bubble to about a third; ``p`` if the
   global batch doesn't divide into ``2·p``). The naive model split ``mp-naive`` always runs
-  the whole batch at once (``m = 1``): that is what makes it naive.
+  the whole batch at once (``m = 1``): that is what makes it naive. The layout's
+  ``num_micro_batches`` (``layout={"num_micro_batches": 1}``) asks for ``m`` exactly, 1 included
+  (for ``mp-naive`` too: the naive schedule then takes each micro-batch through every stage
+  before the next, as notebook 04's schedule widget shows).
 - ``v`` (``--v`` or ``-o v=K``): model chunks per rank, interleaved only (default 2).
 """
 from __future__ import annotations
@@ -38,10 +41,10 @@ def _n_layers(cfg) -> tuple[int, str]:
 
 
 def plan_for(schedule: str, cfg, p: int, dp: int = 1, v: int | None = None,
-             stage_layers: tuple[int, ...] | None = None) -> PipelinePlan:
+             stage_layers: tuple[int, ...] | None = None, *, m: int | None = None) -> PipelinePlan:
     """The plan for ``schedule`` on ``p`` ranks, each of ``dp`` replicas taking its slice of
-    the global batch (``stage_layers``: an uneven split, v = 1); raises ``ValueError`` with
-    what to change."""
+    the global batch (``stage_layers``: an uneven split, v = 1; ``m``: the micro-batches asked
+    of the layout, which may be 1); raises ``ValueError`` with what to change."""
     asked = v
     v = int(2 if asked is None else asked) if schedule == "interleaved" else 1
     if schedule != "interleaved" and asked not in (None, 1):
@@ -62,7 +65,9 @@ def plan_for(schedule: str, cfg, p: int, dp: int = 1, v: int | None = None,
         raise ValueError(f"global_batch={cfg.global_batch} does not split over dp={dp} replicas; "
                          f"use a multiple of {dp}.")
     gb = cfg.global_batch // dp
-    if schedule == "naive":
+    if m is not None:  # asked of the layout: exactly this many (the naive schedule too)
+        pass
+    elif schedule == "naive":
         m = 1
     elif cfg.micro_batches > 1:
         m = cfg.micro_batches
