@@ -86,7 +86,7 @@ def census(fn) -> dict:
 
     class Census(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            context = op_context(args, kwargs)  # before the op runs, as the clock sees it
+            context = op_context(args, kwargs, func)  # before the op runs, as the clock sees it
             result = func(*args, **(kwargs or {}))
             if not is_free(func):
                 _, flops, nbytes = op_cost(func, args, kwargs, result, reference)

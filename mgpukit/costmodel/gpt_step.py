@@ -339,8 +339,10 @@ def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProf
     # the buckets already reduced are copied back while the last one's all-reduce is on the wire.
     tensors = ops["tensors"]
     many = workers > 1
-    copy_in = _per_tensor(tensors, 2 * FP32, "backward") if many else []
-    divide = [_mem(2 * nbytes, "backward") for nbytes in buckets] if many else []
+    # both issued by gradient hooks (the reducer's, the comm hook): no autograd node of their
+    # own, so the host pays a no_grad op for each (`vclock.op_context`)
+    copy_in = _per_tensor(tensors, 2 * FP32, "no_grad") if many else []
+    divide = [_mem(2 * nbytes, "no_grad") for nbytes in buckets] if many else []
     copy_back = _per_tensor(tensors, 2 * FP32, "no_grad") if many else []  # after the engine's last node
     copy_back_others = _per_tensor([p for bucket in members[:-1] for p in bucket], 2 * FP32)
     # Earlier buckets run while backward goes on, from when the first is ready (the head's and

@@ -51,6 +51,7 @@ class ModelShape:
     tied_embeddings: bool = False  # lm_head shares the token embedding's weight
     lm_head_bias: bool = False
     dropout: bool = False  # dropout layers store 1-byte masks (Korthikanti et al. 2022)
+    fused_qkv: bool = True  # q, k, v as one GEMM (Megatron-LM and most frameworks); mgpukit's GPT has three
 
     def __post_init__(self) -> None:
         for f in ("n_layer", "d_model", "n_head", "d_ff", "vocab", "seq_len"):
@@ -80,7 +81,8 @@ class ModelShape:
     def from_gpt_config(cls, cfg, *, name: str = "gpt", **overrides) -> "ModelShape":
         """Shape of mgpukit's GPT from its config (duck-typed: ``vocab_size, seq_len, n_layer,
         n_head, d_model, d_ff``, and ``bias``/``dropout`` when present). mgpukit's GPT has
-        LayerNorm, a learned position table and an untied, bias-free ``lm_head``."""
+        LayerNorm, a learned position table, an untied, bias-free ``lm_head`` and separate q, k, v
+        projections (three GEMMs, not one fused: `costmodel.steptime` charges them apart)."""
         kw = dict(
             name=name,
             vocab=cfg.vocab_size,
@@ -91,6 +93,7 @@ class ModelShape:
             d_ff=cfg.d_ff,
             bias=bool(getattr(cfg, "bias", True)),
             dropout=bool(getattr(cfg, "dropout", 0.0)),
+            fused_qkv=False,
         )
         return cls(**{**kw, **overrides})
 
@@ -168,11 +171,12 @@ FILE_KEYS = {  # file key -> ModelShape field
     "layers": "n_layer", "hidden": "d_model", "heads": "n_head", "kv_heads": "n_kv_head", "ffn": "d_ff",
     "vocab": "vocab", "seq": "seq_len", "gated_mlp": "gated_mlp", "bias": "bias", "norm": "norm",
     "tied_embeddings": "tied_embeddings", "lm_head_bias": "lm_head_bias", "dropout": "dropout",
+    "fused_qkv": "fused_qkv",
 }
 POSITIONS = ("learned", "rotary", "alibi")  # only "learned" has a (seq_len, d_model) table
 REQUIRED = ("layers", "hidden", "heads", "vocab", "seq")
 _INTS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
-_BOOLS = ("gated_mlp", "bias", "tied_embeddings", "lm_head_bias", "dropout")
+_BOOLS = ("gated_mlp", "bias", "tied_embeddings", "lm_head_bias", "dropout", "fused_qkv")
 
 
 def models_dir() -> Path:

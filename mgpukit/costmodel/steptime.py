@@ -4,11 +4,14 @@ The model, per GPU of each pipeline stage, for one micro-batch of ``b`` sequence
 (``n = b · seq_len / cp`` tokens on this GPU):
 
 1. **GEMMs**, one by one, on the roofline with tile and wave quantisation
-   (:mod:`mgpukit.costmodel.kernels`). Per layer: q/k/v, o, fc1 (gate/up), fc2, split by
-   tensor parallelism as Megatron does (Shoeybi et al. 2019); backward runs two GEMMs per
-   linear (``dX = dY·Wᵀ`` and ``dW = Xᵀ·dY``, a different shape: ``k`` is the token count).
-   The attention core: with ``flash_attention`` one fused kernel per direction (Dao et al.
-   2022; backward recomputes the scores: 2.5× the forward FLOPs); without it the batched
+   (:mod:`mgpukit.costmodel.kernels`). Per layer: q/k/v (one fused GEMM, or three where the
+   model has three projections: ``ModelShape.fused_qkv``, False for mgpukit's GPT), o, fc1
+   (gate/up), fc2, split by tensor parallelism as Megatron does (Shoeybi et al. 2019); backward
+   runs two GEMMs per linear (``dX = dY·Wᵀ`` and ``dW = Xᵀ·dY``, a different shape: ``k`` is the
+   token count). The attention core: with ``flash_attention`` one fused kernel per direction
+   (Dao et al. 2022; backward recomputes the scores: 2.5× the forward FLOPs), charged as the
+   emulator charges SDPA (`kernels.attention_seconds`: the profile's ``[attention]`` table,
+   the causal tiles skipped); without it the batched
    ``Q·Kᵀ`` and ``A·V`` GEMMs of Megatron-LM 2021 (two each in backward) with the ``s×s``
    scores in HBM. Once per model: the vocabulary-parallel ``lm_head``.
 2. **Memory-bound kernels** charged by bytes / HBM bandwidth: the two norms, the MLP's
@@ -67,7 +70,8 @@ from mgpukit.costmodel.fleet import slowest_fraction
 from mgpukit.costmodel.flops import flops_per_step
 from mgpukit.costmodel.frameworks import get_framework
 from mgpukit.costmodel.hardware import HardwareProfile
-from mgpukit.costmodel.kernels import depth_efficiency, gemm_seconds, matmul_rate, memory_seconds, wave_efficiency
+from mgpukit.costmodel.host import host_seconds_per_micro_batch
+from mgpukit.costmodel.kernels import attention_seconds, gemm_seconds, has_gemm_table, memory_seconds
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import stage_params
 from mgpukit.costmodel.shapes import ModelShape, layer_param_split
@@ -92,7 +96,11 @@ def _layer_kernels(shape: ModelShape, layout: Layout, profile: HardwareProfile) 
     s, d, f = shape.seq_len, shape.d_model, shape.d_ff
     n = layout.micro_batch * s // layout.cp  # tokens on this GPU
     gate = 2 if shape.gated_mlp else 1
-    linears = [(d, (d + 2 * shape.kv_dim) // t), (d // t, d), (d, gate * f // t), (f // t, d)]  # (in, out)
+    # (in, out) of each GEMM: q, k, v fused or apart (three narrow GEMMs fill fewer SMs: at tp 8
+    # GPT-2 350M's q is 128 wide, 2.2x the time of a third of a fused one), o, fc1, fc2
+    qkv = ([(d, (d + 2 * shape.kv_dim) // t)] if shape.fused_qkv
+           else [(d, d // t), (d, shape.kv_dim // t), (d, shape.kv_dim // t)])
+    linears = qkv + [(d // t, d), (d, gate * f // t), (f // t, d)]
     g_fwd = sum(gemm_seconds(n, out, inp, profile, dtype=dt) for inp, out in linears)
     g_bwd = sum(gemm_seconds(n, inp, out, profile, dtype=dt) + gemm_seconds(inp, out, n, profile, dtype=dt)
                 for inp, out in linears)
@@ -105,11 +113,17 @@ def _layer_kernels(shape: ModelShape, layout: Layout, profile: HardwareProfile) 
     # attention core: (b · heads/tp) problems of q = s/cp queries against all s keys
     batch, q, hd = layout.micro_batch * shape.n_head // t, s // layout.cp, shape.head_dim
     drop = 1 if shape.dropout else 0
-    if layout.flash_attention:
-        flops = 4.0 * batch * q * s * hd
-        rate = (matmul_rate(profile, dt) * wave_efficiency(q, hd, profile, batch=batch, dtype=dt)
-                * depth_efficiency(hd, profile, dtype=dt))
-        a_fwd, a_bwd, a_mem_fwd, a_mem_bwd = flops / rate, 2.5 * flops / rate, 0.0, 0.0
+    if layout.flash_attention:  # one fused kernel each way, as the emulator charges SDPA (its
+        # [attention] table and the causal tiles it skips; without a table, all q × s scores at
+        # the GEMM rate of a q × head_dim output)
+        # With cp, a load-balanced ring (each rank a chunk from each end of the sequence) leaves
+        # each rank half of its q × s tiles under the causal mask, as without cp
+        # (without an [attention] table every tile is charged, cp or not)
+        causal = dict(causal=True) if layout.cp == 1 else dict(causal=False)
+        half = 0.5 if layout.cp > 1 and profile.attention is not None and has_gemm_table(profile, dt) else 1.0
+        a_fwd = half * attention_seconds(batch, q, s, hd, profile, dtype=dt, **causal)
+        a_bwd = half * attention_seconds(batch, q, s, hd, profile, dtype=dt, backward=True, **causal)
+        a_mem_fwd = a_mem_bwd = 0.0
     else:
         def bmm(m_, n_, k_):
             return gemm_seconds(m_, n_, k_, profile, dtype=dt, batch=batch)
@@ -350,38 +364,6 @@ def step_time(
         "tokens_per_s": layout.global_batch * shape.seq_len / total,
         "slowest_stage": slow_i,
     }
-
-
-# Ops an eager PyTorch GPT issues per layer and micro-batch (the kit's `models.gpt`, counted
-# under the virtual clock: `tests/test_planner_time.py`): forward — 2 norms, 4 linears (q, k, v,
-# o), attention, 2 residual adds, fc1, activation, fc2; backward — 3 kernels per linear (dX, dW,
-# the bias's column sum), the attention's, norms', activation's and 4 gradient adds, then one
-# accumulation per parameter tensor. Mixed precision adds autocast's casts: 16 per layer each
-# way (weights, biases, the four linears' fp32 inputs), issued by torch itself, not the model.
-FWD_OPS_PER_LAYER = 12
-BWD_OPS_PER_LAYER = 26
-CASTS_PER_LAYER = 16
-
-
-def host_seconds_per_micro_batch(shape: ModelShape, layout: Layout, profile: HardwareProfile, stage: int) -> float:
-    """Host seconds to issue one micro-batch's forward and backward on pipeline ``stage``
-    (`HardwareProfile.dispatch_overhead` by context, ``model_code_factor`` for the model's ops,
-    not for autocast's casts); 0 where the profile has no host figures. A gated MLP adds one
-    linear and one multiply; the embedding and the head + loss add their handful."""
-    if not profile.async_launch:
-        return 0.0
-    fwd, bwd = profile.dispatch_overhead("forward", model_code=True), profile.dispatch_overhead("backward", model_code=True)
-    gate = 1 if shape.gated_mlp else 0
-    tensors = 4 * (2 if shape.bias else 1) + (2 + gate) * (2 if shape.bias else 1) + 2 * (2 if shape.norm == "layernorm" else 1)
-    per_layer = (FWD_OPS_PER_LAYER + 2 * gate) * fwd + (BWD_OPS_PER_LAYER + 4 * gate + tensors) * bwd
-    if layout.dtype != "fp32":
-        per_layer += CASTS_PER_LAYER * (profile.dispatch_overhead("forward") + profile.dispatch_overhead("backward"))
-    host = layout.layers_of_stage(shape.n_layer, stage) * per_layer
-    if stage == 0:  # lookups and the position add; backward: their scatters, accumulation
-        host += 4 * fwd + 5 * bwd
-    if stage == layout.pp - 1:  # final norm, lm_head, target copy, log-softmax, NLL; backward
-        host += 5 * fwd + 9 * bwd
-    return host
 
 
 def stage_cost_terms(shape: ModelShape, layout: Layout, profile: HardwareProfile, *,

@@ -195,12 +195,23 @@ def is_host_scalar_op(args, kwargs=None) -> bool:
     return bool(tensors) and all(t.dim() == 0 and not t.requires_grad and t.grad_fn is None for t in tensors)
 
 
-def op_context(args=(), kwargs=None) -> str:
+_ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
+_ACCUMULATION = {_aten.add_.Tensor, _aten.add.Tensor}  # what AccumulateGrad itself runs: grad += new
+
+
+def op_context(args=(), kwargs=None, func=None) -> str:
     """Where an op runs: "backward" inside the autograd engine; "forward" where autograd
     records it (grad mode on and an input that requires grad); "no_grad" where nothing is
-    recorded (optimizer updates, zeroing gradients, packing buckets)."""
-    if torch._C._current_autograd_node() is not None:
-        return "backward"
+    recorded (optimizer updates, zeroing gradients, packing buckets).
+
+    An op `func` that a gradient hook issues while the engine runs a leaf's AccumulateGrad node
+    — DDP's reducer copying each gradient into its bucket, a comm hook dividing a bucket, the
+    kit's own bucketing hooks — is "no_grad": no autograd node of its own, no module code
+    around it (the accumulation itself, ``grad += new``, stays "backward")."""
+    node = torch._C._current_autograd_node()
+    if node is not None:
+        hook = func is not None and node.name() == _ACCUMULATE_GRAD and func not in _ACCUMULATION
+        return "no_grad" if hook else "backward"
     if torch.is_grad_enabled() and any(t.requires_grad for t in _tensors((args, kwargs or {}))):
         return "forward"
     return "no_grad"
@@ -247,7 +258,7 @@ class _CostMode(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if is_free(func):
             return out
-        context = op_context(args, kwargs)
+        context = op_context(args, kwargs, func)
         if clock.launches and context == "no_grad" and is_host_scalar_op(args, kwargs):
             clock.run_host(clock.profile.host_scalar_op)  # a CPU scalar beside the GPU: no kernel, no sync
             return out
