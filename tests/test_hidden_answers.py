@@ -8,6 +8,7 @@ small notebooks with outputs and check that it finds each one and nothing else (
 test), then run nbmake itself on a planted leak to see the hook fail it."""
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mgpukit.exercises import expected_value
@@ -108,6 +110,31 @@ def test_a_figure_title_or_bar_label_leaks_its_raw_coordinates_do_not():
         assert len(find_leaks(_nb(_code("fig.show()", fig=fig), _check("04.gpipe-bubble")))) == leaks
 
 
+def test_a_point_at_the_questions_own_parameter_leaks_on_hover():
+    """Notebook 04 drew the 1F1B closed form at every m = 1…16: hovering m = 12 gave Q4's 0.2,
+    though no label showed it; 02 drew the ring's predicted busbw on 60 sizes, one at 1.02 MiB
+    within 9.4's tolerance. A point at the question's parameter (in its unit) leaks; the same curve
+    drawn only where the runs are does not, nor does a point at another x."""
+    want = expected_value("04.predict-1f1b")  # p = 4, m = 12: 3/15
+    question = _md("**Q4.** 1F1B on p = 4 equal stages, **m = 12** micro-batches: what bubble fraction?")
+
+    def line(ms):
+        return {"data": [{"type": "scatter", "mode": "lines", "x": ms, "y": [3 / (m + 3) for m in ms]}],
+                "layout": {"title": {"text": "1F1B bubble vs micro-batches"}}}
+    (leak,) = find_leaks(_nb(_code("fig.show()", fig=line(list(range(1, 17)))), question, _check("04.predict-1f1b")))
+    assert "hover" in leak and "(12, 0.2)" in leak
+    assert find_leaks(_nb(_code("fig.show()", fig=line([1, 2, 4, 8, 16])), question, _check("04.predict-1f1b"))) == []
+    shifted = {"data": [{"type": "scatter", "x": [13], "y": [want]}], "layout": {}}
+    assert find_leaks(_nb(_code("fig.show()", fig=shifted), question, _check("04.predict-1f1b"))) == []
+    # a prefixed unit in the question reaches the axis's unit, and plotly's typed arrays are read
+    busbw = expected_value("02.predict-busbw")   # GB/s
+    typed = {"data": [{"type": "scatter", "mode": "lines",
+                       "x": {"dtype": "f8", "bdata": base64.b64encode(np.array([1.02 * 2**20]).tobytes()).decode()},
+                       "y": [busbw * 0.985]}], "layout": {}}
+    q94 = _md("**9.4** What bus bandwidth (GB/s) will the ring reach for a **1 MiB** all-reduce on **4** GPUs?")
+    assert len(find_leaks(_nb(_code("fig.show()", fig=typed), q94, _check("02.predict-busbw")))) == 1
+
+
 def test_a_list_answer_leaks_when_its_informative_elements_show_and_givens_do_not_count():
     gpipe, one_f_one_b = expected_value("04.in-flight")  # p = 4, m = 16: [16, 4]
     question = _md("**Q2.** p = 4, m = 16: how many micro-batches does rank 0 hold?")
@@ -126,19 +153,37 @@ def _quiz(rows, name="00.debug"):
 def test_a_quiz_whose_table_singles_out_the_broken_variant_leaks():
     broken = expected_value("00.debug")
     ok = "True 1.2e-07 2.8e-08 1.5e-08 849,408 B"
-    bug = "False 1.9e-01 3.4e+00 8.9e-02 849,408 B"
+    bug = "False 9.0e-03 4.5e-02 1.2e-02 837,888 B"
     rounding = "False 1.6e-05 1.4e-04 5.5e-05 424,704 B"
+    topk = "False 2.5e-02 2.8e-01 4.0e-03 16,992 B"   # farther than the bug in two of three Δs
     others = [k for k in "ABC" if k != broken]
     only_false = {broken: bug, others[0]: ok, others[1]: ok}
     (leak,) = find_leaks(_quiz(dict(sorted(only_false.items()))))
     assert f"only for variant {broken}" in leak
-    # a second variant that misses parity by rounding: the verdict and the Δs no longer single it out
-    with_decoy = {broken: bug, others[0]: ok, others[1]: rounding}
+    # a second variant that misses parity by rounding: no column singles the bug out, but it is
+    # still the larger Δ in every column — "pick the larger Δ" answers the quiz
+    with_rounding = {broken: bug, others[0]: ok, others[1]: rounding}
+    (leak,) = find_leaks(_quiz(dict(sorted(with_rounding.items()))))
+    assert "largest difference in 3 of the 3 difference columns" in leak
+    # a legitimate suspect farther from the reference in most columns: the reader has to read how
+    with_decoy = {broken: bug, others[0]: ok, others[1]: topk}
     assert find_leaks(_quiz(dict(sorted(with_decoy.items())))) == []
     # … unless one column still does: the only variant that sends nothing
-    silent = {broken: "False 1.9e-01 3.4e+00 8.9e-02 0 B", others[0]: ok, others[1]: rounding}
+    far_half = "False 2.5e-02 2.8e-01 4.0e-03 424,704 B"   # farther, half the bytes (the ok row's within 10×)
+    silent = {broken: "False 9.0e-03 4.5e-02 1.2e-02 0 B", others[0]: ok, others[1]: far_half}
     (leak,) = find_leaks(_quiz(dict(sorted(silent.items()))))
     assert "column 5" in leak
+
+
+def test_farthest_counts_only_the_difference_columns_and_needs_a_majority():
+    rows = {"A": ["True", "1.2e-07", "2.8e-08", "1.5e-08", "849,408", "B"],
+            "B": ["False", "2.6e-06", "3.5e-05", "1.0e-03", "844,800", "B"],
+            "C": ["False", "1.6e-05", "1.4e-04", "5.5e-05", "424,704", "B"]}
+    assert singled_out(rows, "B") is None                   # the largest in one Δ column of three
+    rows["B"][2] = "3.5e-04"                                # now in two of three: a leak
+    assert "2 of the 3 difference columns (columns 3, 4)" in singled_out(rows, "B")
+    rows["B"][2] = "1.4e-04"                                # a tie is not "the larger"
+    assert singled_out(rows, "B") is None
 
 
 def test_singled_out_reads_columns_not_labels():

@@ -162,6 +162,10 @@ class HardwareProfile:
     # [memory] blas_workspace: bytes cuBLAS holds per (handle, stream) from the caching allocator
     # (`measure.allocator`: the forward thread and the autograd thread each have one)
     blas_workspace: float = 0.0
+    # [scale] gpu_spread: the spread of sustained matmul rates across a fleet of this GPU (a fraction,
+    # `costmodel.fleet`); only where the GEMM rate is one GPU's measurement, 0 where it was read off
+    # whole multi-GPU runs (the slowest GPU's pace is then inside the rate)
+    gpu_spread: float = 0.0
 
     def __post_init__(self) -> None:
         # a negative bandwidth or a NaN memory size gives negative or NaN times, silently
@@ -176,10 +180,10 @@ class HardwareProfile:
                                                          (self.op_overhead_by_context or {}).items()},
                      "efficiency.model_code_factor": self.model_code_factor,
                      "launch.min_kernel": self.min_kernel_time, "launch.collective": self.collective_launch,
-                     "launch.host_op": self.host_scalar_op}
+                     "launch.host_op": self.host_scalar_op, "scale.gpu_spread": self.gpu_spread}
         for key, value in overheads.items():
             if not (math.isfinite(value) and value >= 0):
-                table = "" if key.startswith(("launch.", "efficiency.")) else "efficiency."
+                table = "" if key.startswith(("launch.", "efficiency.", "scale.")) else "efficiency."
                 raise ValueError(f"profile {self.name!r}: {table}{key} must be a finite number >= 0, got {value}")
         if self.gpus_per_node < 1:
             raise ValueError(f"profile {self.name!r}: gpus_per_node must be >= 1, got {self.gpus_per_node}")
@@ -247,6 +251,7 @@ class HardwareProfile:
                            **({"model_code_factor": self.model_code_factor} if self.model_code_factor != 1.0 else {}),
                            **{f"op_overhead_{c}": v for c, v in (self.op_overhead_by_context or {}).items()}},
             **({"memory": {"blas_workspace": self.blas_workspace}} if self.blas_workspace else {}),
+            **({"scale": {"gpu_spread": self.gpu_spread}} if self.gpu_spread else {}),
             **({"launch": {"async": self.async_launch, "min_kernel": self.min_kernel_time,
                            "collective": self.collective_launch, "host_op": self.host_scalar_op}}
                if self.async_launch or self.min_kernel_time or self.collective_launch else {}),
@@ -283,6 +288,7 @@ class HardwareProfile:
                 collective_launch=float(launch.get("collective", 0.0)),
                 host_scalar_op=float(launch.get("host_op", 0.0)),
                 blas_workspace=float(d.get("memory", {}).get("blas_workspace", 0.0)),
+                gpu_spread=float(d.get("scale", {}).get("gpu_spread", 0.0)),
             )
         except KeyError as e:
             raise ValueError(f"hardware profile {d.get('name', '?')!r} lacks the key {e.args[0]!r}") from None

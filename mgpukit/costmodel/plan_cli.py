@@ -35,7 +35,7 @@ from mgpukit.costmodel.plan_args import budget, check_positive, check_search_arg
 from mgpukit.costmodel.plan_format import format_plan, format_search
 from mgpukit.costmodel.planner import plan, search
 from mgpukit.costmodel.shapes import NORMS, POSITIONS, list_shapes
-from mgpukit.costmodel.validation import format_error_bars, format_validation, validation_report
+from mgpukit.costmodel.validation import format_error_bars, format_validation, predict, runs, validation_report
 from mgpukit.costmodel.training_cost import format_training, format_training_table, time_to_train
 
 SEARCH_GLOBAL_BATCH = 512
@@ -96,6 +96,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dp-sync", default=None, choices=DP_SYNC,
                    help="when the data-parallel gradient sync runs: overlapped with backward, or after the "
                         "pipeline flush (Megatron-LM 2021, DeepSpeed's pipeline engine); default: the framework's")
+    p.add_argument("--no-stragglers", dest="stragglers", action="store_false",
+                   help="every GPU at the profile's rate: leave out the slowest-of-N term (straggler)")
     p.add_argument("--search", action="store_true", help="rank every layout that fits by predicted step time")
     p.add_argument("--top", type=int, default=10, help="rows of the --search table (default 10)")
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON")
@@ -134,7 +136,7 @@ def run(args) -> int:
             gb = args.global_batch or SEARCH_GLOBAL_BATCH
             plans = search(shape, args.gpus, profile, global_batch=gb, top=args.top, include_unfit=True,
                            dtype=args.dtype, framework=framework, flash_attention=getattr(args, "flash", True),
-                           tp=args.tp, pp=args.pp)
+                           tp=args.tp, pp=args.pp, stragglers=getattr(args, "stragglers", True))
             if not plans and (args.tp or args.pp):
                 what = " ".join(f"--{k} {getattr(args, k)}" for k in ("tp", "pp") if getattr(args, k))
                 raise ValueError(f"no layout has {what}: tp must divide the heads ({shape.n_head}, kv {shape.kv_heads}) "
@@ -149,7 +151,8 @@ def run(args) -> int:
                 for row, b in zip(result["plans"], budgets):
                     row["training"] = b
         else:
-            result_plan = plan(shape, args.gpus, profile, layout_from_args(args), framework=framework)
+            result_plan = plan(shape, args.gpus, profile, layout_from_args(args), framework=framework,
+                               stragglers=getattr(args, "stragglers", True))
             print(format_plan(result_plan))
             result = result_plan.to_dict()
             if tokens is not None:
@@ -182,13 +185,16 @@ def _validation(args) -> int:
     defaults = argparse.ArgumentParser()
     add_arguments(defaults)
     given = [f"--{k.replace('_', '-')}" for k, v in vars(defaults.parse_args([])).items()
-             if k not in ("validation", "json") and getattr(args, k, v) != v]
+             if k not in ("validation", "json", "stragglers") and getattr(args, k, v) != v]
     if given:
         raise ValueError(f"--validation prints the published runs and error bars only, so {', '.join(given)} "
                          f"would be ignored; drop {'them' if len(given) > 1 else 'it'}")
-    print(f"{format_validation()}\n\n{format_error_bars()}\n(published figures and their sources: "
-          f"mgpukit/costmodel/validation.py; predicted: the planner's)")
-    return _write_json(args, validation_report())
+    rows = None if getattr(args, "stragglers", True) else tuple(predict(r, stragglers=False) for r in runs())
+    print(f"{format_validation(rows)}\n\n{format_error_bars()}\n(published figures and their sources: "
+          f"mgpukit/costmodel/validation.py; predicted: the planner's"
+          + ("; --no-stragglers: the table without the slowest-of-N term, the error bars as shipped, with it)"
+             if rows else ")"))
+    return _write_json(args, validation_report(rows))
 
 
 def main(argv: list[str] | None = None) -> int:

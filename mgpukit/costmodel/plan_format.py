@@ -64,9 +64,12 @@ def format_plan(pl: Plan) -> str:
     rows = [("GEMMs", t["compute_s"]), ("memory-bound", t["memory_s"]), ("tp comm", t["comm_tp_s"]),
             ("cp comm", t["comm_cp_s"]), ("pp comm", t["comm_pp_s"]), ("dp comm", t["comm_dp_s"]),
             ("bubble", t["bubble_s"]), ("optimizer", t["optimizer_s"]),
-            ("interference", t.get("interference_s", 0.0)), ("total", t["total_s"])]
+            ("interference", t.get("interference_s", 0.0)), ("straggler", t.get("straggler_s", 0.0)),
+            ("total", t["total_s"])]
     if pl.layout.cp == 1:
         rows = [r for r in rows if r[0] != "cp comm"]
+    if not pl.profile.gpu_spread:  # a whole-run rate (A100 profiles): the slowest GPU's pace is inside it
+        rows = [r for r in rows if r[0] != "straggler"]
     lines += [f"  {name:<12}{_sec(v)}" for name, v in rows]
     r = pl.ranges
     lines[-1] += f"   {_range(r['step_time_s'], _sec)} from the error bar"

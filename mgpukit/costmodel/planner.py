@@ -114,11 +114,15 @@ class Plan:
 
 
 def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile", layout: Layout, *,
-         framework: "str | Framework | None" = None) -> Plan:
+         framework: "str | Framework | None" = None, stragglers: bool = True) -> Plan:
     """Predict memory, step time, MFU and bubble of ``layout``; raises :class:`LayoutError`
     (saying what to change) when the layout cannot run at all — an fp8 layout on a GPU without
     fp8, a pipeline schedule the framework does not offer included. A layout that runs but does
-    not fit in memory gives ``fits == False``."""
+    not fit in memory gives ``fits == False``.
+
+    ``stragglers``: the step waits for the slowest of the ``gpus`` GPUs (``time["straggler_s"]``,
+    from the profile's ``gpu_spread``; :mod:`~mgpukit.costmodel.fleet`); False: every GPU at the
+    profile's rate. A100 profiles carry no spread (their rate already holds it): 0 either way."""
     shape = get_shape(model)
     hw = load_profile(profile) if isinstance(profile, str) else profile
     fw = get_framework(framework)
@@ -128,7 +132,8 @@ def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile",
     return Plan(
         model=shape, profile=hw, gpus=gpus, layout=layout, params=param_count(shape),
         memory=memory_per_rank(shape, layout), memory_limit=hw.usable_memory_bytes,
-        time=step_time(shape, layout, hw, framework=fw, interference=OVERLAP_SLOWDOWN),
+        time=step_time(shape, layout, hw, framework=fw, interference=OVERLAP_SLOWDOWN,
+                       gpu_spread=hw.gpu_spread if stragglers else 0.0),
         comm_bytes=comm_bytes_per_step(shape, layout),
         framework=fw, error_bar=error_bar(fw),
     )
@@ -212,10 +217,11 @@ def candidate_layouts(shape: ModelShape, gpus: int, profile: HardwareProfile, *,
 def search(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile", *, global_batch: int,
            top: int = 10, include_unfit: bool = False, dtype: str = "bf16",
            framework: "str | Framework | None" = None, flash_attention: bool = True,
-           tp: int | None = None, pp: int | None = None) -> list[Plan]:
+           tp: int | None = None, pp: int | None = None, stragglers: bool = True) -> list[Plan]:
     """Rank every candidate layout (:func:`candidate_layouts`) that fits by predicted step time
     (ties: less memory first), each prediction once. ``include_unfit=True`` appends the rest,
-    smallest memory first. ``tp`` / ``pp`` restrict the search to that degree."""
+    smallest memory first. ``tp`` / ``pp`` restrict the search to that degree; ``stragglers`` as
+    in :func:`plan`."""
     shape = get_shape(model)
     hw = load_profile(profile) if isinstance(profile, str) else profile
     fw = get_framework(framework)
@@ -233,12 +239,13 @@ def search(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile
             if include_unfit:
                 unfit.append((memory["total"], layout))
             continue
-        fitting.append(plan(shape, gpus, hw, layout, framework=fw))
+        fitting.append(plan(shape, gpus, hw, layout, framework=fw, stragglers=stragglers))
     fitting.sort(key=lambda pl: (pl.step_time_s, pl.memory["total"]))
     result = _distinct(fitting, top)
     if include_unfit and len(result) < top:
         unfit.sort(key=lambda item: item[0])
-        result += _distinct([plan(shape, gpus, hw, lay, framework=fw) for _, lay in unfit[: 4 * top]],
+        result += _distinct([plan(shape, gpus, hw, lay, framework=fw, stragglers=stragglers)
+                             for _, lay in unfit[: 4 * top]],
                             top - len(result))
     return result
 

@@ -30,6 +30,7 @@ SCHEMA: dict = {
                   "fp32_backward": NUMBER, "causal_skip": BOOLEAN},
     "launch": {"async": BOOLEAN, "min_kernel": NUMBER, "collective": NUMBER, "host_op": NUMBER},
     "memory": {"blas_workspace": NUMBER},
+    "scale": {"gpu_spread": NUMBER},
 }
 
 _WHAT = {NUMBER: "a number", INTEGER: "a whole number (no decimal point)", BOOLEAN: "true or false",

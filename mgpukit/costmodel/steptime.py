@@ -66,6 +66,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mgpukit.costmodel.comm import allgather_time, allreduce_time, group_link, p2p_time, reduce_scatter_time
+from mgpukit.costmodel.fleet import slowest_fraction
 from mgpukit.costmodel.flops import flops_per_step
 from mgpukit.costmodel.frameworks import get_framework
 from mgpukit.costmodel.hardware import HardwareProfile
@@ -260,7 +261,7 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
 def step_time(
     shape: ModelShape, layout: Layout, profile: HardwareProfile, *,
     bucket_bytes: float = DDP_BUCKET_BYTES, overlap_dp: bool | None = None, framework=None,
-    interference: float = 0.0,
+    interference: float = 0.0, gpu_spread: float = 0.0,
 ) -> dict[str, float]:
     """Predicted seconds of one step (module docstring). Returns ``compute_s`` (GEMMs),
     ``memory_s`` (memory-bound kernels), ``comm_s`` (exposed; split as ``comm_tp_s``,
@@ -279,6 +280,13 @@ def step_time(
     the backward costs ``interference ·`` its hidden seconds (``interference_s``). 0 (the
     default) is the convention of the emulator, whose clocks do not model it; the planner uses
     :data:`OVERLAP_SLOWDOWN`.
+
+    ``gpu_spread``: the spread of GPU matmul speeds across the fleet (a fraction; a profile's
+    ``gpu_spread``): the slowest of the layout's GPUs paces the step, so the GEMM seconds on the
+    pipeline's critical path are longer by :func:`~mgpukit.costmodel.fleet.slowest_fraction`
+    (``straggler_s``; :mod:`~mgpukit.costmodel.fleet`). 0 (the default): every GPU as fast as the
+    profile's rate — the emulator's convention, and the A100 profiles', whose rate was read off
+    whole runs.
     """
     fw = get_framework(framework)
     overlap_dp = fw.overlap_dp if overlap_dp is None else overlap_dp
@@ -313,6 +321,11 @@ def step_time(
         float(m) if layout.schedule == "naive" else FILL_FACTOR[layout.schedule])
     steady = m * busy[slow_i]
     pipeline = steady + fill * (sum(busy) - busy[slow_i])
+    # the slowest of the world's GPUs paces every stage: its GEMMs (matmuls, fused attention) run
+    # slower by the fleet's expected worst; the critical path's GEMM seconds are paced the same way
+    gemm_path = m * stages[slow_i]["gemm"] + fill * (sum(st["gemm"] for st in stages) - stages[slow_i]["gemm"])
+    straggler_s = slowest_fraction(layout.world_size, gpu_spread) * gemm_path
+    pipeline += straggler_s
 
     # optimizer step over the local (possibly ZeRO-sharded) parameters
     psi = max(stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer))
@@ -325,6 +338,7 @@ def step_time(
     # wait), so it bounds the pipeline on its own; a step of small kernels is launch-bound
     host = [layout.num_micro_batches * host_seconds_per_micro_batch(shape, layout, profile, s)
             for s in layout.distinct_stages(shape.n_layer)] if profile.async_launch else [0.0]
+    straggler_s = max(0.0, pipeline - max(pipeline - straggler_s, max(host)))  # what a host-bound step leaves of it
     pipeline = max(pipeline, max(host))
     interference_s = interference * hidden_dp
     total = pipeline + dp_end + optimizer_s + interference_s
@@ -337,13 +351,14 @@ def step_time(
         "memory_s": m * slow["mem"],
         "comm_s": sum(comm.values()),
         **comm,
-        "bubble_s": pipeline - steady,
+        "bubble_s": pipeline - steady - straggler_s,
         "optimizer_s": optimizer_s,
         "interference_s": interference_s,
+        "straggler_s": straggler_s,
         "total_s": total,
         "host_s": max(host),
         "launch_bound": max(host) / total,
-        "bubble_fraction": (pipeline - steady) / pipeline,
+        "bubble_fraction": (pipeline - steady - straggler_s) / pipeline,
         "mfu": flops["model"] / (total * gpus * peak),
         "hfu": flops["total"] / (total * gpus * peak),
         "tokens_per_s": layout.global_batch * shape.seq_len / total,

@@ -2,25 +2,33 @@
 labels A, B, C. The reader reads their parity reports (losses, gradient norms, weights against
 the single-process reference, and the bytes each rank sent) and names the broken one.
 
-The bugs are the classics: a sum without the 1/n average, a gradient divided by n twice, one
-tensor never synced, rank 0's gradient broadcast instead of the ranks' gradients averaged, a
-micro-batch loss not scaled by 1/m. Beside each bug sits a variant that misses fp32 parity for a
-legitimate reason — its gradients exchanged in fp16 or bf16, its loss computed from bf16 logits,
-or (02) only the 1 % largest gradient entries sent, which lands *farther* from the reference
-than the bug — so two rows of the report differ from the reference and the reader has to read
-*how* they differ (a rounding-sized Δ, a factor, the bytes) instead of spotting the one odd row
-(`mgpukit.exercises.leaks` checks that no printed column singles the bug out by itself). Each variant is a gradient sync (or
-a pipeline worker) registered only while its runs last, so it never shows in `mgpukit list`,
-the tour or the exported script; forked workers inherit the registry.
+The bugs are ones people write: a hand-written sync that all-reduces only the `nn.Linear` and
+`nn.Embedding` tensors (the LayerNorms never synced), one tensor never synced, rank 0's gradient
+broadcast instead of the ranks' gradients averaged, an int8 all-reduce whose ranks never agree on
+their scales, a micro-batch loss backpropagated without its 1/m (the logged loss still the mean).
+Beside each bug sits a variant that misses fp32 parity for a legitimate reason — its gradients
+exchanged in fp16 or bf16, only the 1 % largest gradient entries sent (top-k with error
+feedback), its loss computed from bf16 logits — and that variant is *farther* from the
+reference than the bug in most of the difference columns, or the bug's one large difference is
+in a column a rounding cannot reach. So "the larger Δ is the bug" does not answer a quiz: the
+reader has to read *how* the rows differ (which column, the bytes, a factor) — and
+`mgpukit.exercises.leaks` checks that no printed column, and no "farthest from the reference"
+ranking, singles the bug out by itself. Each variant is a gradient sync (or a pipeline worker)
+registered only while its runs last, so it never shows in `mgpukit list`, the tour or the
+exported script; forked workers inherit the registry.
 """
 from __future__ import annotations
 
 import contextlib
+from functools import partial
 
 import torch
 import torch.distributed as dist
 
+from mgpukit.config import RunConfig
 from mgpukit.experiment import run
+from mgpukit.strategies.compression import int8
+from mgpukit.strategies.compression.common import compressed_sync
 from mgpukit.strategies import registry
 from mgpukit.strategies.pipeline.engine import apply_pipeline
 from mgpukit.strategies.pipeline.pipeline_parallel import PARITY_TOLERANCE, pipeline_layout
@@ -28,11 +36,20 @@ from mgpukit.training.building import build_model, build_optimizer, loss_fn
 from mgpukit.training.trainer import train
 
 
+def _unsynced(bug: str | None, index: int, name: str) -> bool:
+    """Does variant `bug` leave parameter `index` (`name`) out of its all-reduce?"""
+    return ((bug == "skip_first" and index == 0)  # one tensor (the embedding) never synced
+            # a sync written over the Linear and Embedding modules: the LayerNorms never synced
+            or (bug == "skip_layernorm" and ".ln" in f".{name}"))
+
+
 class _Sync:
     """Data-parallel gradient sync with a switchable bug (`bug=None`: correct)."""
 
-    def __init__(self, rec, params, group, n: int, bug: str | None):
-        self.rec, self.params, self.group, self.n, self.bug = rec, list(params), group, n, bug
+    def __init__(self, rec, named_params, group, n: int, bug: str | None):
+        named = list(named_params)
+        self.rec, self.group, self.n, self.bug = rec, group, n, bug
+        self.params, self.names = [p for _, p in named], [name for name, _ in named]
         self.ranks = dist.get_process_group_ranks(group) if group is not None else list(range(n))
 
     def no_sync(self):
@@ -42,7 +59,7 @@ class _Sync:
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
-            if self.bug == "skip_first" and i == 0:  # one tensor (the embedding) never synced
+            if _unsynced(self.bug, i, self.names[i]):
                 continue
             if self.bug in ("fp16", "bf16"):  # correct, but the exchange rounds to 16 bits
                 g = (p.grad / self.n).to(torch.float16 if self.bug == "fp16" else torch.bfloat16)
@@ -53,22 +70,46 @@ class _Sync:
                 self.rec.broadcast(p.grad, src=self.ranks[0], group=self.group)
                 continue
             self.rec.all_reduce(p.grad, group=self.group)
-            if self.bug == "no_average":
-                continue
-            p.grad.div_(self.n * self.n if self.bug == "average_twice" else self.n)
+            p.grad.div_(self.n)
 
 
 def _sync_with(bug: str | None):
     def apply(module, ctx, rec, cfg):
-        return module, _Sync(rec, module.parameters(), ctx.group("dp"), ctx.size("dp"), bug)
+        return module, _Sync(rec, module.named_parameters(), ctx.group("dp"), ctx.size("dp"), bug)
     return apply
+
+
+def _int8_unshared_scales(flat: torch.Tensor, rec, *, chunk: int, group) -> torch.Tensor:
+    """The bug: `dp-int8`'s all-reduce exchange without its MAX all-reduce of the scales. Each
+    rank quantizes with its own per-chunk scales, the int8 codes are summed, and each rank
+    decodes the sum with its own scales — codes made at different scales added as if they
+    were one, and the ranks' "mean" gradients no longer even agree."""
+    n, numel = dist.get_world_size(group), flat.numel()
+    levels = 127 // n
+    x = int8.chunked(flat, chunk)
+    scale = int8.scales_for(x.abs().amax(dim=1), levels)  # never agreed across ranks
+    codes = int8.quantize(x, scale, levels)
+    rec.all_reduce(codes, group=group)
+    return (codes.float() * scale[:, None]).view(-1)[:numel] / n
+
+
+def _int8_bug(_):
+    def build(params, rec, group, cfg):
+        return partial(_int8_unshared_scales, rec=rec, chunk=1024, group=group)
+    return {"grad_sync": compressed_sync(build)}, {}
+
+
+def _unscaled_backward(loss: torch.Tensor, m: int) -> torch.Tensor:
+    """The loss's value, with m times its gradient: what a loop that logs `loss / m` but calls
+    `loss.backward()` on the unscaled micro-batch loss computes."""
+    return loss + (m - 1) * (loss - loss.detach())
 
 
 def _pipeline_worker(scale_losses: bool, bf16_logits: bool = False):
     def worker(ctx, rec, cfg):
         m = ctx.layout.num_micro_batches
         base = loss_fn(cfg)
-        fn = base if scale_losses else (lambda out, y: m * base(out, y))  # the bug: 1/m undone
+        fn = base if scale_losses else (lambda out, y: _unscaled_backward(base(out, y), m))  # the bug
         if bf16_logits:  # legitimate, but the loss (and its gradient) rounds to bf16's 8 bits
             fn = (lambda out, y: base(out.to(torch.bfloat16).float(), y))
         parts = apply_pipeline(ctx, rec, build_model(cfg), ctx.layout, fn)
@@ -87,18 +128,23 @@ def _compressed(name):
     return {"grad_sync": strat.grad_sync, "knobs": strat.knobs}, {}
 
 
+# 04 trains with AdamW (lr 1e-3), as most pipelined models are: its step divides each gradient by
+# its own running scale, which is what makes an m-times-too-large gradient hard to see
+PP_OPTIMIZER = {"optimizer": "adamw", "lr": 1e-3}
+
+
 def _pp(variant):
     worker = _pipeline_worker(variant != "unscaled", bf16_logits=variant == "bf16-logits")
     return ({"layout": pipeline_layout("1f1b"), "schedule": "1f1b", "worker": worker},
-            {"tolerance": PARITY_TOLERANCE})
+            {"tolerance": PARITY_TOLERANCE, **PP_OPTIMIZER})
 
 
 # exercise -> (label, variant, kind): one bug, one legitimate difference, one exact copy
 MYSTERIES = {
-    "00": (("A", None, _dp), ("B", "no_average", _dp), ("C", "fp16", _dp)),
-    "01": (("A", "skip_first", _dp), ("B", "bf16", _dp), ("C", None, _dp)),
+    "00": (("A", None, _dp), ("B", "skip_layernorm", _dp), ("C", "fp16", _dp)),
+    "01": (("A", "skip_first", _dp), ("B", "dp-topk", _compressed), ("C", None, _dp)),
     "02": (("A", None, _dp), ("B", "dp-topk", _compressed), ("C", "broadcast", _dp)),
-    "03": (("A", "fp16", _dp), ("B", None, _dp), ("C", "average_twice", _dp)),
+    "03": (("A", "dp-topk", _compressed), ("B", None, _dp), ("C", "int8-unshared-scales", _int8_bug)),
     "04": (("A", "bf16-logits", _pp), ("B", "unscaled", _pp), ("C", None, _pp)),
 }
 _BROKEN = {"00": "B", "01": "A", "02": "C", "03": "C", "04": "B"}
@@ -106,6 +152,13 @@ _BROKEN = {"00": "B", "01": "A", "02": "C", "03": "C", "04": "B"}
 
 def broken_label(name: str) -> str:
     return _BROKEN[name]
+
+
+def unsynced_numel(name: str, cfg: RunConfig | None = None) -> int:
+    """Parameters the broken variant of quiz `name` never all-reduces (0 if its bug is another)."""
+    (bug,) = [arg for letter, arg, _ in MYSTERIES[name] if letter == _BROKEN[name]]
+    model = build_model(cfg or RunConfig())
+    return sum(p.numel() for i, (n, p) in enumerate(model.named_parameters()) if _unsynced(bug, i, n))
 
 
 @contextlib.contextmanager
@@ -152,4 +205,4 @@ def parity_report(records: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["mystery_runs", "parity_report", "broken_label", "MYSTERIES"]
+__all__ = ["mystery_runs", "parity_report", "broken_label", "unsynced_numel", "MYSTERIES"]

@@ -17,6 +17,10 @@ reaches its check cell:
   copied it would be told "correct". Numbers of one significant digit ("2 µs", "8 GPUs") are
   too common to count; a list answer leaks when each of its informative elements is shown;
   a whole number the question itself gives (`m = 16`) is not a leak of an answer that equals it.
+- **a figure's hover** is read too, for the point a reader would hover: a plotted point whose x is a
+  number the question gives (within 5 %, in any power of 1000 or 1024 when a prefixed unit follows
+  it: "1 MiB" is x = 1,048,576 bytes) and whose y is the answer within the exercise's tolerance —
+  a closed form drawn at every m answers "what bubble at m = 12?" on hover, though no label shows it.
 - **wall-clock cells are not read for numbers**: a code cell tagged `wall-clock` (cell metadata
   `"tags": ["wall-clock"]`) prints timings of CPU workers on a shared machine, and ratios derived
   from them, which change from run to run; one that lands within a later answer's last digit by
@@ -26,9 +30,13 @@ reaches its check cell:
   table of its variants singles the broken one out by itself: it is the only row with a
   different word in some column (the only `parity False`), or in some numeric column the other
   rows agree within 10× while the broken row is 10× away from them (the only large Δ, the
-  only zero bytes). A quiz needs a second row that differs for a legitimate reason — a
-  compressed exchange that misses fp32 parity by rounding — so that reading the numbers, not
-  spotting the odd row, finds the bug.
+  only zero bytes), or it is the row **farthest from the reference** — the largest value in
+  most of the difference columns (the Δs, printed as `1.2e-03`), so that "the larger Δ is the
+  bug" answers it. A quiz needs a second row that differs for a legitimate reason and lands
+  farther from the reference than the bug in most difference columns — a compressed exchange
+  that sends 1/50 of the bytes, a rounding larger than the bug's effect on the losses — so that
+  reading *how* the rows differ (which column, the bytes, a factor), not spotting the odd or
+  the largest row, finds the bug.
 
 `find_leaks(nb)` returns one line per leak; `notebooks/conftest.py` runs it on every notebook
 nbmake executes (the notebook runs once), `tests/test_hidden_answers.py` tests it on planted
@@ -37,6 +45,7 @@ leaks. String answers other than the quizzes' letters are not searched (a word s
 """
 from __future__ import annotations
 
+import base64
 import functools
 import html
 import json
@@ -44,6 +53,8 @@ import math
 import re
 import sys
 from dataclasses import dataclass
+
+import numpy as np
 
 from mgpukit.exercises.registry import get
 
@@ -53,6 +64,7 @@ _CHECK = re.compile(r"""\bcheck\(\s*["']([\w.\-]+)["']""")
 _NUMBER = re.compile(r"(?<![\w.])([-−]?)(\d{1,3}(?:,\d{3})+|\d[\d_]*)(\.\d+)?(?:[eE]([-+]?\d+))?(?![\w])(?!\.\d)"
                      r"(\s?%)?(?:/(\d+)(?![\d.]))?")
 _VARIANT = re.compile(r"^\s*variant\s+([A-Z])\b(.*)$", re.M)
+_DIFFERENCE = re.compile(r"^\d\.\d+e[-+]\d+$")  # how a quiz table prints a Δ: 1.2e-03
 _SCALES = sorted({1000.0 ** k for k in range(-3, 4)} | {1024.0 ** k for k in range(-3, 4)})
 
 
@@ -140,6 +152,28 @@ def _figure_text(fig: dict) -> list[str]:
     return out
 
 
+def _array(values) -> list:
+    """A trace's x or y as a list: plain JSON, or plotly's typed array {"dtype", "bdata"}."""
+    if isinstance(values, dict) and "bdata" in values:
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return list(values) if isinstance(values, (list, tuple)) else []
+
+
+def figure_points(output: dict) -> list[tuple[float, float]]:
+    """The (x, y) points of every trace of a plotly output whose x and y are numbers (what a
+    reader can hover); categorical axes and timelines' label rows give none."""
+    fig = output.get("data", {}).get("application/vnd.plotly.v1+json")
+    if fig is None:
+        return []
+    fig = json.loads(fig) if isinstance(fig, str) else fig
+    points = []
+    for trace in fig.get("data", []):
+        for x, y in zip(_array(trace.get("x")), _array(trace.get("y"))):
+            if isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool):
+                points.append((float(x), float(y)))
+    return points
+
+
 def _strip_html(s: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", " ", s))
 
@@ -220,6 +254,23 @@ def number_leak(name: str, seen: list[tuple[int, str]], question: str) -> str | 
     return f"{name}: the answer is on screen before its check — " + "; ".join(where)
 
 
+def hover_leak(name: str, points: list[tuple[int, list[tuple[float, float]]]], question: str) -> str | None:
+    """A plotted point at the question's own parameter whose y is exercise `name`'s answer."""
+    ex = get(name)
+    want = [v for v in _flat(_expected(name)) if isinstance(v, (int, float)) and not isinstance(v, bool) and v]
+    if len(want) != 1:
+        return None
+    v, rel = float(want[0]), max(ex.rel, 0.01)
+    xs = {s.value * scale for s in numbers(question) if s.value
+          for scale in (_SCALES if s.prefixed else (1.0,))}
+    for i, pts in points:
+        for x, y in pts:
+            if math.isclose(y, v, rel_tol=rel) and any(math.isclose(x, q, rel_tol=0.05) for q in xs):
+                return (f"{name}: the answer is on a figure's hover before its check — the point "
+                        f"({x:.6g}, {y:.6g}) in cell {i}, at the question's own parameter")
+    return None
+
+
 def _token_value(tok: str) -> float | None:
     try:
         return float(tok.replace(",", "").replace("_", ""))
@@ -253,6 +304,21 @@ def singled_out(rows: dict[str, list[str]], broken: str) -> str | None:
         if alone:
             return (f"column {col + 1}: variant {broken} shows {mine} where the others agree "
                     f"({', '.join(theirs)})")
+    return farthest(rows, broken)
+
+
+def farthest(rows: dict[str, list[str]], broken: str) -> str | None:
+    """Is `broken` the row with the largest difference in most difference columns (the
+    columns every row prints as `1.2e-03`)? Then "pick the larger Δ" answers the quiz."""
+    width = min(len(r) for r in rows.values())
+    columns = [col for col in range(width)
+               if all(_DIFFERENCE.match(r[col]) for r in rows.values())]
+    largest = [col for col in columns
+               if all(float(rows[broken][col]) > float(r[col]) for k, r in rows.items() if k != broken)]
+    if columns and 2 * len(largest) > len(columns):
+        return (f"variant {broken} has the largest difference in {len(largest)} of the "
+                f"{len(columns)} difference columns (columns {', '.join(str(c + 1) for c in largest)}): "
+                f"\"the larger Δ is the bug\" answers it")
     return None
 
 
@@ -282,14 +348,18 @@ def find_leaks(nb: dict) -> list[str]:
     """One line per exercise of executed notebook `nb` whose answer a reader sees first."""
     leaks = []
     texts = [cell_text(c) for c in nb["cells"]]
+    plotted = [[p for o in c.get("outputs", []) for p in figure_points(o)] if c["cell_type"] == "code" else []
+               for c in nb["cells"]]
     for i, names in exercise_cells(nb):
         seen = [(j, texts[j]) for j in range(i + 1)]  # everything above, and the check's own hint
         steady = [(j, t) for j, t in seen if not _wall_clock(nb["cells"][j])]
+        points = [(j, plotted[j]) for j in range(i + 1) if plotted[j] and not _wall_clock(nb["cells"][j])]
         for name in names:
             if name.endswith(".debug"):
                 leak = quiz_leak(name, seen)
             else:
-                leak = number_leak(name, steady, _question(nb, i))
+                question = _question(nb, i)
+                leak = number_leak(name, steady, question) or hover_leak(name, points, question)
             if leak:
                 leaks.append(leak)
     return leaks

@@ -19,7 +19,7 @@ from mgpukit.costmodel.memory import model_state_bytes, offload_traffic_bytes, s
 from mgpukit.costmodel.pipeline import bubble_fraction
 from mgpukit.costmodel.schedules import build_schedule, max_in_flight
 from mgpukit.costmodel.training_cost import six_nd, tokens_for_gpu_hours
-from mgpukit.exercises.debugging import broken_label
+from mgpukit.exercises.debugging import broken_label, unsynced_numel
 from mgpukit.lessons import memory, tensor_parallel
 from mgpukit.lessons.hybrid import axis_groups, crossing, node_profile
 from mgpukit.runtime.dims import ParallelDims
@@ -137,12 +137,15 @@ _add("00.predict-ddp-3", lambda: _dp_bytes(3), rel=0.01,
      why="DDP's buckets are all-reduced by the backend's ring: 2·2/3 × 4Ψ bytes per rank per step.",
      mistakes=((lambda: _dp_bytes(2), "that is the 2-worker figure; at n = 3 the factor is 2·2/3 = 4/3."),))
 _add("00.debug", lambda: _mystery("00"),
-     hint="two variants miss parity: one by rounding (tiny differences, fewer bytes), one by a factor — "
-          "how large is a gradient norm that was summed over n ranks and never divided?",
-     why="variant B sums the gradients and never divides by n: gradient norms n× too large from "
-         "step 0 (a Δ the size of the norm itself), losses off from step 1 (the first update was n× "
-         "too big). Variant C exchanges its gradients in fp16: half the bytes, differences of 1e-4 — "
-         "rounding, not a bug.")
+     hint="the 16-bit variant sends half of 2(n−1)/n · 4Ψ bytes; of the other two, does one send a "
+          "little less than the full gradient? A rounding moves every column a little; which row's "
+          "weights moved far more than its losses and gradients?",
+     why="variant B all-reduces only the Linear and Embedding tensors: its 18 LayerNorm vectors "
+         "(4,608 B of the 849,408) are never synced, so each rank updates them from its own "
+         "half-batch and they drift apart (its weights Δ, far above its own loss and gradient-norm "
+         "Δs) while the rest of the model, and so the losses and gradient norms, still match. "
+         "Variant C exchanges in fp16: half the bytes, rounding in every column — larger than B's "
+         "in losses and gradient norms, yet not a bug.")
 
 # ---------------------------------------------------------------- 01 · data parallelism
 
@@ -165,12 +168,17 @@ _add("01.predict-buckets", lambda: _buckets_at(0.2), rel=0.0, abs_tol=0.0,
          "hold more than 0.2 MiB (the embedding alone is large).")
 
 _add("01.debug", lambda: _mystery("01"),
-     hint="two variants miss parity; one of them sends half the bytes (a 16-bit exchange rounds) — "
-          "what does the other one's byte count say is missing?",
+     hint="two variants miss parity; one sends a small fraction of 2(n−1)/n · 4Ψ — a compressor "
+          "(top-k: the 1 % largest entries) — what does the other one's byte count say is missing?",
      why="variant A never all-reduces its first parameter tensor (an embedding table): each rank "
          "updates it from its own half-batch, so gradient norms and weights drift from step 0 "
          "while the bytes sent barely change (one tensor of 69 is missing: 16 KiB fewer). Variant B "
-         "exchanges its gradients in bf16 — half the bytes, differences of bf16's rounding.")
+         "sends only the 1 % largest gradient entries (top-k with error feedback): farther from "
+         "the reference than A in losses and gradient norms, by design, not a bug.")
+_add("01.never-synced", lambda: unsynced_numel("01"), rel=0.0,
+     hint="the bytes it did not send, at n = 2 (the ring factor 2(n−1)/n is 1), over 4 bytes per fp32 value",
+     why="one 64 × 64 table, the token embedding: variant A's sync skips the model's first tensor, and "
+         "every rank updates it from its own half-batch.")
 
 # ---------------------------------------------------------------- 02 · communication
 
@@ -219,9 +227,15 @@ _add("03.predict-topk-tie", lambda: topk_ratio_tying_fp16(2), rel=0.1,
           "per entry (2 hops); equate the alpha-beta times on α = 15 µs, β = 1.1 GB/s",
      why="bytes are not the whole story: top-k's all-gather pays one α where the all-reduce pays two.")
 _add("03.debug", lambda: _mystery("03"),
-     hint="a compressed exchange misses strict parity by rounding (tiny Δ, same loss curve); a bug misses it by a lot",
-     why="variant C divides by n twice: every update is n× too small. Variant A only rounds the "
-         "gradients to fp16 — it fails fp32's elementwise tolerance by ~1e-4, not by a factor.")
+     hint="read the bytes: which method sends one byte per gradient value, and what else does "
+          "that method have to send so that codes made on different ranks can be added (section 3 "
+          "printed each method's bytes per step)?",
+     why="variant C is int8 with an all-reduce of the codes but without the MAX all-reduce of the "
+         "scales: each rank quantizes with its own per-chunk scales and decodes the sum with its "
+         "own, so codes made at different scales are added as if they were one (its bytes are the "
+         "codes alone, one per value, no scales), and it lands farther from the reference than "
+         "int8's rounding does in every column. Variant A is top-k with error feedback: farther "
+         "still in losses and gradient norms, by design.")
 
 # ---------------------------------------------------------------- 04 · pipelines
 
@@ -239,11 +253,14 @@ _add("04.predict-1f1b", lambda: _bubble("1f1b", 4, 12), rel=0.05,
      hint="(p − 1) / (m + p − 1), p = 4, m = 12",
      why="with equal stages and free messages the emulated run lands on the closed form.")
 _add("04.debug", lambda: _mystery("04"),
-     hint="two of the three miss parity; one by rounding, one by a factor — which one's gradient "
-          "norms are off by more than the norms themselves?",
-     why="variant B never scales each micro-batch's loss by 1/m: its gradients (and the summed loss "
-         "it reports) are m× too large from step 0. Variant A computes its loss from bf16 logits: "
-         "differences of 1e-5 to 1e-4, bf16's rounding — a precision choice, not a bug.")
+     hint="a rounding moves every column a little. Which row's difference sits in one column only, "
+          "and how does AdamW's step treat a gradient that is m times too large?",
+     why="variant B backpropagates each micro-batch's loss without its 1/m (the loss it logs is "
+         "still the mean): its gradients are m× too large from step 0, so the gradient-norm Δ is "
+         "(m − 1)× the norm. AdamW divides each gradient by its own running scale, so its weights and "
+         "losses barely move — but gradient clipping, or SGD, would feel the full factor. Variant A "
+         "computes its loss from bf16 logits: bf16's rounding in every column, larger than B's in "
+         "losses and weights, and not a bug.")
 
 
 # ---- 05 tensor parallel

@@ -42,7 +42,7 @@ except ImportError:
 
 GB = 1e9
 TIME_COLORS = ("#4C78A8", "#9ECAE9", "#B279A2", "#F58518", "#FF9DA6", "#72B7B2", "#D9D9D9", "#54A24B",
-               "#E45756")  # one per TIME_PARTS
+               "#E45756", "#8C6D31")  # one per TIME_PARTS
 
 
 def plot_memory(pl) -> go.Figure:
@@ -74,8 +74,8 @@ def _titled(title: str, subtitle: str, height: int) -> dict:
 
 def _legend_height(entries: int) -> int:
     """A figure tall enough that its vertical legend (~22 px a row) fits beside the plot: the
-    100 px title margin and ~90 px of axis below, then the rows (9 parts since the planner's
-    interference term; 360 px scrolled the legend in Chromium)."""
+    100 px title margin and ~90 px of axis below, then the rows (10 parts since the planner's
+    interference and straggler terms; 360 px scrolled the legend in Chromium)."""
     return max(360, 190 + 22 * entries)
 
 
@@ -92,7 +92,8 @@ def plot_step_time(pl) -> go.Figure:
                       **_titled(f"one step: {pl.step_time_s:.3g} s ({t_lo:.3g} … {t_hi:.3g}) · MFU {pl.mfu:.1%} "
                                 f"({m_lo:.1%} … {m_hi:.1%}) · bubble {t['bubble_fraction']:.1%} · "
                                 f"{t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU",
-                                f"GEMMs, memory-bound kernels, exposed communication per axis, bubble — {PREDICTED}; "
+                                f"GEMMs, memory-bound kernels, exposed communication per axis, bubble, the slowest "
+                                f"GPU's pace — {PREDICTED}; "
                                 f"ranges: the planner's {pl.error_bar.describe()}",
                                 _legend_height(len(TIME_PARTS))))
     return fig
