@@ -12,7 +12,7 @@ whatever device this process has, then fitted by the same code (`costmodel.fit`)
   backward, in-place under no_grad;
 - **one launch-bound training step** — the plain loop of gpt-tiny (`data/reference/realstep.py`'s
   method), the one step the profile's ``model_code_factor`` is fitted on (bisection against the
-  emulated step, `bench.reference.fit_model_code_factor`).
+  emulated step, `measure.plainstep.fit_model_code_factor`).
 
 The result is a TOML profile whose every figure says "measured here, <date>" (the links, which a
 single device cannot measure, are the nearest shipped profile's, cited). Device-agnostic: on a
@@ -30,12 +30,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from mgpukit.bench.reference import fit_model_code_factor
 from mgpukit.costmodel.fit import fit_reference
 from mgpukit.costmodel.hardware import (AttentionModel, GemmModel, PeakFlops, load_profile, profile_toml,
                                        user_profile_dir)
 from mgpukit.files import write_text
-from mgpukit.measure.plainstep import emulate_plain_steps, model_config
+from mgpukit.measure.plainstep import emulate_plain_steps, fit_model_code_factor, model_config
 from mgpukit.models import GPT, lm_loss
 
 GEMM_SHAPES = ((8192, 2304, 768), (8192, 768, 3072), (8192, 3072, 768), (8192, 50304, 768), (8192, 6144, 2048),

@@ -188,6 +188,9 @@ def test_the_cost_model_loads_without_torch():
     ("mgpukit.runtime", ("mgpukit.strategies", "mgpukit.measure", "mgpukit.plots", "mgpukit.widgets")),
     ("mgpukit.lessons", ("mgpukit.widgets", "mgpukit.exercises", "mgpukit.bench", "mgpukit.cli")),
     ("mgpukit.prepare", ("mgpukit.experiment", "mgpukit.parallelize", "mgpukit.lessons")),
+    # `mgpukit calibrate` fits what `bench reference` fits, from the layer below both
+    ("mgpukit.calibrate_gpu", ("mgpukit.bench", "mgpukit.cli")),
+    ("mgpukit.calibrate", ("mgpukit.bench", "mgpukit.cli")),
 ])
 def test_lower_layers_do_not_import_upper_ones(package, forbidden):
     graph = import_graph()

@@ -18,7 +18,6 @@ benchmark keeps the two apart, as a fit should:
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -28,7 +27,8 @@ from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import allocator_peak
 from mgpukit.costmodel.shapes import ModelShape
-from mgpukit.measure.plainstep import emulate_plain_steps, model_config
+from mgpukit.measure.plainstep import configurations, emulate_plain_steps, model_config
+from mgpukit.measure.plainstep import fit_model_code_factor as plainstep_fit
 
 REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference" / "h200-2026-11-26.json"
 FIT_ROW = "gpt-tiny b8 fp32 sgd"  # the one step a figure is fitted on (model_code_factor)
@@ -42,15 +42,6 @@ def load_reference(path: str | Path = REFERENCE) -> dict:
     return json.loads(Path(path).read_text())
 
 
-def configurations(reference: dict) -> list[tuple[str, dict]]:
-    """``(key, kwargs of emulate_plain_steps)`` of each plain step in the reference."""
-    out = []
-    for key in reference["plain_pytorch_steps"]:
-        model, batch, dtype, optimizer = key.split()
-        out.append((key, {"model": model, "batch": int(batch[1:]), "dtype": dtype, "optimizer": optimizer}))
-    return out
-
-
 def fit_parameters(reference: dict | None = None) -> dict:
     """The micro-measurement fit (`costmodel.fit.fit_reference`) for the GH100."""
     return fit_reference(reference or load_reference(), peak=PEAK, sms=SMS)
@@ -58,18 +49,8 @@ def fit_parameters(reference: dict | None = None) -> dict:
 
 def fit_model_code_factor(profile="h200", *, reference: dict | None = None, row: str = FIT_ROW,
                           tolerance: float = 0.002) -> float:
-    """The ``model_code_factor`` that makes the emulated `row` step equal the measured median
-    (bisection; the step of a launch-bound model grows with the factor)."""
-    reference = reference or load_reference()
-    target = reference["plain_pytorch_steps"][row]["median_ms"] * 1e-3
-    kwargs = dict(configurations(reference))[row]
-    base = load_profile(profile)
-    lo, hi = 1.0, 5.0
-    while hi - lo > tolerance:
-        mid = (lo + hi) / 2
-        step = emulate_plain_steps(profile=dataclasses.replace(base, model_code_factor=mid), steps=2, **kwargs)["step_s"]
-        lo, hi = (mid, hi) if step < target else (lo, mid)
-    return (lo + hi) / 2
+    """`measure.plainstep.fit_model_code_factor` on the shipped reference by default."""
+    return plainstep_fit(profile, reference=reference or load_reference(), row=row, tolerance=tolerance)
 
 
 def check_rows(profile="h200", *, reference: dict | None = None) -> list[dict]:

@@ -17,7 +17,7 @@ the pace of their slowest GPU is already inside it: they leave ``gpu_spread`` ou
 
 The figure, 0.0176 (1.76 %), is the one measurement of the matmul spread of GPUs of a current
 SKU we could read, S. Bekman, *Machine Learning Engineering* (github.com/stas00/ml-engineering,
-compute/accelerator/README.md, "Not all accelerators are created equal"): "I have seen 5% and
+chapter "Accelerators", section "Not all accelerators are created equal"): "I have seen 5% and
 higher differences on an 8-gpu node" of the maximum achievable matmul FLOPS (cause given:
 manufacturing, and above all uneven cooling; "that slowest accelerator (struggler) will set the
 speed for all other accelerators"). A 5 % range among 8 draws of a normal is 5 % / E[range of

@@ -44,7 +44,7 @@ from mgpukit.costmodel.memory import model_state_bytes, offload_traffic_bytes  #
 from mgpukit.costmodel.schedules import build_schedule, describe  # 04
 from mgpukit.costmodel.shapes import get_shape, list_shapes, param_count  # 01, 02, 06, 07, 09
 from mgpukit.costmodel.simulate import bubble_formula  # 04
-from mgpukit.costmodel.validation import KNOWN_GAPS, format_validation  # 09
+from mgpukit.costmodel.validation import KNOWN_GAPS, error_bar, format_validation  # 09
 from mgpukit.costmodel.training_cost import format_duration, format_money, six_nd, time_to_train  # 09
 from mgpukit.measure.bounds import check_larger_job, show_flags  # measured figures vs physical bounds
 from mgpukit.measure.idle import predicted_from_costs  # 04
@@ -71,4 +71,5 @@ __all__ = ["launch_bound_study", "gradient_tensors", "balanced_split", "run_comp
            "default_mode", "default_workers", "env_info", "collectives", "bandwidth_table",
            "compare_bandwidth", "predicted_busbw", "compression_theory", "steady_bytes_per_step",
            "dp_theory", "predicted_speedup", "predicted_model_states", "count_params", "check_larger_job",
-           "show_flags", "format_spread", "median_step", "list_shapes", "format_validation", "KNOWN_GAPS"]
+           "show_flags", "format_spread", "median_step", "list_shapes", "format_validation", "KNOWN_GAPS",
+           "error_bar"]

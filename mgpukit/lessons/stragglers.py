@@ -115,29 +115,38 @@ def held_out_loss(weights_path, cfg, *, rows: int = 64) -> float:
         return float(loss_fn(held)(model(x), y))
 
 
-def drop_slowest_emulated(*, factor: float = 3.0, rank: int = 1, steps: int = 10, global_batch: int = 8,
-                          profile: str = "h100-nvlink", workers: int = 2) -> dict:
+def drop_slowest_emulated(*, factor: float = 3.0, rank: int = 1, steps: int = 6, global_batch: int = 8,
+                          profile: str = "h100-nvlink", workers: int = 2, baseline_steps: int = 2) -> dict:
     """Emulated (deterministic) dp-naive on `profile`: the step time without a straggler, with
     rank `rank` `factor`× slower, and with `drop_slowest=1`; and what dropping costs — the
-    straggler's run trains on the full batch every step (same numbers as without it), the
-    dropped one from step 1 on the kept ranks' rows only: each run's loss on its own batches,
-    and both final weights' loss on the same held-out batch (`held_out_loss`)."""
-    common = dict(workers=workers, steps=steps, mode="emulated", profile=profile, parity=False,
-                  global_batch=global_batch)
+    straggler's run trains on the full batch every step, the dropped one from step 1 on the
+    kept ranks' rows only: each run's loss on its own batches, and both final weights' loss on
+    the same held-out batch (`held_out_loss`).
+
+    The run without a straggler computes the same numbers as the straggler's run (the virtual
+    clock slows rank `rank`, not its arithmetic), so only its step time is read, after
+    `baseline_steps` steps (≥ 2: step 0 differs on the virtual clock too — it creates the
+    gradients and the optimizer's state that later steps update); its row's ``losses`` and
+    ``held_out_loss`` are None. Step times are the last step's."""
+    if baseline_steps < 2 or steps < 2:
+        raise ValueError(f"steps={steps}, baseline_steps={baseline_steps}: use at least 2 (step 0 creates the "
+                         "gradients and optimizer state; later steps are the ones to time)")
+    common = dict(workers=workers, mode="emulated", profile=profile, parity=False, global_batch=global_batch)
     slow = {"straggler": {"rank": rank, "factor": factor}}
-    runs = {"no straggler": {}, f"rank {rank} ×{factor:g}": slow,
-            f"rank {rank} ×{factor:g}, drop slowest": {**slow, "drop_slowest": 1}}
     cfg = RunConfig(global_batch=global_batch, steps=steps)
-    rows = []
+    r = run("dp-naive", steps=baseline_steps, **common)
+    rows = [{"run": "no straggler", "emulated_s": r["step_time_s"][-1], "losses": None, "held_out_loss": None,
+             "dropped": None, "steps": baseline_steps}]
+    runs = {f"rank {rank} ×{factor:g}": slow, f"rank {rank} ×{factor:g}, drop slowest": {**slow, "drop_slowest": 1}}
     with tempfile.TemporaryDirectory() as tmp:
         for i, (label, options) in enumerate(runs.items()):
             path = Path(tmp) / f"{i}.safetensors"
-            r = run("dp-naive", options=options, weights_path=path, **common)
+            r = run("dp-naive", steps=steps, options=options, weights_path=path, **common)
             rows.append({"run": label, "emulated_s": r["step_time_s"][-1], "losses": r["losses"],
                          "held_out_loss": held_out_loss(path, cfg),
-                         "dropped": r["extra"].get("0", {}).get("dropped")})
+                         "dropped": r["extra"].get("0", {}).get("dropped"), "steps": steps})
     full, dropped = rows[1], rows[2]
-    return {"rows": rows, "speedup": full["emulated_s"] / dropped["emulated_s"],
+    return {"rows": rows, "steps": steps, "speedup": full["emulated_s"] / dropped["emulated_s"],
             "vs_no_straggler": dropped["emulated_s"] / rows[0]["emulated_s"],
             "held_out_gap": dropped["held_out_loss"] / full["held_out_loss"] - 1,
             "rows_per_step": global_batch * (workers - 1) / workers,

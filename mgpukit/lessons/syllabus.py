@@ -97,6 +97,17 @@ def local_sgd_emulated(H=(1, 4), *, profile: str = "h100-ib", workers: int = 2, 
     return rows
 
 
+def rank_kernel_seconds(record: dict) -> list[float]:
+    """Per rank, seconds of forward and backward kernels over a record's steps after the first,
+    on its clock: how much slower a straggler really computed (the knob's factor stretches each
+    op's rate; a kernel's fixed latency may not stretch with it)."""
+    out = [0.0] * record["world_size"]
+    for e in record["timeline"]:
+        if e["stream"] == "compute" and e["kind"] in ("fwd", "bwd") and (e.get("step") or 0) >= 1:
+            out[e["rank"]] += e["end"] - e["start"]
+    return out
+
+
 def local_sgd_lab(*, initial: list[dict] | None = None):
     """Widget: pick H and a straggler's slowdown, press Run — local SGD on 2 emulated GPUs in
     two nodes (kernels only) runs at that H and at H = 1 (DDP's traffic), and their step times
@@ -115,6 +126,9 @@ def local_sgd_lab(*, initial: list[dict] | None = None):
     def result(rows, factor):
         one, many = rows[0], rows[1]
         who = f"rank 1 ×{factor:g}" if factor > 1 else "no straggler"
+        if factor > 1:
+            kernels = rank_kernel_seconds(many["record"])
+            who += f" (its kernels took ×{kernels[1] / kernels[0]:.2f} rank 0's on the clock)"
         show(out, f"{who}: H=1 {one['emulated_s'] * 1e6:,.1f} µs per step, H={many['H']} "
                   f"{many['emulated_s'] * 1e6:,.1f} µs (emulated, kernels only) — ×{one['emulated_s'] / many['emulated_s']:.2f}; "
                   f"below, the H={many['H']} run's averaging step"
@@ -148,7 +162,10 @@ def local_sgd_lab(*, initial: list[dict] | None = None):
 def mixed_cluster_study(*, profiles=("a100-nvlink", "h100-nvlink"), links: str = "h100-nvlink",
                         global_batch: int = 32, steps: int = 3) -> list[dict]:
     """Emulated DDP on a mixed cluster (rank i computes on `profiles[i]`): the even split, the
-    split `hetero.balanced_split` picks, and each one's predicted step time. Emulated on the
+    split `hetero.balanced_split` picks, and each one's predicted step time (with each rank's
+    predicted compute before the all-reduce, ``rank_before_s``); then, predicted, a homogeneous
+    cluster of each kind and one GPU of each kind alone with the whole batch — the bar a mixed
+    pair has to beat for the slower GPU to be worth adding. Emulated on the
     kernels only (`HardwareProfile.kernels_only`): the closed form counts no host launches, and
     a tiny model's step on a GPU is nearly all launches (notebook 00) — the same for both kinds
     of GPU, which would hide the difference in compute this lesson is about."""
@@ -165,6 +182,13 @@ def mixed_cluster_study(*, profiles=("a100-nvlink", "h100-nvlink"), links: str =
     for p in dict.fromkeys(profiles):  # a homogeneous cluster of each kind, predicted
         rows.append({"split": f"all {p}", "rows": splits["even"], "emulated_s": None,
                      "predicted_s": hetero.predicted_step(cfg, splits["even"], (p,) * n, links)})
+    for p in dict.fromkeys(profiles):  # one GPU of each kind alone with the whole batch, predicted
+        alone = hetero.rank_times(cfg, (global_batch,), (p,), links)[0]
+        rows.append({"split": f"{p} alone", "rows": (global_batch,), "emulated_s": None,
+                     "predicted_s": alone["before_s"] + alone["after_s"]})
+    for r, t in zip(rows[:2], (hetero.rank_times(cfg, rows[i]["rows"], profiles, links) for i in (0, 1))):
+        r["rank_before_s"] = [x["before_s"] for x in t]  # each rank's compute before the all-reduce
+    rows[1]["one_row_before_s"] = [x["before_s"] for x in hetero.rank_times(cfg, (1,) * n, profiles, links)]
     return rows
 
 
@@ -388,7 +412,7 @@ def claims(local_rows: list[dict] | None = None) -> list[dict]:
               for mb in (1, 8)}
     lo, hi = min(slower.values()), max(slower.values())
     add("data parallelism over PCIe loses 20-40 % vs NVLink",
-        "1.3B, 8 GPUs: " + ", ".join(f"{v:.0%} slower at micro-batch {mb}" for mb, v in slower.items()),
+        "1.3B, 8 GPUs: " + ", ".join(f"{v:.0%} fewer tokens/s at micro-batch {mb}" for mb, v in slower.items()),
         "predicted", "holds" if 0.2 <= lo and hi <= 0.4 else
         f"holds only for some batches ({lo:.0%} to {hi:.0%} here): the loss shrinks as backward grows long "
         f"enough to hide the all-reduce")

@@ -198,6 +198,22 @@ def steady_step(record: dict) -> float:
     return statistics.median(record["step_time_s"][1:] or record["step_time_s"])
 
 
+def rank_busy(record: dict, rank: int = 0) -> dict:
+    """Seconds rank `rank` spent in the last step on the clock: its kernels (the compute
+    stream's forward, backward, optimizer and data ops, waits excluded) and its all-reduces —
+    the two terms to set beside the cost model's ``compute_s`` and ``comm_tp_s``."""
+    step = len(record["step_time_s"]) - 1
+    kernels = all_reduce = 0.0
+    for e in record["timeline"]:
+        if e["rank"] != rank or e.get("step") != step:
+            continue
+        if e["stream"] == "compute" and e["kind"] != "wait":
+            kernels += e["end"] - e["start"]
+        elif e["stream"] == "comm" and e["kind"] == "all_reduce":
+            all_reduce += e["end"] - e["start"]
+    return {"kernels_s": kernels, "all_reduce_s": all_reduce}
+
+
 def emulated_steps(tps=(2, 4), links=("NVLink (h100-nvlink)", "PCIe (h100-pcie)"), steps: int = 2,
                    kernels_only: bool = True) -> list[dict]:
     """`tp` on gpt-tiny under the virtual clock of each link, for each tp degree (`emulated_run`)."""

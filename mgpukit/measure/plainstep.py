@@ -22,6 +22,7 @@ peak is counted from after the model, the optimizer and the batch exist.
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
 import torch
@@ -86,3 +87,28 @@ def emulate_plain_steps(model: str, *, batch: int, dtype: str = "fp32", optimize
     return {"model": model, "batch": batch, "dtype": dtype, "optimizer": optimizer,
             "profile": prof.name, "label": "emulated", "step_s": statistics.median(steady),
             "steps_s": times, "peak_bytes": meter.peak, "split": splits[-1]}
+
+
+def configurations(reference: dict) -> list[tuple[str, dict]]:
+    """``(key, kwargs of emulate_plain_steps)`` of each plain step in a GPU reference file."""
+    out = []
+    for key in reference["plain_pytorch_steps"]:
+        model, batch, dtype, optimizer = key.split()
+        out.append((key, {"model": model, "batch": int(batch[1:]), "dtype": dtype, "optimizer": optimizer}))
+    return out
+
+
+def fit_model_code_factor(profile, *, reference: dict, row: str, tolerance: float = 0.002) -> float:
+    """The ``model_code_factor`` that makes the emulated `row` step of `reference` equal its
+    measured median (bisection; the step of a launch-bound model grows with the factor).
+    `mgpukit bench reference` fits it on the shipped H200 reference, `mgpukit calibrate` on the
+    GPU it runs on."""
+    target = reference["plain_pytorch_steps"][row]["median_ms"] * 1e-3
+    kwargs = dict(configurations(reference))[row]
+    base = load_profile(profile)
+    lo, hi = 1.0, 5.0
+    while hi - lo > tolerance:
+        mid = (lo + hi) / 2
+        step = emulate_plain_steps(profile=dataclasses.replace(base, model_code_factor=mid), steps=2, **kwargs)["step_s"]
+        lo, hi = (mid, hi) if step < target else (lo, mid)
+    return (lo + hi) / 2

@@ -73,7 +73,7 @@ def plot_zero_stages(psi: float, *, dp: int = 8, dtype: str = "bf16", optimizer:
                      for c in CATEGORIES])
     fig.add_trace(go.Scatter(x=x, y=[usable / scale] * len(x), mode="lines",
                              name=f"{profile}: {usable / 1e9:.1f} GB usable ({hw.usable_memory:.0%} of "
-                                  f"{hw.memory_bytes / 1e9:.1f} GB)",
+                                  f"{hw.memory_bytes / 1e9:.1f} GB = {hw.memory_bytes / 2**30:.1f} GiB)",
                              line=dict(color="black", dash="dash")))
     fig.update_layout(barmode="stack", yaxis_title=f"bytes per GPU ({unit})",
                       title=dict(text=f"{label or f'{psi / 1e9:.3g}B parameters'} on dp={dp}, {dtype}, "
