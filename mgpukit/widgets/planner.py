@@ -67,9 +67,12 @@ def _titled(title: str, subtitle: str, height: int) -> dict:
     (notebook 09's explorer, seen in Chromium), a plain figure below it. The block starts 40 px
     below the figure's top (some renderers anchor a two-line title at its first line and draw it
     ~15 px higher) inside a 100 px margin."""
-    return {"title": dict(text=f"{title}<br><sup style='color:#555'>{subtitle}</sup>", x=0.01, xanchor="left",
+    extra = 16 * subtitle.count("<br>")  # each further grey line (~16 px) widens the margin and the figure
+    height += extra
+    grey = "<br>".join(f"<sup style='color:#555'>{line}</sup>" for line in subtitle.split("<br>"))
+    return {"title": dict(text=f"{title}<br>{grey}", x=0.01, xanchor="left",
                           xref="container", y=1 - 40 / height, yanchor="top", yref="container", font=dict(size=15)),
-            "margin": dict(t=100), "height": height}
+            "margin": dict(t=100 + extra), "height": height}
 
 
 def _legend_height(entries: int) -> int:
@@ -93,7 +96,7 @@ def plot_step_time(pl) -> go.Figure:
                                 f"({m_lo:.1%} … {m_hi:.1%}) · bubble {t['bubble_fraction']:.1%} · "
                                 f"{t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU",
                                 f"GEMMs, memory-bound kernels, exposed communication per axis, bubble, the slowest "
-                                f"GPU's pace — {PREDICTED}; "
+                                f"GPU's pace — {PREDICTED};<br>"  # one line was wider than the figure in Chromium
                                 f"ranges: the planner's {pl.error_bar.describe()}",
                                 _legend_height(len(TIME_PARTS))))
     return fig
