@@ -40,10 +40,6 @@ from statistics import NormalDist
 
 _NORMAL = NormalDist()
 
-# S. Bekman's "5% and higher differences on an 8-gpu node" as a normal spread: 0.05 / E[range of 8]
-BEKMAN_RANGE_OF_8 = 0.05
-GPU_SPREAD_H100 = BEKMAN_RANGE_OF_8 / 2.847
-
 
 @lru_cache(maxsize=None)
 def expected_max(n: int) -> float:
