@@ -94,13 +94,13 @@ class _SlowDown(TorchDispatchMode):
 
 
 def _slower_gemm(gemm, factor: float):
-    """The ``[gemm]`` table with its fixed per-kernel latency (and its fp32 sub-table's) ×
+    """The ``[gemm]`` table with its fixed per-kernel latency (and its fp32 and fp8 sub-tables') ×
     ``factor``: a latency-bound GEMM or attention kernel — most of gpt-tiny's — is as slow as the
     rest. Rates need no change: they scale with the peak FLOP/s already divided."""
     if gemm is None:
         return None
-    fp32 = _slower_gemm(gemm.fp32, factor) if gemm.fp32 is not None else None
-    return dataclasses.replace(gemm, latency=gemm.latency * factor, fp32=fp32)
+    return dataclasses.replace(gemm, latency=gemm.latency * factor, fp32=_slower_gemm(gemm.fp32, factor),
+                               fp8=_slower_gemm(gemm.fp8, factor))
 
 
 def apply_straggler(rec, ctx, options: dict):
