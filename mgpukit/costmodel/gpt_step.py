@@ -101,7 +101,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mgpukit.costmodel.comm import allreduce_time, link_for_ranks, p2p_time
-from mgpukit.costmodel.hardware import HardwareProfile
+from mgpukit.costmodel.profile import HardwareProfile
 from mgpukit.costmodel.kernels import attention_seconds, gemm_seconds, has_gemm_table
 
 FP32 = 4  # bytes per element: the kit trains in fp32
