@@ -88,7 +88,7 @@ _FREE = {_aten.detach.default, _aten.empty_like.default, _aten.empty.memory_form
 # backward (`HardwareProfile.dispatch_overhead`, model_code=False).
 _TORCH_INTERNAL = {_aten._to_copy.default}
 # Ops that overwrite their first argument without reading it.
-_OVERWRITE = {_aten.copy_, _aten.zero_, _aten.fill_}
+_OVERWRITE = {_aten.copy_, _aten.zero_, _aten.fill_, _aten._foreach_zero_, _aten._foreach_copy_}
 # Ops that read only the shape of their tensor arguments.
 _SHAPE_ONLY = {_aten.zeros_like, _aten.ones_like, _aten.full_like, _aten.new_zeros,
                _aten.new_ones, _aten.new_full, _aten.new_empty}
