@@ -72,7 +72,7 @@ ID = 8  # bytes per token id (int64)
 class Op:
     """One kernel: its FLOPs and the bytes it reads + writes; ``gemm`` ``(m, n, k, batch)`` or
     ``attention`` ``(batch·heads, queries, keys, head_dim, backward)`` when it has a shape the
-    profile times (`costmodel.kernels`, as the emulator does); ``context`` (`vclock.op_context`)
+    profile times (`costmodel.kernels`, as the emulator does); ``context`` (`op_cost.op_context`)
     sets what the host pays to issue it."""
 
     kind: str  # "matmul" | "memory"

@@ -100,7 +100,7 @@ def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProf
     tensors = ops["tensors"]
     many = workers > 1
     # both issued by gradient hooks (the reducer's, the comm hook): no autograd node of their
-    # own, so the host pays a no_grad op for each (`vclock.op_context`)
+    # own, so the host pays a no_grad op for each (`op_cost.op_context`)
     copy_in = per_tensor_ops(tensors, 2 * FP32, "no_grad") if many else []
     divide = [memory_op(2 * nbytes, "no_grad") for nbytes in buckets] if many else []
     copy_back = per_tensor_ops(tensors, 2 * FP32, "no_grad") if many else []  # after the engine's last node
