@@ -16,6 +16,8 @@ from the layers underneath, so those can move without a notebook noticing
 - `syllabus`       notebook 10: local SGD, mixed clusters, profiling, spot instances, the
                    frameworks map, the articles' claims
 - `stragglers`     notebook 10: a throttled rank measured, re-balanced and dropped
+- `measured`       notebooks 05, 07, 09: what one real H100 measured (data/reference/), beside the
+                   profile's prediction of the same kernels
 """
 from mgpukit.lessons.compression import fp32_reference, run_compressed
 from mgpukit.lessons.launch import gradient_tensors, launch_bound_study
