@@ -62,4 +62,17 @@ def held_against_real_gpus(reference_dir: str | Path = REFERENCE_DIR) -> list[di
     return rows
 
 
-__all__ = ["held_against_real_gpus", "GPUS", "ROW"]
+def h100_measured_step(model: str, global_batch: int, reference_dir: str | Path = REFERENCE_DIR) -> dict:
+    """What the H100 measured for `model` at `global_batch` sequences, fp32 SGD, on one GPU:
+    ``kit_s`` (the kit's ``ddp`` at one worker, `mgpukit.bench.gpu.real_scale`), ``plain_s``
+    (the plain eager loop, or None) and ``gpu`` (the label). Notebook 01 prints it beside its
+    emulated 1-GPU GPT-2 step."""
+    ref = json.loads((Path(reference_dir) / "h100-2026-11-26.json").read_text())
+    (kit,) = [r for r in ref["kit_real_scale"] if r["model"] == model and r["global_batch"] == global_batch
+              and not r.get("layout")]  # the fp32 default, not the bf16 runs
+    plain = ref["plain_pytorch_steps"].get(f"{model} b{global_batch} fp32 sgd")
+    return {"gpu": _label(ref), "kit_s": kit["step"]["median_s"],
+            "plain_s": plain["median_ms"] * 1e-3 if plain else None}
+
+
+__all__ = ["held_against_real_gpus", "h100_measured_step", "GPUS", "ROW"]
