@@ -97,7 +97,7 @@ def analytic_step(strategy: str, cfg, record: dict, profile) -> tuple[float, str
         units = [pieces["embed"]] + [pieces["layer"]] * cfg.n_layer + [pieces["head"]]
         comm = sum(reduce_scatter_time(E * u, n, link) + allgather_time(E * u, n, link) for u in units)
         divide = 2 * E * params / n / profile.memory_bandwidth  # the shard's gradient / n
-        every = ops["fwd"] + ops["bwd"] + sgd_ops(params // n)
+        every = ops["fwd"] + ops["bwd"] + sgd_ops(params // n, foreach=profile.async_launch)
         device = kernel_seconds(every, profile) + comm + divide
         # the host issues every op and 2 collectives per unit, running ahead of the device
         host = sum(op.host_seconds(profile) for op in every) + 2 * len(units) * profile.collective_launch

@@ -116,7 +116,7 @@ def _pipeline_worker(variant: str | None):
         if variant == "sum":  # legitimate: the loss is the sum over micro-batches, logged and trained
             fn = (lambda out, y: m * base(out, y))
         parts = apply_pipeline(ctx, rec, build_model(cfg), ctx.layout, fn)
-        return {"weights": train(ctx, rec, cfg, parts, build_optimizer(cfg, parts.params))}
+        return {"weights": train(ctx, rec, cfg, parts, build_optimizer(cfg, parts.params, ctx))}
     return worker
 
 

@@ -66,3 +66,9 @@ def llama_tp8_layer(model: str, profile: str = "h100-nvlink", *, reference: dict
         "attention_predicted_s": att_pred,
         "heads": att["heads"], "seq": att["seq"], "head_dim": att["d"],
     }
+
+
+def predicted_gemm(m: int, n: int, k: int, profile: str = "h100-nvlink", *, dtype: str = "bf16") -> float:
+    """The profile's seconds for one ``(m × k)·(k × n)`` GEMM — what the emulator and the planner
+    charge for it (`costmodel.kernels.gemm_seconds`), for shapes the reference did not time."""
+    return gemm_seconds(m, n, k, load_profile(profile), dtype=dtype)
