@@ -4,12 +4,30 @@ Real-scale models train for real (GPT-2 124M on a laptop's CPU, GPT-2 1.3B on a 
 that cannot fit must be refused up front — with the change that would make it fit — rather than
 killed by the kernel's OOM killer after minutes of work.
 
-What is counted (`costmodel.memory`, the planner's model of Rajbhandari et al. 2020 and
-Korthikanti et al. 2022): per rank, the parameters, gradients and optimizer states of the
-layers it holds (the kit trains fp32 weights — bf16/fp16 autocast computes in 16 bits over
-fp32 weights — so 4 + 4 bytes plus 4 per optimizer state: 1 for SGD with momentum, 2 for
-AdamW; sharded by ZeRO's stage over dp) and the activations of its micro-batches in flight
-at the layout's precision, on the fullest pipeline stage.
+What is counted (`costmodel.memory.allocator_peak`: the planner's model of Rajbhandari et al.
+2020 and Korthikanti et al. 2022, taken to the caching allocator's high-water mark): per rank,
+the parameters, gradients and optimizer states of the layers it holds (the kit trains fp32
+weights — bf16/fp16 autocast computes in 16 bits over fp32 weights — so 4 + 4 bytes plus 4 per
+optimizer state: 1 for SGD with momentum, 2 for AdamW; sharded by ZeRO's stage over dp), the
+activations of its micro-batches in flight on the fullest pipeline stage, and what is alive
+only at the worst moment, the start of backward:
+
+- the loss's backward on the stage that holds the head: the fp32 log-probabilities are saved,
+  and NLL's and log-softmax's fp32 gradients are made beside them — ``12`` bytes per logit
+  (GPT-2 124M at 8 × 1,024 tokens: 4.9 GB, of which the old check counted 1.6);
+- under bf16/fp16: autocast's 2-byte copy of every weight (alive from its forward to its
+  backward), the fp32 norm inputs and 2-byte linear inputs of the kit's per-piece autocast;
+  the loss still reads fp32 logits (each piece hands fp32 on), so it stays at 12 bytes per logit;
+- on a GPU, two cuBLAS workspaces (32 MiB each on Hopper: the forward's and the autograd
+  thread's handle; the profiles' ``[memory] blas_workspace``);
+- torch DDP's flat bucket buffers, one more fp32 copy of the gradients, where DDP wraps the
+  model: ``ddp`` and ``dp-powersgd`` with more than one worker (Accelerate does not wrap a
+  single process).
+
+Held against a real H100 (`data/reference/h100-2026-11-26.json`, ``kit_real_scale``; the
+test is tests/test_real_scale.py): GPT-2 124M fp32 SGD, global batch 8, allocator peak 11.86 GB
+— the categories alone (the old check) said 8.49; GPT-2 1.3B bf16, global batch 4, 30.28 GB
+against 24.31.
 
 Against what:
 
@@ -20,8 +38,8 @@ Against what:
   so their *sum* counts, plus the trained weights sent back to the parent and, for parity,
   the single-process reference trained afterwards — against 90 % of the memory available now.
 
-Not counted: the CUDA context, torch's own workspace, the loss's temporaries beyond the
-logits. It is a refusal of the clearly impossible, not a promise: a run predicted at 95 %
+Not counted: the CUDA context, NCCL's buffers, the allocator's fragmentation (reserved beyond
+allocated). It is a refusal of the clearly impossible, not a promise: a run predicted at 95 %
 may still fail.
 """
 from __future__ import annotations
@@ -31,29 +49,37 @@ from itertools import combinations
 
 import psutil
 
-from mgpukit.costmodel.memory import model_state_bytes, stage_memory, stage_params
+from mgpukit.costmodel.layout import Layout
+from mgpukit.costmodel.memory import allocator_peak
 from mgpukit.costmodel.shapes import ModelShape, layer_param_split
 from mgpukit.runtime.hardware import gpu_info
 
 USABLE = 0.9  # of a GPU's memory, or of the RAM available (module docstring)
 GB = 1e9
+BLAS_WORKSPACE = 32 * 2**20  # bytes per cuBLAS handle, PyTorch's Hopper default (h100-nvlink.toml [memory])
+DDP_WRAPPED = ("ddp", "dp-powersgd")  # strategies whose model Accelerate wraps in torch DDP
 
 
 def _states_per_param(optimizer: str) -> int:
     return 2 if optimizer == "adamw" else 1  # AdamW: m, v; SGD with momentum: the momentum
 
 
-def rank_bytes(cfg, layout, *, optimizer: str | None = None) -> dict[str, float]:
-    """Predicted bytes by category on the fullest rank of `layout` for `cfg`'s GPT."""
+def rank_bytes(cfg, layout: Layout, *, optimizer: str | None = None, mode: str = "gpu",
+               ddp_buckets: bool = False) -> dict[str, float]:
+    """Predicted bytes by category on the fullest rank of `layout` for `cfg`'s GPT, with
+    ``transient`` (what exists only at the start of backward) and ``total``, the high-water mark
+    (module docstring). ``mode``: a GPU adds the cuBLAS workspaces; ``ddp_buckets``: torch DDP's
+    buckets beside the gradients."""
     shape = ModelShape.from_gpt_config(cfg.model_config())
-    fp32 = dataclasses.replace(layout, dtype="fp32")  # the kit's weights, grads and states
     split, replicated = layer_param_split(shape)
-    gather = 2 * (split / layout.tp + replicated) * 4  # ZeRO-3: the layer in use and the next
+    gather = 2 * (split / layout.tp + replicated) * 4  # ZeRO-3: the layer in use and the next, fp32
     best = None
     for stage in sorted({0, layout.pp - 1}):
-        states = model_state_bytes(stage_params(shape, layout, stage), fp32, gather_bytes=gather,
-                                   optimizer_states=_states_per_param(optimizer or cfg.optimizer))
-        mem = {**states, "activations": stage_memory(shape, layout, stage)["activations"]}
+        peak = allocator_peak(shape, layout, stage=stage, autocast=layout.dtype != "fp32", fp32_logits=True,
+                              optimizer_states=_states_per_param(optimizer or cfg.optimizer),
+                              workspace=BLAS_WORKSPACE if mode == "gpu" else 0.0, ddp_buckets=ddp_buckets)
+        mem = {k: peak[k] for k in ("params", "grads", "optimizer", "activations", "transient")}
+        mem["params"] += gather if layout.zero >= 3 else 0.0
         mem["total"] = sum(mem.values())
         if best is None or mem["total"] > best["total"]:
             best = mem
@@ -68,10 +94,11 @@ def _reference_layout(cfg, layout):
                                dtype="fp32", stage_layers=None)
 
 
-def need(cfg, layout, workers: int, mode: str, *, parity: bool = True) -> dict:
-    """Bytes the run needs where it is limited (`per` GPU, or this `host`'s RAM), and why."""
-    rank = rank_bytes(cfg, layout)
-    ref = rank_bytes(cfg, _reference_layout(cfg, layout)) if parity else None
+def need(cfg, layout, workers: int, mode: str, *, parity: bool = True, strategy: str | None = None) -> dict:
+    """Bytes the run needs where it is limited (`per` GPU, or this `host`'s RAM), and why.
+    ``strategy``: DDP's buckets are counted where Accelerate wraps the model in torch DDP."""
+    rank = rank_bytes(cfg, layout, mode=mode, ddp_buckets=strategy in DDP_WRAPPED and workers > 1)
+    ref = rank_bytes(cfg, _reference_layout(cfg, layout), mode=mode) if parity else None
     if mode == "gpu":
         total = max(rank["total"], ref["total"] if ref else 0.0)
         return {"where": "per GPU", "bytes": total, "rank": rank, "reference": ref}
@@ -94,7 +121,9 @@ def limit(mode: str) -> tuple[float, str]:
 
 
 def _breakdown(rank: dict) -> str:
-    return ", ".join(f"{k} {rank[k] / GB:.2f}" for k in ("params", "grads", "optimizer", "activations"))
+    names = {"transient": "loss and workspaces at backward's start"}
+    return ", ".join(f"{names.get(k, k)} {rank[k] / GB:.2f}"
+                     for k in ("params", "grads", "optimizer", "activations", "transient"))
 
 
 _CHANGES = ("rows", "checkpointing", "sgd", "no_parity", "shard")
@@ -132,7 +161,7 @@ def fixes(cfg, layout, workers: int, mode: str, strategy: str, usable: float, *,
     def size(state):
         c, lay, w, par = state
         return (rank_bytes(c, lay)["total"] if mode == "gpu" and lay.zero == 3 and lay.dp > layout.dp
-                else need(c, lay, w, mode, parity=par)["bytes"])
+                else need(c, lay, w, mode, parity=par, strategy=strategy if lay.zero < 3 else None)["bytes"])
 
     def attempt(combo):
         state = (cfg, layout, workers, parity)
@@ -188,7 +217,7 @@ def check_fits(cfg, layout, *, workers: int, mode: str, strategy: str, parity: b
     fit; return the figures otherwise (`record["memory_check"]`)."""
     if not cfg.is_gpt:
         return {}
-    got = need(cfg, layout, workers, mode, parity=parity)
+    got = need(cfg, layout, workers, mode, parity=parity, strategy=strategy)
     usable, how = limit(mode)
     result = {"predicted_bytes": got["bytes"], "where": got["where"], "usable_bytes": usable,
               "usable_from": how, "fits": got["bytes"] <= usable}

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from mgpukit.config import RunConfig
-from mgpukit.costmodel.gpt_step import ddp_buckets, gpt_params, one_f_one_b_stalls, sgd_seconds, stage_ops
+from mgpukit.costmodel.gpt_ops import gpt_params, sgd_seconds, stage_ops
+from mgpukit.costmodel.gpt_step import ddp_buckets, one_f_one_b_stalls
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.measure.vclock import VirtualClock
 from mgpukit.training.building import Batches, build_model, build_optimizer, loss_fn
@@ -84,10 +85,10 @@ def test_closed_form_lists_the_clock_kernels_one_by_one(model):
 def test_closed_form_charges_the_host_as_the_clock_does(profile):
     """One convention (issue 24): on a GPU profile the closed form issues its ops from a host
     that pays each op's dispatch (by context, `model_code_factor` included) and lets the device
-    start a kernel once it is issued and the stream is free (`gpt_step.Stream`); on a CPU profile
+    start a kernel once it is issued and the stream is free (`gpt_ops.Stream`); on a CPU profile
     the two add. Its whole step equals the clock's for the real GPT's step, host included —
     launch-bound gpt-tiny and the kernel-bound part of gpt-small alike."""
-    from mgpukit.costmodel.gpt_step import Stream, sgd_ops
+    from mgpukit.costmodel.gpt_ops import Stream, sgd_ops
 
     prof = load_profile(profile)
     for model in ("gpt-tiny", "gpt-small"):

@@ -57,7 +57,7 @@ def test_no_exercise_cell_holds_its_answer(path):
         for call in calls:
             assert len(call.args) == 2 and not call.keywords, (
                 f"{path.name}: `{ast.unparse(call)}` — an exercise cell passes only (name, answer); "
-                "put the expected value, tolerance and hint in mgpukit/exercises/registry.py")
+                "put the expected value, tolerance and hint in mgpukit/exercises/answers_*.py")
             name = call.args[0].value
             for want in _flat(expected_value(name)):
                 if isinstance(want, str):

@@ -3,7 +3,7 @@ counted on CPU under a dispatch mode — eager and tensor parallel — and its G
 the emulator charges for the kit's tensor-parallel layer.
 
 Method: the ops of a model with 2 layers minus those of the same model with 1 layer are one
-layer's; each op is filed by the context the virtual clock charges it in (`vclock.op_context`).
+layer's; each op is filed by the context the virtual clock charges it in (`op_cost.op_context`).
 The tensor-parallel layer is the kit's own (`split_block`) with a recorder that only counts.
 """
 import collections
@@ -18,7 +18,7 @@ from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.shapes import ModelShape
 from mgpukit.costmodel.steptime import _layer_kernels
 from mgpukit.measure.shape import fake_mode
-from mgpukit.measure.vclock import is_free, op_context, op_cost
+from mgpukit.measure.op_cost import is_free, op_context, op_cost
 from mgpukit.models import GPT, gpt_tiny, lm_loss
 from mgpukit.models.gpt import Block
 from mgpukit.strategies.tensor_parallel.apply import split_block

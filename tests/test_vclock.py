@@ -92,7 +92,7 @@ def test_op_overhead_by_context_charges_forward_backward_and_updates_apart():
     under no_grad each pay their own context's overhead."""
     import dataclasses
 
-    from mgpukit.measure.vclock import op_context
+    from mgpukit.measure.op_cost import op_context
 
     overhead = {"forward": 3e-3, "backward": 2e-3, "no_grad": 1e-3}
     profile = dataclasses.replace(H100, op_overhead=0.5, op_overhead_by_context=overhead)
@@ -384,7 +384,7 @@ def test_a_gradient_hooks_ops_are_charged_as_no_grad_and_the_accumulation_as_bac
     (× model_code_factor) it cost 47 µs per tensor on h100-nvlink instead of a no_grad op's 10."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from mgpukit.measure.vclock import op_context
+    from mgpukit.measure.op_cost import op_context
 
     w = torch.ones(4, requires_grad=True)
     bucket = torch.zeros(4)

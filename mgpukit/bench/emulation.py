@@ -6,7 +6,7 @@ docs/ARCHITECTURE.md ("Four clocks"), both links, measured in one run:
    copies and buckets, alpha-beta collectives, the pipeline's fill/drain) — no program runs.
    The emulated side runs the real program under the virtual clock. Both sides charge the
    same things — kernels, messages *and* the host's launches, overlapped with the device the
-   way the clock does (`gpt_step.Stream`; one convention, issue 24) — so agreement checks the
+   way the clock does (`gpt_ops.Stream`; one convention, issue 24) — so agreement checks the
    clock's plumbing: start times of collectives, joins, overlap, p2p arrival, the host running
    ahead. Target: within 5%. `analytic_vs_emulated(kernels_only=True)` compares kernels alone
    (`profile.kernels_only()` on both sides), labelled so.

@@ -26,8 +26,8 @@ from mgpukit.bench import bench
 from mgpukit.config import RunConfig
 from mgpukit.costmodel import step_time
 from mgpukit.costmodel.comm import allgather_time, link_for_ranks, reduce_scatter_time
-from mgpukit.costmodel.gpt_step import (_seconds, ddp_step_time, gpt_params, pipeline_step_time, sgd_ops,
-                                        stage_ops, stream_seconds)
+from mgpukit.costmodel.gpt_ops import gpt_params, kernel_seconds, sgd_ops, stage_ops, stream_seconds
+from mgpukit.costmodel.gpt_step import ddp_step_time, pipeline_step_time
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import allocator_peak
@@ -64,7 +64,7 @@ def run_shape(strategy: str, *, model: str = MODEL, workers: int = WORKERS, step
 
 
 def _ops_seconds(cfg, batch, profile, **where):
-    """Forward and backward seconds of `cfg`'s ops, the host issuing them (`gpt_step.Stream`)."""
+    """Forward and backward seconds of `cfg`'s ops, the host issuing them (`gpt_ops.Stream`)."""
     ops = stage_ops(cfg, batch, **where)
     return stream_seconds(ops["fwd"], profile), stream_seconds(ops["bwd"], profile), ops["params"]
 
@@ -98,7 +98,7 @@ def analytic_step(strategy: str, cfg, record: dict, profile) -> tuple[float, str
         comm = sum(reduce_scatter_time(E * u, n, link) + allgather_time(E * u, n, link) for u in units)
         divide = 2 * E * params / n / profile.memory_bandwidth  # the shard's gradient / n
         every = ops["fwd"] + ops["bwd"] + sgd_ops(params // n)
-        device = _seconds(every, profile) + comm + divide
+        device = kernel_seconds(every, profile) + comm + divide
         # the host issues every op and 2 collectives per unit, running ahead of the device
         host = sum(op.host_seconds(profile) for op in every) + 2 * len(units) * profile.collective_launch
         return (max(device, host) if profile.async_launch else device + host,

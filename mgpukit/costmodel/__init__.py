@@ -32,20 +32,12 @@ from mgpukit.costmodel.comm import (
 )
 from mgpukit.costmodel.flops import flops_per_step, megatron_flops
 from mgpukit.costmodel.frameworks import Framework, get_framework, list_frameworks
-from mgpukit.costmodel.hardware import (
-    GemmModel,
-    HardwareProfile,
-    Link,
-    PeakFlops,
-    ProfileNotFoundError,
-    list_profiles,
-    load_profile,
-    save_profile,
-)
+from mgpukit.costmodel.hardware import ProfileNotFoundError, list_profiles, load_profile, save_profile
 from mgpukit.costmodel.layout import Layout, LayoutError, check_layout
 from mgpukit.costmodel.memory import activation_bytes_per_layer, memory_per_rank
 from mgpukit.costmodel.pipeline import bubble_fraction, microbatches_in_flight
 from mgpukit.costmodel.planner import Plan, plan, search
+from mgpukit.costmodel.profile import GemmModel, HardwareProfile, Link, PeakFlops
 from mgpukit.costmodel.shapes import ModelShape, get_shape, list_shapes, load_model_file, param_count
 from mgpukit.costmodel.steptime import step_time
 from mgpukit.costmodel.validation import ErrorBar, error_bar, validation_table

@@ -27,7 +27,7 @@ import math
 
 from collections.abc import Sequence
 
-from mgpukit.costmodel.hardware import HardwareProfile, Link
+from mgpukit.costmodel.profile import HardwareProfile, Link
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 

@@ -23,7 +23,7 @@ The counts are the kit's GPT's, per layer and micro-batch, counted under a dispa
 """
 from __future__ import annotations
 
-from mgpukit.costmodel.hardware import HardwareProfile
+from mgpukit.costmodel.profile import HardwareProfile
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.shapes import ModelShape
 

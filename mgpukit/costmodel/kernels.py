@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 
-from mgpukit.costmodel.hardware import HardwareProfile
+from mgpukit.costmodel.profile import HardwareProfile
 
 
 TENSOR_CORE_DTYPES = ("bf16", "fp16", "tf32", "fp8")

@@ -176,7 +176,8 @@ def memory_per_rank(shape: ModelShape, layout: Layout, *, micro_batch: int | Non
 
 def allocator_peak(shape: ModelShape, layout: Layout, *, stage: int = 0, micro_batch: int | None = None,
                    optimizer_states: int = 2, grads_persist: bool = True, autocast: bool = False,
-                   workspace: float = 0.0, ddp_buckets: bool = False) -> dict[str, float]:
+                   workspace: float = 0.0, ddp_buckets: bool = False,
+                   fp32_logits: bool = False) -> dict[str, float]:
     """The caching allocator's high-water mark on one GPU of pipeline ``stage`` — what
     ``torch.cuda.max_memory_allocated`` reads, and what the emulator's allocator meter
     (`mgpukit.measure.allocator`) counts — as a closed form: the categories of `stage_memory`
@@ -193,7 +194,11 @@ def allocator_peak(shape: ModelShape, layout: Layout, *, stage: int = 0, micro_b
     - two cuBLAS workspaces (``workspace`` bytes each: the forward thread's, the autograd
       thread's; the profile's ``[memory] blas_workspace``);
     - ``ddp_buckets``: torch DDP's flat bucket buffers beside the gradients, one more fp32 copy
-      of them (``gradient_as_bucket_view=False``, its default; Li et al. 2020 §3.2.3).
+      of them (``gradient_as_bucket_view=False``, its default; Li et al. 2020 §3.2.3);
+    - ``fp32_logits`` (with ``autocast``): the loss reads fp32 logits outside autocast — the
+      kit's policy (`strategies.policies.precision`: each piece hands fp32 on, Accelerate's
+      ``convert_outputs_to_fp32``) — so it keeps fp32's ``4·s·b·V/t`` log-probabilities and
+      makes two fp32 gradients, ``12`` bytes per logit as in fp32, not autocast's ``10``.
 
     ``optimizer_states``: fp32 tensors per parameter (AdamW 2, SGD with momentum 1, plain SGD 0).
     Returns the categories, ``transient`` (the moment's extra) and ``peak``."""
@@ -222,7 +227,7 @@ def allocator_peak(shape: ModelShape, layout: Layout, *, stage: int = 0, micro_b
         sbv = shape.seq_len * b * shape.vocab / layout.tp / layout.cp
         if autocast:  # the loss's saved tensors under autocast (stage_memory counted fp32 log-probs),
             # and the final norm's input in fp32 beside lm_head's 2-byte input (stage_memory: 2 + 2)
-            saved, grad = autocast_loss_bytes(sbv)
+            saved, grad = (4 * sbv, 2 * 4 * sbv) if fp32_logits else autocast_loss_bytes(sbv)
             sbh = shape.seq_len * b * shape.d_model / (layout.tp if layout.sp else 1) / layout.cp
             mem["activations"] += saved - 4 * sbv + 2 * sbh
             transient += grad

@@ -69,7 +69,7 @@ from mgpukit.costmodel.comm import allgather_time, allreduce_time, group_link, p
 from mgpukit.costmodel.fleet import slowest_fraction
 from mgpukit.costmodel.flops import flops_per_step
 from mgpukit.costmodel.frameworks import get_framework
-from mgpukit.costmodel.hardware import HardwareProfile
+from mgpukit.costmodel.profile import HardwareProfile
 from mgpukit.costmodel.host import host_seconds_per_micro_batch
 from mgpukit.costmodel.kernels import attention_seconds, gemm_seconds, has_gemm_table, memory_seconds
 from mgpukit.costmodel.layout import Layout

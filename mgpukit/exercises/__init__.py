@@ -1,7 +1,8 @@
 """Exercises in notebooks: the reader writes an answer, the library checks it.
 
-The expected values live here (`registry.py`), not in the notebook, so an exercise cell holds
-only the reader's answer and a call — nothing to read off:
+The expected values live here (`answers_00_04.py`, `answers_05_10.py`, looked up through
+`registry.py`), not in the notebook, so an exercise cell holds only the reader's answer and a
+call — nothing to read off:
 
     answer = None
     check("00.ring-bytes", answer)
@@ -23,6 +24,8 @@ import math
 
 from mgpukit.exercises.debugging import mystery_runs as _runs, parity_report as _report
 from mgpukit.exercises.registry import Exercise, EXERCISES, expected_value, get
+# the answers register themselves with the registry when imported: every exercise, notebook by notebook
+from mgpukit.exercises import answers_00_04, answers_05_10  # noqa: F401
 
 _MISSING = object()
 

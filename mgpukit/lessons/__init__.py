@@ -13,9 +13,11 @@ from the layers underneath, so those can move without a notebook noticing
 - `sharding`       notebook 06: ZeRO stages measured vs formulas, zero3 vs fsdp2, offload
 - `memory`         notebook 07: activations measured vs predicted, checkpointing's trade,
                    precision curves, what fits (and the exercises' answers)
-- `syllabus`       notebook 10: local SGD, mixed clusters, profiling, spot instances, the
-                   frameworks map, the articles' claims
+- `syllabus`       notebook 10's studies under one name, one module each: `local_sgd`,
+                   `mixed_cluster`, `profiling`, `spot_instances`, `frameworks`, `claims`
 - `stragglers`     notebook 10: a throttled rank measured, re-balanced and dropped
+- `measured`       notebooks 05, 07, 09: what one real H100 measured (data/reference/), beside the
+                   profile's prediction of the same kernels
 """
 from mgpukit.lessons.compression import fp32_reference, run_compressed
 from mgpukit.lessons.launch import gradient_tensors, launch_bound_study

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from IPython.display import display
 
 from mgpukit.config import RunConfig
-from mgpukit.costmodel.hardware import Link
+from mgpukit.costmodel.profile import Link
 from mgpukit.display import errors_shown_in, show
 from mgpukit.lessons import fp32_reference, run_compressed
 from mgpukit.plots import plot_loss_parity
