@@ -91,10 +91,8 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
         metering.enter_context(allocator)
     progress = StepProgress.for_rank(ctx)  # a real-scale model on CPU: the parent's progress bar
     tick(progress, -1, "model built")
-    # gradients in no buffer of the strategy's own (one replica): zero_grad frees them, as a
-    # user's loop does (`set_to_none=True`); kept as zeroed tensors after the last step. Torch
-    # DDP over >1 rank keeps them: freed, its emulated step came out 35 % slower than the closed
-    # form (test_shape_mode), not yet understood
+    # gradients in no buffer of the strategy's own (one replica, torch DDP): zero_grad frees
+    # them, as a user's loop does (`set_to_none=True`); kept as zeroed tensors after the last step
     free_grads = bool(getattr(parts.sync, "frees_grads", False))
     for step in range(ckpt.start_step, cfg.steps):
         with rec.step(step):
