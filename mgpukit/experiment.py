@@ -252,7 +252,7 @@ def _train_unguarded(strat: Strategy, ctx, rec, cfg) -> dict | None:
     if strat.worker is not None:
         return (strat.worker(ctx, rec, cfg) or {}).get("weights")
     parts = parallelize(build_model(cfg), cfg, ctx, rec, strat)
-    optimizer = build_optimizer(cfg, parts.params)
+    optimizer = build_optimizer(cfg, parts.params, ctx)
     return train(ctx, rec, cfg, parts, optimizer,
                  checkpoint=checkpointing(ctx, rec, cfg, parts, optimizer))
 

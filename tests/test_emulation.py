@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from mgpukit.config import RunConfig
-from mgpukit.costmodel.gpt_ops import gpt_params, sgd_seconds, stage_ops
+from mgpukit.costmodel.gpt_ops import gpt_params, kernel_seconds, sgd_ops, sgd_seconds, stage_ops
 from mgpukit.costmodel.gpt_step import ddp_buckets, one_f_one_b_stalls
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.measure.vclock import VirtualClock
@@ -28,12 +28,13 @@ def _gpt_ops(model):
     return mcfg, stage_ops(mcfg, 2, layers=mcfg.n_layer, embed=True, head=True)
 
 
-def _clocked_step(model, profile):
+def _clocked_step(model, profile, foreach=False):
     """Forward, backward and optimizer seconds of the real GPT's second training step (gradients
-    and momentum buffers exist by then) on a virtual clock of `profile`."""
+    and momentum buffers exist by then) on a virtual clock of `profile`; the optimizer built as
+    the kit builds it for an emulated GPU (`foreach`) or for CPU workers (the per-tensor loop)."""
     cfg = RunConfig(model=model, global_batch=2)
     net = build_model(cfg)
-    optimizer = build_optimizer(cfg, net.parameters())
+    optimizer = build_optimizer(cfg, net.parameters(), SimpleNamespace(emulates_gpu=foreach))
     x, y = Batches(cfg)(0)
     for _ in range(2):
         clock = VirtualClock(profile, 0)
@@ -67,18 +68,36 @@ MIN_KERNEL = dataclasses.replace(load_profile("h100-nvlink"), op_overhead=0.0, o
 
 
 @pytest.mark.parametrize("model", ["gpt-tiny", "gpt-small"])
-def test_closed_form_lists_the_clock_kernels_one_by_one(model):
+@pytest.mark.parametrize("foreach", [False, True])
+def test_closed_form_lists_the_clock_kernels_one_by_one(model, foreach):
     """With a minimum kernel time every kernel costs at least 2 µs, so a lump (all parameters'
     accumulation as one op) would be short by hundreds of kernels: forward (with the copy that
     makes the strided target slice contiguous for the loss), backward and the optimizer (four
-    kernels per parameter tensor) agree exactly."""
+    kernels per parameter tensor in the per-tensor loop, four in all with foreach) agree exactly."""
     _, ops = _gpt_ops(model)
     assert MIN_KERNEL.min_kernel_time > 0
-    fwd, bwd, opt = _clocked_step(model, MIN_KERNEL)
+    fwd, bwd, opt = _clocked_step(model, MIN_KERNEL, foreach)
     assert fwd == pytest.approx(sum(op.seconds(MIN_KERNEL) for op in ops["fwd"]), rel=1e-9)
     assert bwd == pytest.approx(sum(op.seconds(MIN_KERNEL) for op in ops["bwd"]), rel=1e-9)
-    assert opt == pytest.approx(sgd_seconds(ops["tensors"], MIN_KERNEL), rel=1e-9)
-    assert sgd_seconds(ops["tensors"], MIN_KERNEL) > 4 * len(ops["tensors"]) * MIN_KERNEL.min_kernel_time * 0.99
+    sgd = sgd_ops(ops["tensors"], foreach=foreach)
+    assert len(sgd) == 4 * (1 if foreach else len(ops["tensors"]))
+    assert opt == pytest.approx(kernel_seconds(sgd, MIN_KERNEL), rel=1e-9)
+    if not foreach:
+        assert opt > 4 * len(ops["tensors"]) * MIN_KERNEL.min_kernel_time * 0.99
+
+
+def test_an_emulated_gpu_steps_its_optimizer_as_a_gpu_does():
+    """The emulated ranks hold CPU tensors, for which torch picks the per-parameter loop; a GPU
+    runs `foreach`, so the kit builds that for an emulated GPU (`ctx.emulates_gpu`). On
+    h100-nvlink gpt-tiny's SGD step is then 4 launches, not 4 per tensor (276: 2.8 ms of host)."""
+    prof = load_profile("h100-nvlink")
+    _, ops = _gpt_ops("gpt-tiny")
+    _, _, loop = _clocked_step("gpt-tiny", prof, foreach=False)
+    _, _, gpu = _clocked_step("gpt-tiny", prof, foreach=True)
+    assert loop > 2e-3 and gpu < 0.1e-3
+    assert gpu == pytest.approx(4 * prof.dispatch_overhead("no_grad") + kernel_seconds(
+        sgd_ops(ops["tensors"], foreach=True)[-1:], prof), rel=0.05)
+    assert sgd_seconds(ops["tensors"], prof) == pytest.approx(kernel_seconds(sgd_ops(ops["tensors"], foreach=True), prof))
 
 
 @pytest.mark.parametrize("profile", ["h200", "this-machine-default"])
@@ -95,7 +114,7 @@ def test_closed_form_charges_the_host_as_the_clock_does(profile):
         _, ops = _gpt_ops(model)
         cfg = RunConfig(model=model, global_batch=2)
         net = build_model(cfg)
-        optimizer = build_optimizer(cfg, net.parameters())
+        optimizer = build_optimizer(cfg, net.parameters(), SimpleNamespace(emulates_gpu=prof.async_launch))
         x, y = Batches(cfg)(0)
         for _ in range(2):  # the second step: gradients and momentum buffers exist
             clock = VirtualClock(prof, 0)
@@ -105,7 +124,7 @@ def test_closed_form_charges_the_host_as_the_clock_does(profile):
                 optimizer.zero_grad(set_to_none=False)
             clock.sync()
         stream = Stream(prof)
-        stream.run(ops["fwd"] + ops["bwd"] + sgd_ops(ops["tensors"]))
+        stream.run(ops["fwd"] + ops["bwd"] + sgd_ops(ops["tensors"], foreach=prof.async_launch))
         assert clock.now() == pytest.approx(stream.sync(), rel=1e-9), model
         if prof.async_launch:
             assert clock.split["host"] > 0.5 * clock.now()  # the host is no rounding error here

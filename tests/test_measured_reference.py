@@ -32,3 +32,9 @@ def test_a_llama_layer_sums_its_twelve_gemms_and_its_attention():
 def test_a_model_the_file_did_not_measure_is_refused_by_name():
     with pytest.raises(ValueError, match="no tp-8 GEMMs for '8b'"):
         measured.llama_tp8_layer("8b")
+
+
+def test_the_planners_charge_is_the_sustained_ceiling_never_faster_than_the_burst():
+    layer = measured.llama_tp8_layer("405b", "h100-ib")
+    assert all(g["sustained_s"] >= g["predicted_s"] for g in layer["gemms"])
+    assert layer["gemm_sustained_s"] == pytest.approx(sum(g["sustained_s"] for g in layer["gemms"]))

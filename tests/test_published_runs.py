@@ -71,12 +71,15 @@ def test_the_validation_table_within_10_percent_per_row_except_its_stated_gaps(c
     assert abs(bloom["error"]) <= validation.CHECK
 
 
-def test_the_h100_rows_use_the_gemm_rate_of_the_h200_it_was_fitted_on():
+def test_the_h100_rows_use_the_burst_gemm_rate_of_the_h200_it_was_fitted_on():
     """The H100 SXM and the H200 are one GH100 die at one 700 W, and their measured matmul ceilings
     agree (Bekman's MAMF table: H100 SXM 80.3 % of peak, "H200 is the same"; the H200 fit's best
-    shape 81.1 %): every H100 SXM profile carries the H200's GEMM and attention tables unchanged.
-    A rate tuned on the H100 profiles alone (e.g. to pull the Llama 3 rows inside ±10 %) fails here:
-    a change of the rate belongs to the H200 fit, with a measurement (validation.py docstring)."""
+    shape 81.1 %; the H100 measured 2026-11-26: 8192^3 at 798 TFLOP/s = 80.6 %): every H100 SXM
+    profile carries the H200's burst GEMM table unchanged. What the H100 measured beyond it is
+    stated separately — the sustained-power ceiling and attention by shape — so a rate tuned on
+    the H100 profiles alone (e.g. to pull the Llama 3 rows inside ±10 %) fails here."""
+    from dataclasses import replace
+
     from mgpukit.costmodel import validation
     from mgpukit.costmodel.hardware import load_profile
 
@@ -85,4 +88,5 @@ def test_the_h100_rows_use_the_gemm_rate_of_the_h200_it_was_fitted_on():
     assert profiles == {"h100-ib"}
     for name in ("h100-ib", "h100-nvlink"):
         p = load_profile(name)
-        assert p.gemm == h200.gemm and p.attention == h200.attention and p.peak_flops == h200.peak_flops, name
+        assert replace(p.gemm, sustained=0.0) == h200.gemm and p.peak_flops == h200.peak_flops, name
+        assert p.gemm.sustained == 0.695 and p.attention.by_shape, name

@@ -122,3 +122,18 @@ def test_an_emulated_straggler_computes_exactly_factor_times_slower_kernels_only
         fast, slow = (sum(e["end"] - e["start"] for e in rec["timeline"]
                           if e["kind"] == kind and e["rank"] == r and e["step"] == 1) for r in (0, 1))
         assert slow == pytest.approx(3 * fast, rel=1e-9), kind
+
+
+def test_a_step_a_rank_was_dropped_is_not_a_zero_second_step():
+    """Under drop_slowest a dropped rank has no compute events that step: its fastest step is the
+    fastest it computed (was 0.0 — notebook 10 printed "computed in 0 ms"), None if it never did."""
+    from mgpukit.lessons.stragglers import dropped_per_step, per_rank_seconds
+
+    def ev(rank, step, seconds):
+        return {"stream": "compute", "kind": "fwd", "rank": rank, "step": step, "start": 0.0, "end": seconds}
+    rec = {"world_size": 3, "step_time_s": [1.0, 1.0, 1.0],
+           "timeline": [ev(0, 1, 0.5), ev(0, 2, 0.4), ev(1, 1, 0.9), ev(2, 0, 0.3)],
+           "extra": {"0": {"dropped": [[], [2], [1, 2]]}}}
+    assert per_rank_seconds(rec) == [0.4, 0.9, None]
+    assert dropped_per_step(rec) == [[], [2], [1, 2]]
+    assert dropped_per_step({"extra": {"0": {}}}) is None

@@ -8,7 +8,7 @@ Setting (say it with every figure):
   ``parallelize_module`` + ``loss_parallel``, its CommObserver off), the same model, batch and
   split; median step time (first step skipped), best of 3 interleaved rounds (2 with --quick);
 - **emulated** step time (virtual clock) of ``tp`` at tp = 8 on ``gpt-small`` (8 heads) with
-  the tp group on NVLink (``h100-nvlink``) and on PCIe (``h100-pcie``); with --quick: tp = 4
+  the tp group on NVLink (``h100-nvlink``) and on PCIe (``h100-nvlink``'s GPU with ``h100-pcie``'s link: the link alone changes); with --quick: tp = 4
   on ``gpt-tiny``. Beside it, the analytic model (`costmodel.step_time`) for the same layout,
   and — analytic only — the group split over InfiniBand (``h100-ib`` with one GPU per node,
   which no profile file describes).
@@ -20,7 +20,7 @@ import warnings
 
 from mgpukit.bench import bench
 from mgpukit.experiment import run
-from mgpukit.lessons.tensor_parallel import predicted_step
+from mgpukit.lessons.tensor_parallel import PCIE, link_profile, predicted_step
 from mgpukit.runtime.launcher import OversubscribedWarning
 
 
@@ -43,8 +43,8 @@ def _overhead(steps: int, rounds: int) -> dict:
 def _links(quick: bool) -> dict:
     model, tp = ("gpt-tiny", 4) if quick else ("gpt-small", 8)
     out = {"model": model, "tp": tp, "profiles": {}}
-    for profile, link in (("h100-nvlink", "NVLink (h100-nvlink)"), ("h100-pcie", "PCIe (h100-pcie)")):
-        rec = run("tp", workers=tp, mode="emulated", profile=profile, model=model, steps=3, parity=False)
+    for profile, link in (("h100-nvlink", "NVLink (h100-nvlink)"), ("h100-pcie", PCIE)):  # PCIe: the link alone
+        rec = run("tp", workers=tp, mode="emulated", profile=link_profile(link), model=model, steps=3, parity=False)
         out["profiles"][profile] = {"emulated_s": _median(rec),
                                     "analytic_s": predicted_step(model, tp, link)["total_s"]}
     ib = "InfiniBand across nodes (h100-ib, 1 GPU/node)"

@@ -244,17 +244,22 @@ def stream_seconds(ops: list[Op], profile: HardwareProfile) -> float:
     return stream.sync()
 
 
-def sgd_ops(params, *, zero: bool = True) -> list[Op]:
-    """SGD with momentum, torch's per-parameter loop (``mul_`` 2eP, ``add_`` 3eP, ``add_`` 3eP per
-    tensor), then ``zero_grad(set_to_none=False)`` (``zero_`` eP per tensor): four no_grad kernels
-    per tensor. ``params``: the element count of each tensor (a list), or one number.
-    ``zero=False``: the gradients are freed instead (``set_to_none=True``: what the kit's trainer
-    does for one replica and torch DDP, `training.trainer`), no ``zero_``."""
+def sgd_ops(params, *, foreach: bool = False, zero: bool = True) -> list[Op]:
+    """SGD with momentum (``mul_`` 2eP, ``add_`` 3eP, ``add_`` 3eP), then
+    ``zero_grad(set_to_none=False)`` (``zero_`` eP): four no_grad kernels per tensor in torch's
+    per-parameter loop (what it runs on CPU tensors), or four in all with ``foreach`` (one
+    multi-tensor kernel per operation over every tensor: torch's default on GPUs, and what the
+    kit builds for emulated GPUs, `training.building.build_optimizer`). ``params``: the element
+    count of each tensor (a list), or one number. ``zero=False``: the gradients are freed
+    instead (``set_to_none=True``: what the kit's trainer does for one replica and torch DDP,
+    `training.trainer`), no ``zero_``."""
     numels = [params] if isinstance(params, (int, float)) else list(params)
+    if foreach:
+        return [memory_op(k * FP32 * sum(numels), "no_grad") for k in ((2, 3, 3, 1) if zero else (2, 3, 3))]
     return ([op for p in numels for k in (2, 3, 3) for op in per_tensor_ops([p], k * FP32)]
             + (per_tensor_ops(numels, FP32) if zero else []))
 
 
 def sgd_seconds(params, profile: HardwareProfile) -> float:
-    """Kernel seconds of `sgd_ops` (no host)."""
-    return kernel_seconds(sgd_ops(params), profile)
+    """Kernel seconds of `sgd_ops` (no host), as the profile's device runs it."""
+    return kernel_seconds(sgd_ops(params, foreach=profile.async_launch), profile)

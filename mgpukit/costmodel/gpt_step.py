@@ -121,7 +121,7 @@ def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProf
                + max(0.0, times[-1] - kernel_seconds(copy_back_others, profile))) if many else 0.0
     stream.wait(backward_end + exposed)
     stream.run(copy_back)
-    optimizer = sgd_ops(tensors, zero=False)
+    optimizer = sgd_ops(tensors, foreach=profile.async_launch, zero=False)  # a GPU's default: foreach
     stream.run(optimizer)
     every = ops["fwd"] + ops["bwd"] + copy_in + divide + copy_back + optimizer
     out = {
@@ -191,7 +191,7 @@ def pipeline_step_time(cfg, *, global_batch: int, micro_batches: int, stages: in
         pipeline = (sum(fwd) + sum(bwd) + 2 * (p - 1) * hop
                     + (m - 1) * max(f + b for f, b in zip(fwd, bwd)) + 2 * hop * one_f_one_b_stalls(p, m))
     pipeline = max(pipeline, max(host))
-    opt = stream_seconds(sgd_ops(per_stage[0]["tensors"]), profile)
+    opt = stream_seconds(sgd_ops(per_stage[0]["tensors"], foreach=profile.async_launch), profile)
     return {"stage_fwd_s": fwd, "stage_bwd_s": bwd, "stage_host_s": host, "hop_s": hop, "pipeline_s": pipeline,
             "optimizer_s": opt, "total_s": pipeline + opt,
             "bubble_fraction": (p - 1) / (m + p - 1)}

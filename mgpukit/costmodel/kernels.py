@@ -24,6 +24,14 @@ sustains a smaller fraction of its peak — else the 16-bit efficiency, an assum
 fp32 GEMMs run on the CUDA cores with other tiles, and they, like every matmul on a profile
 without a ``[gemm]`` table (the CPU profiles), fall back to a flat ``peak · compute_efficiency``.
 
+**Sustained power.** The efficiency above is what a GEMM reaches in a short burst (a few
+launches after a warm-up, as `mgpukit calibrate` times it). A GPU that runs GEMMs back to back
+for seconds, as every GPU of a large training step does, runs at its board power limit, and
+there the clock — hence the FLOP rate — drops until the power fits: a ceiling on FLOP/s,
+``peak · sustained`` (the ``[gemm] sustained`` figure, measured), which a well-shaped GEMM meets
+and a poorly shaped one (idle SMs draw less) may stay under. The planner charges it
+(`at_sustained_power`); the emulator, whose steps are short bursts, does not.
+
 **Memory-bound kernels** (norms, activations, softmax, dropout, residual adds, optimizer
 updates) do too few FLOPs per byte to matter: they take ``bytes / BW``, bytes = what they read
 plus what they write (the elementwise cost model of Ivanov et al. 2021, "Data Movement Is All
@@ -33,6 +41,7 @@ You Need").
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from mgpukit.costmodel.profile import HardwareProfile
 
@@ -97,7 +106,23 @@ def gemm_seconds(m: int, n: int, k: int, profile: HardwareProfile, *, dtype: str
     rate = (matmul_rate(profile, dtype) * wave_efficiency(m, n, profile, batch=batch, dtype=dtype)
             * depth_efficiency(k, profile, dtype=dtype))
     g = _table(profile, dtype)
+    if g is not None and g.cap:
+        rate = min(rate, profile.flops(dtype) * g.cap)
     return (g.latency if g is not None else 0.0) + max(flops / rate, nbytes / profile.memory_bandwidth)
+
+
+def at_sustained_power(profile: HardwareProfile) -> HardwareProfile:
+    """``profile`` with its measured sustained-power ceiling in force on the tensor-core GEMMs
+    (module docstring); the profile itself where it has none. fp8 GEMMs, where no fp8 stream was
+    measured, lose the same fraction of their burst rate as the measured 16-bit stream (an
+    assumption: twice the work per clock under the same power limit)."""
+    g = profile.gemm
+    if g is None or not g.sustained:
+        return profile
+    fp8 = g.fp8
+    if fp8 is not None:  # no fp8 GEMM was streamed: its own figure, else the 16-bit stream's loss (an assumption)
+        fp8 = replace(fp8, cap=fp8.sustained or fp8.efficiency * g.sustained / g.efficiency)
+    return replace(profile, gemm=replace(g, cap=g.sustained, fp8=fp8))
 
 
 ATTENTION_BLOCK = 128  # query rows per thread block of a flash-style kernel (FlashAttention-2 §3.2)
@@ -122,7 +147,9 @@ def attention_seconds(batch_heads: int, q_len: int, kv_len: int, head_dim: int, 
 
     With an ``[attention]`` table: the FLOPs it does (`attention_flops`: causal tiles skipped)
     at ``peak · efficiency`` of the direction and dtype, times the wave efficiency of its
-    ``batch_heads · ⌈q/128⌉`` thread blocks over the SMs, plus the GEMM latency. Without one:
+    ``batch_heads · ⌈q/128⌉`` thread blocks over the SMs, plus the GEMM latency; where the table
+    has shape terms (``AttentionModel.by_shape``) the 16-bit kernels count tiles instead
+    (`_tiled_attention_seconds`). Without one:
     the old estimate, all ``q × kv`` scores at the GEMM rate of a ``q × head_dim`` output.
     ``nbytes``: what it reads and writes (q, k, v, output, log-sum-exp), a floor by bandwidth."""
     floor = nbytes / profile.memory_bandwidth
@@ -134,6 +161,9 @@ def attention_seconds(batch_heads: int, q_len: int, kv_len: int, head_dim: int, 
         return max(flops / rate, floor)
     flops = attention_flops(batch_heads, q_len, kv_len, head_dim, causal=causal and a.causal_skip,
                             backward=backward)
+    if dtype in TENSOR_CORE_DTYPES and a.by_shape:
+        return max(_tiled_attention_seconds(batch_heads, q_len, kv_len, head_dim, profile, a, g, dtype=dtype,
+                                            causal=causal and a.causal_skip, backward=backward), floor)
     if dtype in TENSOR_CORE_DTYPES:
         eff = a.backward if backward else a.forward
     else:
@@ -142,6 +172,27 @@ def attention_seconds(batch_heads: int, q_len: int, kv_len: int, head_dim: int, 
     waves = math.ceil(blocks / g.sms)
     occupancy = batch_heads * q_len / (waves * g.sms * ATTENTION_BLOCK)
     return g.latency + max(flops / (profile.flops(dtype) * eff * occupancy), floor)
+
+
+def _tiled_attention_seconds(batch_heads: int, q_len: int, kv_len: int, head_dim: int,
+                             profile: HardwareProfile, a, g, *, dtype: str, causal: bool, backward: bool) -> float:
+    """A flash-style kernel by its tiles (``AttentionModel`` docstring): each thread block owns
+    128 queries (forward; backward: 128 keys, the same count) and loops over the 128-wide key
+    tiles it needs — under a causal mask, those up to its diagonal, the diagonal tile whole.
+    Per SM: the blocks' tiles plus ``block_overhead`` tiles per block, spread over the SMs, plus
+    ``tail`` of the longest block's loop (backward: the ``*_backward`` figures); each tile ``4 · 128² · hd`` FLOPs (2.5× backward) at
+    ``peak · efficiency · hd / (hd + head_dim_half)`` of one SM."""
+    nq, nk = math.ceil(q_len / ATTENTION_BLOCK), math.ceil(kv_len / ATTENTION_BLOCK)
+    if causal:  # query block i sees key tiles up to i + (nk − nq): a triangle on top of a rectangle
+        longest = nk
+        tiles = nq * (nq + 1) / 2 + nq * max(0, nk - nq) if nk >= nq else nk * (nk + 1) / 2
+    else:
+        longest, tiles = nk, nq * nk
+    over, tail = (a.block_overhead_backward, a.tail_backward) if backward else (a.block_overhead, a.tail)
+    per_sm = batch_heads * (tiles + over * nq) / g.sms + tail * (longest + over)
+    tile_flops = 4.0 * ATTENTION_BLOCK ** 2 * head_dim * (2.5 if backward else 1.0)
+    eff = (a.backward if backward else a.forward) * head_dim / (head_dim + a.head_dim_half)
+    return g.latency + per_sm * tile_flops / (profile.flops(dtype) * eff / g.sms)
 
 
 def memory_seconds(nbytes: float, profile: HardwareProfile) -> float:

@@ -70,7 +70,10 @@ def format_plan(pl: Plan) -> str:
         rows = [r for r in rows if r[0] != "cp comm"]
     if not pl.profile.gpu_spread:  # a whole-run rate (A100 profiles): the slowest GPU's pace is inside it
         rows = [r for r in rows if r[0] != "straggler"]
-    lines += [f"  {name:<12}{_sec(v)}" for name, v in rows]
+    g = pl.profile.gemm
+    cap = (f"   (streamed for seconds: at most {g.sustained:.1%} of peak, the power limit measured on this GPU)"
+           if g is not None and g.sustained and pl.layout.dtype != "fp32" else "")
+    lines += [f"  {name:<12}{_sec(v)}" + (cap if name == "GEMMs" else "") for name, v in rows]
     r = pl.ranges
     lines[-1] += f"   {_range(r['step_time_s'], _sec)} from the error bar"
     lines += ["", f"predicted MFU             {t['mfu']:6.1%}   {_range(r['mfu'], lambda x: f'{x:.1%}')}"

@@ -133,7 +133,7 @@ def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile",
         model=shape, profile=hw, gpus=gpus, layout=layout, params=param_count(shape),
         memory=memory_per_rank(shape, layout), memory_limit=hw.usable_memory_bytes,
         time=step_time(shape, layout, hw, framework=fw, interference=OVERLAP_SLOWDOWN,
-                       gpu_spread=hw.gpu_spread if stragglers else 0.0),
+                       gpu_spread=hw.gpu_spread if stragglers else 0.0, sustained=True),
         comm_bytes=comm_bytes_per_step(shape, layout),
         framework=fw, error_bar=error_bar(fw),
     )

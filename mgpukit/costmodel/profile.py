@@ -78,12 +78,23 @@ class GemmModel:
     # fp8 GEMMs ([gemm.fp8]: the same tiles at the fp8 peak, with the fraction of it they sustain);
     # None: fp8 GEMMs take this table's figures at the fp8 peak
     fp8: "GemmModel | None" = None
+    # [gemm] sustained: the fraction of peak a stream of GEMMs sustains for seconds at the board's
+    # power limit (a ceiling on FLOP/s, `kernels.gemm_seconds`); 0: not measured. ``cap`` is the
+    # ceiling in force: 0 in a profile as read (the emulator's short bursts), ``sustained`` in the
+    # planner's multi-second steps (`kernels.at_sustained_power`); never written to a file
+    sustained: float = 0.0
+    cap: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (0 <= self.sustained <= 1 and 0 <= self.cap <= 1):
+            raise ValueError(f"[gemm] sustained must be in [0, 1], got {self.sustained}")
         if not 0 < self.efficiency <= 1 or self.sms < 1 or not self.tiles:
             raise ValueError(f"[gemm] needs 0 < efficiency <= 1, sms >= 1 and some tiles; got {self}")
         if not (math.isfinite(self.latency) and self.latency >= 0):
             raise ValueError(f"[gemm] latency must be a finite number >= 0, got {self.latency}")
+
+
+SHAPE_TERMS = ("head_dim_half", "block_overhead", "block_overhead_backward", "tail", "tail_backward")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,8 +109,29 @@ class AttentionModel:
     fp32_forward: float  # fp32 kernels (memory-efficient attention on CUDA cores)
     fp32_backward: float
     causal_skip: bool = True
+    # By shape (`kernels.attention_seconds`; all 0: the flat rates above on every shape). With
+    # them, ``forward``/``backward`` are the rate of one SM's inner loop over 128 × 128 score tiles
+    # at an infinite head dim, and a kernel's time counts tiles: the causal triangle's, plus
+    # ``block_overhead`` tiles' worth per thread block (load q, write out and normalise: amortised
+    # over the block's loop over the keys, so long sequences run faster), plus ``tail`` of the
+    # longest block's loop (the last blocks leave SMs idle: few heads run slower), each tile at
+    # ``hd / (hd + head_dim_half)`` of the rate (the softmax's exponentials per score do not grow
+    # with the head dim, the two matmuls per score do); ``*_backward``: the backward kernel's
+    head_dim_half: float = 0.0
+    block_overhead: float = 0.0
+    block_overhead_backward: float = 0.0
+    tail: float = 0.0
+    tail_backward: float = 0.0
+
+    @property
+    def by_shape(self) -> bool:
+        return any(getattr(self, k) for k in SHAPE_TERMS)
 
     def __post_init__(self) -> None:
+        for key in SHAPE_TERMS:
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"[attention] {key} must be a finite number >= 0, got {value}")
         for key in ("forward", "backward", "fp32_forward", "fp32_backward"):
             value = getattr(self, key)
             if not (math.isfinite(value) and 0 < value <= 1):
@@ -229,7 +261,9 @@ class HardwareProfile:
             "intra_node": {"alpha": self.intra_node.alpha, "beta": self.intra_node.beta},
             "inter_node": {"alpha": self.inter_node.alpha, "beta": self.inter_node.beta},
             **({"gemm": _gemm_dict(self.gemm)} if self.gemm else {}),
-            **({"attention": dict(vars(self.attention))} if self.attention else {}),
+            **({"attention": {k: v for k, v in vars(self.attention).items()
+                              if k not in SHAPE_TERMS or v}}
+               if self.attention else {}),
             "efficiency": {"compute": self.compute_efficiency, "usable_memory": self.usable_memory,
                            "op_overhead": self.op_overhead,
                            **({"model_code_factor": self.model_code_factor} if self.model_code_factor != 1.0 else {}),
@@ -284,14 +318,15 @@ def _gemm(d: dict, parent: GemmModel | None = None) -> GemmModel:
     base = parent or GemmModel(efficiency=1.0, sms=1)
     tiles = tuple((int(m), int(n)) for m, n in d.get("tiles", base.tiles))
     g = GemmModel(efficiency=float(d["efficiency"]), sms=int(d.get("sms", base.sms)), tiles=tiles,
-                  k_half=float(d.get("k_half", 0.0)), latency=float(d.get("latency", base.latency)))
+                  k_half=float(d.get("k_half", 0.0)), latency=float(d.get("latency", base.latency)),
+                  sustained=float(d.get("sustained", 0.0)))
     subs = {key: _gemm(d[key], g) for key in ("fp32", "fp8") if isinstance(d.get(key), dict)}
     return replace(g, **subs) if subs else g
 
 
 def _gemm_dict(g: GemmModel) -> dict:
     out = {"efficiency": g.efficiency, "sms": g.sms, "k_half": g.k_half, "latency": g.latency,
-           "tiles": [list(t) for t in g.tiles]}
+           "tiles": [list(t) for t in g.tiles], **({"sustained": g.sustained} if g.sustained else {})}
     for key in ("fp32", "fp8"):
         if getattr(g, key) is not None:
             out[key] = _gemm_dict(getattr(g, key))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 NUMBER, INTEGER, BOOLEAN, STRING, TABLE, TILES = "number", "integer", "boolean", "string", "table", "tiles"
 
-_GEMM = {"efficiency": NUMBER, "sms": INTEGER, "tiles": TILES, "k_half": NUMBER, "latency": NUMBER}
+_GEMM = {"efficiency": NUMBER, "sms": INTEGER, "tiles": TILES, "k_half": NUMBER, "latency": NUMBER,
+         "sustained": NUMBER}
 
 SCHEMA: dict = {
     "name": STRING,
@@ -27,7 +28,9 @@ SCHEMA: dict = {
                    "op_overhead_no_grad": NUMBER, "model_code_factor": NUMBER},
     "gemm": {**_GEMM, "fp32": dict(_GEMM), "fp8": dict(_GEMM)},
     "attention": {"forward": NUMBER, "backward": NUMBER, "fp32_forward": NUMBER,
-                  "fp32_backward": NUMBER, "causal_skip": BOOLEAN},
+                  "fp32_backward": NUMBER, "causal_skip": BOOLEAN, "head_dim_half": NUMBER,
+                  "block_overhead": NUMBER, "block_overhead_backward": NUMBER, "tail": NUMBER,
+                  "tail_backward": NUMBER},
     "launch": {"async": BOOLEAN, "min_kernel": NUMBER, "collective": NUMBER, "host_op": NUMBER},
     "memory": {"blas_workspace": NUMBER},
     "scale": {"gpu_spread": NUMBER},

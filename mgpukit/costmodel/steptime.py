@@ -50,7 +50,10 @@ The model, per GPU of each pipeline stage, for one micro-batch of ``b`` sequence
    reduce-scatter, which nothing hides.
 9. **Optimizer** (Adam, mixed precision): memory-bound, 28 bytes moved per local parameter
    (read fp32 master, m, v, grad; write master, m, v, the half-precision weight).
-10. **Interference** (the planner's convention, off for comparisons with the emulator): a hidden
+10. **Sustained power** (the planner's convention, off for comparisons with the emulator):
+    GEMMs streamed for seconds run at the board's power limit, a ceiling on FLOP/s measured on
+    the profile's GPU (``[gemm] sustained``, `kernels.at_sustained_power`).
+11. **Interference** (the planner's convention, off for comparisons with the emulator): a hidden
     collective is not free — its kernels share the SMs and HBM with the compute it hides behind,
     which slows by :data:`OVERLAP_SLOWDOWN` (18.9 %, a measured average, arXiv:2507.03114) for
     the hidden seconds of the data-parallel sync. Not charged for tp/cp overlap (not measured).
@@ -71,7 +74,8 @@ from mgpukit.costmodel.flops import flops_per_step
 from mgpukit.costmodel.frameworks import get_framework
 from mgpukit.costmodel.profile import HardwareProfile
 from mgpukit.costmodel.host import host_seconds_per_micro_batch
-from mgpukit.costmodel.kernels import attention_seconds, gemm_seconds, has_gemm_table, memory_seconds
+from mgpukit.costmodel.kernels import (at_sustained_power, attention_seconds, gemm_seconds, has_gemm_table,
+                                      memory_seconds)
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import stage_params
 from mgpukit.costmodel.shapes import ModelShape, layer_param_split
@@ -261,7 +265,7 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
 def step_time(
     shape: ModelShape, layout: Layout, profile: HardwareProfile, *,
     bucket_bytes: float = DDP_BUCKET_BYTES, overlap_dp: bool | None = None, framework=None,
-    interference: float = 0.0, gpu_spread: float = 0.0,
+    interference: float = 0.0, gpu_spread: float = 0.0, sustained: bool = False,
 ) -> dict[str, float]:
     """Predicted seconds of one step (module docstring). Returns ``compute_s`` (GEMMs),
     ``memory_s`` (memory-bound kernels), ``comm_s`` (exposed; split as ``comm_tp_s``,
@@ -287,10 +291,17 @@ def step_time(
     (``straggler_s``; :mod:`~mgpukit.costmodel.fleet`). 0 (the default): every GPU as fast as the
     profile's rate — the emulator's convention, and the A100 profiles', whose rate was read off
     whole runs.
+
+    ``sustained``: the GPUs run GEMMs back to back for seconds, at their power limit, so the
+    profile's measured ceiling on FLOP/s (``[gemm] sustained``; `kernels.at_sustained_power`)
+    holds for every tensor-core GEMM. False (the default): the rate of a short burst — the
+    emulator's convention; the planner uses True.
     """
     fw = get_framework(framework)
     overlap_dp = fw.overlap_dp if overlap_dp is None else overlap_dp
     profile = fw.on(profile)
+    if sustained:
+        profile = at_sustained_power(profile)
     peak = profile.flops("bf16" if layout.dtype == "fp8" else layout.dtype)
     p, m = layout.pp, layout.num_micro_batches
     kernels = _layer_kernels(shape, layout, profile)

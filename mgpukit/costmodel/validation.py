@@ -23,35 +23,37 @@ Rows (each cites paper, table, row; what the source does not publish is assumed,
   ``fsdp`` framework; the layout as :func:`llama3_layout` derives it from §3.3.2. Without the
   interference of overlapped collectives (:data:`~mgpukit.costmodel.steptime.OVERLAP_SLOWDOWN`,
   a measured average, not fitted here) the planner was 12-14 % optimistic on both on the
-  A100's Table-1 GEMM rate carried over (0.76 of peak); with it, +4 … +6 % on that rate — and
-  +11 … +13 % on the H100 profiles' own GEMM rate, fitted on an H200 (0.84 of peak,
-  ``data/hardware/h200.toml``). The H100 is not slower at a GEMM than the H200 it was fitted on:
-  the same GH100 die at the same 700 W (H100: the paper's §3.3.1; H200: "H200 TGP 700W", MLPerf
-  Inference v4.1's H200-SXM system file), and S. Bekman's "Maximum Achievable Matmul FLOPS" table
-  (*Machine Learning Engineering*, compute/accelerator) measures the H100 SXM at 794.5 TFLOP/s
-  bf16, 80.3 % of peak, noting "H200 is the same" — the H200 fit's best shape ran 802 (81.1 %).
-  (The 83.8 % GH200 row above it is a 900 W module: the H100 : GH200 ratio, 0.96, is not an
-  H100 : H200 ratio.) That rate is **one idle GPU's**. Since attention is charged as the emulator
-  charges SDPA (the profile's ``[attention]`` table, FA3's published hd-64 rate, on the causal
-  tiles) the rows are +17-19 % on it alone. A step on 8K-16K GPUs runs at the pace of the slowest
-  of them, which the planner models as its own term, ``straggler_s``
-  (:mod:`~mgpukit.costmodel.fleet`): the fleet's matmul spread σ = 1.76 % (S. Bekman, *Machine
-  Learning Engineering*, "5% and higher differences on an 8-gpu node", as a normal's spread) makes
-  the slowest of 8,192 3.80 σ = 6.7 % slower than the median, of 16,384 3.97 σ = 7.0 %, on the
-  critical path's GEMM seconds: +13.4 % and +11.5 % with it (+18.6 / +16.8 % without). The term
-  is physics with a cited input, not a fit, and it does not bring the rows inside: that would take
-  σ ≥ 3.0 % (8,192) / 2.3 % (16,384), more than any source gives (Sinha et al., SC22, measure "8%
-  (max 22%) average performance variation" across > 90 % of the V100 / MI60 GPUs of five clusters —
-  the same order as Bekman's, on older GPUs). It applies **only** to profiles whose GEMM rate is
-  one GPU's measurement (h100-*, h200: ``[scale] gpu_spread``): the A100 rate was read off whole
-  runs of 32-3,072 GPUs and already runs at their slowest GPU's pace. Still not measured: GEMMs as
-  long as this model's (≈ 4 ms each at TP 8, 8,192 × 13,312 × 16,384 for the gated MLP; the
-  longest the fit saw, 8192³ at 1.5 ms, already ran 8 % below the model — sustained power) and
-  attention at this model's head dim and sequence (128, 8K; the table's rate is hd 64, seq 1K), so
-  the rows stay in :data:`KNOWN_GAPS` rather than being tuned in (a rate of 0.805 — the GH200
-  ratio — would have put both rows just inside ±10 % under the old attention estimate: exactly the
-  fit to a row this table must not make). The fleet's real tail at 1 in 16K is not measured either
-  (a normal is assumed; outliers 1.5× slower are screened out by real jobs and not modelled).
+  A100's Table-1 GEMM rate carried over (0.76 of peak); +11 … +13 % on the H100 profiles' own
+  GEMM rate, fitted on an H200 (0.84 of peak, ``data/hardware/h200.toml``; the same GH100 die at
+  the same 700 W, and S. Bekman's "Maximum Achievable Matmul FLOPS" table, *Machine Learning
+  Engineering*, measures the H100 SXM at 80.3 % of peak, "H200 is the same"). Two things that rate
+  left out were then **measured on an H100 80GB HBM3, 2026-11-26** (``data/reference/
+  h100-2026-11-26.json``): this model's own kernels at TP 8. (1) Its GEMMs (8,192 tokens ×
+  2,304 … 13,312 × 16,384, forward, dgrad, wgrad) ran 710-805 TFLOP/s in 20 launches, 0.90 of the
+  burst model in sum, and the 8192 × 13312 × 16384 one ran 688 TFLOP/s launched 600 times back to
+  back (~3 s) — the board's power limit: a ceiling on FLOP/s the planner charges every GEMM of a
+  step (``[gemm] sustained = 0.695``, `kernels.at_sustained_power`; the emulator's short bursts do
+  not reach it). (2) Causal attention at head dim 128, seq 8K ran 494-603 TFLOP/s forward, 418-465
+  backward, against the flat 373 / 348 of FA3's hd-64 seq-1K cuDNN figure the table held (and
+  at hd 64, seq 1K torch's SDPA ran only 256 / 144): the ``[attention]`` table is now a tile
+  model by head dim, sequence and heads, fitted on eight measured shapes (70B's held out: +1 / +3
+  %). With both the rows are +3.8 % and +2.1 % (+8.7 / +7.1 % without the stragglers term, below);
+  charging exactly the measured kernel times instead of the model gives +8.4 / +6.6 % (20-launch
+  GEMMs) and +5.9 / +4.2 % (those × the sustained loss, 688/712) — the model's ceiling is a little
+  more pessimistic on the 70B-sized GEMMs than 20 launches measured, not fitted to the rows. A
+  step on 8K-16K GPUs runs at the pace of the slowest of them, which the planner models as its own
+  term, ``straggler_s`` (:mod:`~mgpukit.costmodel.fleet`): the fleet's matmul spread σ = 1.76 %
+  (S. Bekman, *Machine Learning Engineering*, "5% and higher differences on an 8-gpu node", as a
+  normal's spread) makes the slowest of 8,192 3.80 σ = 6.7 % slower than the median, of 16,384
+  3.97 σ = 7.0 %, on the critical path's GEMM seconds (Sinha et al., SC22, measure "8% (max 22%)
+  average performance variation" across > 90 % of the V100 / MI60 GPUs of five clusters — the
+  same order). It applies **only** to profiles whose GEMM rate is one GPU's measurement (h100-*,
+  h200: ``[scale] gpu_spread``): the A100 rate was read off whole runs of 32-3,072 GPUs and already
+  runs at their slowest GPU's pace, long kernels and power limit included. Still not measured:
+  the fleet's real tail at 1 in 16K (a normal is assumed; outliers 1.5× slower are screened out
+  by real jobs and not modelled), the sustained ceiling of shapes other than the one timed 600×
+  (the same ceiling is assumed for all), and anything of Meta's own kernels (their attention and
+  GEMM libraries are not torch 2.11's).
 
 **Scale.** What the planner models of scale: ring/tree collectives' latency and bandwidth per
 link (``comm``), the dp sync and the bubble that do not shrink as dp grows (which is why the
@@ -88,17 +90,9 @@ from mgpukit.costmodel.steptime import OVERLAP_SLOWDOWN, step_time
 
 MIN_ROWS = 3
 CHECK = 0.10  # every row within ±10 %, except the known gaps below (tests/test_published_runs.py)
-KNOWN_GAPS: dict[str, str] = {  # rows outside the check, each with what is missing; kept in the table (their error feeds the bars)
-    "Llama 3 405B, 8192 H100": "planner +13-14 % optimistic with the slowest of 8K GPUs setting the pace (straggler_s, "
-                               "sigma 1.76 % from Bekman's '5% and higher differences on an 8-gpu node'; +17-19 % "
-                               "without it) on the H100 GEMM rate fitted on an H200 — which is the H100's own (same "
-                               "die, same 700 W; Bekman's MAMF table: H100 SXM 80 % of peak, 'H200 is the same'), and "
-                               "attention charged as the emulator charges SDPA. Not measured: GEMMs as long as this "
-                               "model's (~4 ms at TP 8; the longest timed, 1.5 ms, ran 8 % below the model) and "
-                               "attention at head dim 128, seq 8K; the A100 rate, read off whole runs, includes both "
-                               "the long kernels and the slowest GPU. Not tuned away",
-    "Llama 3 405B, 16384 H100": "as the 8,192-GPU row (+11-12 % with the slowest of 16K GPUs, +16-17 % without)",
-}
+# rows outside the check, each with what is missing; kept in the table (their error feeds the bars). Empty
+# since the H100's own kernels were measured (the Llama 3 rows were +13.4 / +11.5 % before: docstring)
+KNOWN_GAPS: dict[str, str] = {}
 LLAMA3_STAGE_LAYERS = (7,) + (8,) * 14 + (7,)  # [L3] §3.3.2: one layer fewer on the first and the last stage
 
 
@@ -189,7 +183,7 @@ def predict(run: Run, *, stragglers: bool = True) -> dict:
     ``stragglers=False`` leaves out the slowest-of-N term (``straggler_s``, as ``plan``)."""
     hw = load_profile(run.profile)
     t = step_time(run.model, run.layout, hw, framework=run.framework, interference=OVERLAP_SLOWDOWN,
-                  gpu_spread=hw.gpu_spread if stragglers else 0.0)
+                  gpu_spread=hw.gpu_spread if stragglers else 0.0, sustained=True)
     if run.measure == "step_time_s":
         predicted, error = t["total_s"], run.published / t["total_s"] - 1
     elif run.measure == "mfu":

@@ -113,7 +113,7 @@ def _pipeline_worker(scale_losses: bool, bf16_logits: bool = False):
         if bf16_logits:  # legitimate, but the loss (and its gradient) rounds to bf16's 8 bits
             fn = (lambda out, y: base(out.to(torch.bfloat16).float(), y))
         parts = apply_pipeline(ctx, rec, build_model(cfg), ctx.layout, fn)
-        return {"weights": train(ctx, rec, cfg, parts, build_optimizer(cfg, parts.params))}
+        return {"weights": train(ctx, rec, cfg, parts, build_optimizer(cfg, parts.params, ctx))}
     return worker
 
 

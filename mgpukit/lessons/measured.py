@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from mgpukit.costmodel.hardware import load_profile
-from mgpukit.costmodel.kernels import attention_seconds, gemm_seconds
+from mgpukit.costmodel.kernels import at_sustained_power, attention_seconds, gemm_seconds
 
 H100_REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference" / "h100-2026-11-26.json"
 LABEL = "measured on an H100 80GB HBM3, 2026-11-26"
@@ -46,22 +46,30 @@ def llama_tp8_layer(model: str, profile: str = "h100-nvlink", *, reference: dict
     """One transformer layer of Llama 3 ``model`` ("405b" or "70b") at tensor-parallel 8, one
     micro-batch of 8,192 tokens, bf16: its four linears' forward, input-gradient and
     weight-gradient GEMMs and its causal attention (forward + backward), each measured and
-    predicted, summed. ``gemms`` keeps the twelve GEMM rows (``linear``, ``pass`` added)."""
+    predicted, summed. ``gemms`` keeps the twelve GEMM rows (``linear``, ``pass`` added).
+
+    Predicted twice for the GEMMs: ``gemm_predicted_s`` at the profile's short-burst rate (what
+    the emulator charges, and what the measurement — 20 launches each — is), and
+    ``gemm_sustained_s`` under the profile's sustained-power ceiling (`at_sustained_power`: what
+    the planner charges a step that runs GEMMs for seconds). Attention as the planner charges it."""
     ref, prof = reference or load_h100(), load_profile(profile)
-    gemms = [{**_gemm_row(g, "bf16", prof), "linear": g["linear"], "pass": g["pass"]}
+    held = at_sustained_power(prof)
+    gemms = [{**_gemm_row(g, "bf16", prof), "linear": g["linear"], "pass": g["pass"],
+              "sustained_s": gemm_seconds(g["m"], g["n"], g["k"], held, dtype="bf16")}
              for g in ref["gemm_llama_tp8"] if g["model"] == model]
     if not gemms:
         raise ValueError(f"no tp-8 GEMMs for {model!r} in the reference; it has "
                          f"{sorted({g['model'] for g in ref['gemm_llama_tp8']})}")
     att = next(a for a in ref["attention_long"] if a["name"] == f"{model} tp8")
     bh = att["b"] * att["heads"]
-    att_pred = (attention_seconds(bh, att["seq"], att["seq"], att["d"], prof, dtype="bf16", causal=True)
-                + attention_seconds(bh, att["seq"], att["seq"], att["d"], prof, dtype="bf16", causal=True,
+    att_pred = (attention_seconds(bh, att["seq"], att["seq"], att["d"], held, dtype="bf16", causal=True)
+                + attention_seconds(bh, att["seq"], att["seq"], att["d"], held, dtype="bf16", causal=True,
                                     backward=True))
     return {
         "model": model, "profile": profile, "gemms": gemms,
         "gemm_measured_s": sum(g["measured_s"] for g in gemms),
         "gemm_predicted_s": sum(g["predicted_s"] for g in gemms),
+        "gemm_sustained_s": sum(g["sustained_s"] for g in gemms),
         "attention_measured_s": att["fwd_s"] + att["bwd_s"],
         "attention_predicted_s": att_pred,
         "heads": att["heads"], "seq": att["seq"], "head_dim": att["d"],

@@ -234,7 +234,7 @@ def rule_gpu_hours(model: str, low: float, high: float, *, profile: str = "h100-
     verdict = (f"holds only for {implied[0] / 1e9:.3g}-{implied[1] / 1e9:.3g} B tokens "
                f"({implied[0] / n:.2g}-{implied[1] / n:.2g} tokens per parameter): a fine-tuning budget. "
                f"Pre-training to Chinchilla-optimal takes {chin['gpu_hours']:,.0f} GPU-hours, "
-               f"{chin['gpu_hours'] / high:.0f}× the claim's upper end")
+               f"{chin['gpu_hours'] / high:.1f}× the claim's upper end")
     return {"claim": f"a {model} model takes {low:,}-{high:,} GPU-hours", "source": SEED, "model": model,
             "params": n, "profile": profile, "mfu": mfu, "layout": best.layout.describe(), "gpus": gpus,
             "implied_tokens": implied, "budgets": costs, "verdict": verdict,

@@ -25,16 +25,25 @@ from mgpukit.training import hetero
 from mgpukit.training.building import Batches, build_model, loss_fn
 
 
-def per_rank_seconds(rec, kinds=("fwd", "bwd"), skip: int = 1) -> list[float]:
-    """Each rank's seconds per step in the compute regions `kinds`: the least over steps >=
-    skip (the first warms up allocators and caches). The least, as `timeit` reports: on a
-    shared machine every other step is the same work plus someone else's."""
-    per = defaultdict(float)  # (rank, step) -> seconds
+def per_rank_seconds(rec, kinds=("fwd", "bwd"), skip: int = 1) -> list[float | None]:
+    """Each rank's seconds per step in the compute regions `kinds`: the least over the steps >=
+    skip (the first warms up allocators and caches) in which the rank ran them. The least, as
+    `timeit` reports: on a shared machine every other step is the same work plus someone else's.
+    A step the rank skipped (dropped by `drop_slowest`) is not a 0 s step: it is left out, and a
+    rank that ran none of them gets None."""
+    per = defaultdict(float)  # (rank, step) -> seconds, only steps with such a region
     for e in rec["timeline"]:
         if e["stream"] == "compute" and e["kind"] in kinds and (e["step"] or 0) >= skip:
             per[e["rank"], e["step"]] += e["end"] - e["start"]
     steps = range(skip, len(rec["step_time_s"]))
-    return [min(per[r, s] for s in steps) for r in range(rec["world_size"])]
+    ran = [[per[r, s] for s in steps if (r, s) in per] for r in range(rec["world_size"])]
+    return [min(t) if t else None for t in ran]
+
+
+def dropped_per_step(rec) -> list[list[int]] | None:
+    """The ranks `drop_slowest` dropped at each step (`training/backup.py` records them), or None
+    for a run without the knob."""
+    return (rec.get("extra") or {}).get("0", {}).get("dropped")
 
 
 def step_seconds(rec, skip: int = 1) -> float:
@@ -97,7 +106,8 @@ def measured_stragglers(*, factor: float = 4.0, rank: int = 1, model: str = "mlp
     for label, split_, fs, rec in runs:
         rows.append({"layout": label, "rows": split_, "predicted_s": predict(split_, fs),
                      "measured_s": step_seconds(rec), "rank_compute_s": per_rank_seconds(rec),
-                     "parity_ok": (rec.get("parity") or {}).get("ok"), "kind": "measured (CPU workers)"})
+                     "parity_ok": (rec.get("parity") or {}).get("ok"), "kind": "measured (CPU workers)",
+                     "dropped": dropped_per_step(rec)})
     for r in rows[2:]:
         r["speedup_vs_even"] = rows[1]["measured_s"] / r["measured_s"]
     rows[2]["split_from"], rows[2]["seconds_per_row"] = split_from, per_row

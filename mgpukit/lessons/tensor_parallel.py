@@ -138,15 +138,21 @@ def sequence_parallel_memory(t: int = 2) -> dict:
 
 # --------------------------------------------------------------- 5. why tp stays in a node
 
-LINKS = {"NVLink (h100-nvlink)": ("h100-nvlink", None), "PCIe (h100-pcie)": ("h100-pcie", None),
-         "InfiniBand across nodes (h100-ib, 1 GPU/node)": ("h100-ib", 1)}
+PCIE = "PCIe (h100-pcie's link, the same SXM GPU)"
+LINKS = {"NVLink (h100-nvlink)": ("h100-nvlink", None, None), PCIE: ("h100-nvlink", None, "h100-pcie"),
+         "InfiniBand across nodes (h100-ib, 1 GPU/node)": ("h100-ib", 1, None)}
 
 
 def link_profile(link: str):
-    """The hardware profile behind a LINKS key (h100-ib with one GPU per node: every tp group
-    crosses the network)."""
-    name, per_node = LINKS[link]
+    """The hardware profile behind a LINKS key. Only the link changes between them, never the
+    GPU: the PCIe entry is the SXM H100 of ``h100-nvlink`` with the ``h100-pcie`` profile's
+    intra-node link (that profile is the H100 PCIe *card*, 24 % less bf16 peak and 40 % less HBM
+    bandwidth, which would put a GPU gap into a link comparison — even at tp = 1); the
+    InfiniBand entry is ``h100-ib`` with one GPU per node (every tp group crosses the network)."""
+    name, per_node, link_of = LINKS[link]
     hw = load_profile(name)
+    if link_of:
+        hw = dataclasses.replace(hw, intra_node=load_profile(link_of).intra_node, name=f"{name} with {link_of}'s link")
     if per_node:
         hw = dataclasses.replace(hw, gpus_per_node=per_node, name=f"{name}, {per_node} GPU/node")
     return hw
@@ -214,7 +220,7 @@ def rank_busy(record: dict, rank: int = 0) -> dict:
     return {"kernels_s": kernels, "all_reduce_s": all_reduce}
 
 
-def emulated_steps(tps=(2, 4), links=("NVLink (h100-nvlink)", "PCIe (h100-pcie)"), steps: int = 2,
+def emulated_steps(tps=(2, 4), links=("NVLink (h100-nvlink)", PCIE), steps: int = 2,
                    kernels_only: bool = True) -> list[dict]:
     """`tp` on gpt-tiny under the virtual clock of each link, for each tp degree (`emulated_run`)."""
     return [emulated_run(t, link, steps=steps, kernels_only=kernels_only) for link in links for t in tps]

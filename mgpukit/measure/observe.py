@@ -96,82 +96,11 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup, Work, _resolve_process_group
 from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+
+from mgpukit.measure.comm_ops import (C10D, COST_AS, FUNCTIONAL, RECV_ANY_SOURCE, WAIT_TENSOR, bus_fraction,
+                                     observed_ops, payload_bytes, tensors_in)
 
 __all__ = ["CommObserver", "unobserved", "observed_ops"]
-
-_c10d = torch.ops.c10d
-_fc = torch.ops._c10d_functional
-_fca = torch.ops._c10d_functional_autograd
-
-
-def _t(i):
-    return lambda args, out: args[i]
-
-
-# op -> (kind, payload tensors(args, out), written tensors(args, out), process-group arg index)
-# non-functional c10d ops: args[pg] is a boxed ProcessGroup; functional ones: a group name.
-_C10D = {
-    _c10d.allreduce_.default: ("all_reduce", _t(0), _t(0), 1),
-    _c10d.allreduce_coalesced_.default: ("all_reduce", _t(0), _t(0), 1),
-    _c10d.broadcast_.default: ("broadcast", _t(0), _t(0), 1),
-    _c10d.allgather_.default: ("all_gather", _t(0), _t(0), 2),
-    _c10d._allgather_base_.default: ("all_gather", _t(0), _t(0), 2),
-    _c10d.allgather_into_tensor_coalesced_.default: ("all_gather", _t(0), _t(0), 2),
-    _c10d.allgather_coalesced_.default: ("all_gather", _t(0), _t(0), 2),
-    _c10d.reduce_scatter_.default: ("reduce_scatter", _t(1), _t(0), 2),
-    _c10d._reduce_scatter_base_.default: ("reduce_scatter", _t(1), _t(0), 2),
-    _c10d.reduce_scatter_tensor_coalesced_.default: ("reduce_scatter", _t(1), _t(0), 2),
-    _c10d.alltoall_.default: ("all_to_all", _t(1), _t(0), 2),
-    _c10d.alltoall_base_.default: ("all_to_all", _t(1), _t(0), 2),
-    _c10d.reduce_.default: ("reduce", _t(0), _t(0), 1),
-    _c10d.gather_.default: ("gather", _t(1), _t(0), 2),
-    _c10d.scatter_.default: ("scatter", _t(0), _t(0), 2),
-    _c10d.barrier.default: ("barrier", lambda a, o: (), lambda a, o: (), 1),
-    _c10d.send.default: ("send", _t(0), lambda a, o: (), 1),
-    _c10d.recv_.default: ("recv", _t(0), _t(0), 1),
-    _c10d.recv_any_source_.default: ("recv", _t(0), _t(0), 1),
-}
-_out = (lambda args, out: out)
-_gathered = (lambda args, out: [args[0]] * args[1])  # input x group_size, before the op runs
-_FUNCTIONAL = {
-    _fc.all_reduce.default: ("all_reduce", _t(0), _out, 2),
-    _fc.all_reduce_.default: ("all_reduce", _t(0), _t(0), 2),
-    _fc.all_reduce_coalesced.default: ("all_reduce", _t(0), _out, 2),
-    _fc.all_reduce_coalesced_.default: ("all_reduce", _t(0), _t(0), 2),
-    _fc.all_gather_into_tensor.default: ("all_gather", _gathered, _out, 2),
-    _fc.all_gather_into_tensor_out.default: ("all_gather", _gathered, _out, 2),
-    _fc.all_gather_into_tensor_coalesced.default: ("all_gather", _gathered, _out, 2),
-    _fca.all_gather_into_tensor.default: ("all_gather", _gathered, _out, 2),
-    _fc.reduce_scatter_tensor.default: ("reduce_scatter", _t(0), _out, 3),
-    _fc.reduce_scatter_tensor_coalesced.default: ("reduce_scatter", _t(0), _out, 3),
-    _fca.reduce_scatter_tensor.default: ("reduce_scatter", _t(0), _out, 3),
-    _fc.all_to_all_single.default: ("all_to_all", _t(0), _out, 3),
-    _fca.all_to_all_single.default: ("all_to_all", _t(0), _out, 3),
-    _fc.broadcast.default: ("broadcast", _t(0), _out, 2),
-    _fc.broadcast_.default: ("broadcast", _t(0), _t(0), 2),
-}
-if hasattr(_fc, "reduce_scatter_tensor_out"):
-    _FUNCTIONAL[_fc.reduce_scatter_tensor_out.default] = ("reduce_scatter", _t(0), _out, 3)
-_WAIT_TENSOR = _fc.wait_tensor.default
-
-# ring bus bytes per rank as a fraction of the payload, by group size n
-_BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "barrier": lambda n: 0.0}
-_COST_AS = {"all_to_all": "all_gather", "gather": "all_gather", "scatter": "all_gather",
-            "reduce": "all_reduce"}
-
-
-def observed_ops() -> set:
-    """Every op the observer counts (c10d and functional collectives, point-to-point)."""
-    return set(_C10D) | set(_FUNCTIONAL)
-
-
-def _tensors(tree) -> list[torch.Tensor]:
-    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
-
-
-def _nbytes(tree) -> int:
-    return sum(t.numel() * t.element_size() for t in _tensors(tree))
 
 
 def _key(t: torch.Tensor) -> int | None:
@@ -301,13 +230,13 @@ class CommObserver(TorchDispatchMode):
         kwargs = kwargs or {}
         if self._suspended:
             return func(*args, **kwargs)
-        spec = _C10D.get(func)
+        spec = C10D.get(func)
         if spec is not None:
             return self._c10d(func, spec, args, kwargs)
-        spec = _FUNCTIONAL.get(func)
+        spec = FUNCTIONAL.get(func)
         if spec is not None:
             return self._functional(func, spec, args, kwargs)
-        if func is _WAIT_TENSOR:
+        if func is WAIT_TENSOR:
             out = func(*args, **kwargs)
             self._finish_functional(args[0])
             return out
@@ -322,16 +251,16 @@ class CommObserver(TorchDispatchMode):
         elif name == "recv":
             self.sink._count(name, payload, 0, payload)
         else:
-            bus = _BUS.get(name, lambda n: (n - 1) / n)(n) * payload
+            bus = bus_fraction(name, n) * payload
             self.sink._count(name, payload, bus, bus)
 
     # ---- c10d ops (ProcessGroup calls, from Python or C++) ----------------------------------
     def _c10d(self, func, spec, args, kwargs):
         name, payload_of, written_of, pg_index = spec
         pg = ProcessGroup.unbox(args[pg_index])
-        payload = _nbytes(payload_of(args, None))
+        payload = payload_bytes(payload_of(args, None))
         self._record(name, payload, pg.size())
-        if func is _c10d.recv_any_source_.default:  # no peer known: counted, never charged
+        if func is RECV_ANY_SOURCE:  # no peer known: counted, never charged
             if not self.emulated:
                 start = self.now()
                 out = func(*args, **kwargs)
@@ -380,7 +309,7 @@ class CommObserver(TorchDispatchMode):
         """Emulated: (start, end) on the virtual clock; the ready-time exchange is unobserved."""
         ranks = dist.get_process_group_ranks(pg)
         with self.suspended(), self.clock.paused():
-            start, end = self.clock.collective(_COST_AS.get(name, name), nbytes, ranks, pg)
+            start, end = self.clock.collective(COST_AS.get(name, name), nbytes, ranks, pg)
             self.clock._armed = None  # the observer marks what the op writes itself
         return start, end
 
@@ -427,7 +356,7 @@ class CommObserver(TorchDispatchMode):
         name, payload_of, written_of, pg_index = spec
         group = args[pg_index]
         pg = group if isinstance(group, ProcessGroup) else _resolve_process_group(group)
-        payload = _nbytes(payload_of(args, None))
+        payload = payload_bytes(payload_of(args, None))
         self._record(name, payload, pg.size())
         ranks = dist.get_process_group_ranks(pg)
         if self.emulated:
@@ -441,7 +370,7 @@ class CommObserver(TorchDispatchMode):
             start, end = self.now(), None
             out = func(*args, **kwargs)
             written = written_of(args, out)
-        for t in _tensors(written):
+        for t in tensors_in(written):
             k = _key(t)
             if k:
                 self._open[k] = (name, start, end, ranks)
@@ -460,7 +389,7 @@ class CommObserver(TorchDispatchMode):
     def _touch(self, args, kwargs):
         """An op reads an unfinished AsyncCollectiveTensor: wait for it here, so the wait is
         seen (otherwise it happens inside the tensor subclass, below this mode)."""
-        for t in _tensors((args, kwargs)):
+        for t in tensors_in((args, kwargs)):
             local = getattr(t, "_local_tensor", None)  # DTensor
             if local is not None:
                 t = local

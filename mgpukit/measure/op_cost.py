@@ -43,7 +43,7 @@ def is_model_code(func) -> bool:
     its own (`HardwareProfile.dispatch_overhead`'s ``model_code``)."""
     return func not in _TORCH_INTERNAL
 # Ops that overwrite their first argument without reading it.
-_OVERWRITE = {_aten.copy_, _aten.zero_, _aten.fill_}
+_OVERWRITE = {_aten.copy_, _aten.zero_, _aten.fill_, _aten._foreach_zero_, _aten._foreach_copy_}
 # Ops that read only the shape of their tensor arguments.
 _SHAPE_ONLY = {_aten.zeros_like, _aten.ones_like, _aten.full_like, _aten.new_zeros,
                _aten.new_ones, _aten.new_full, _aten.new_empty}

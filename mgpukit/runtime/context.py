@@ -27,6 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.nodes import NodeLayout
@@ -65,6 +66,12 @@ class WorkerContext:
     @property
     def is_emulated(self) -> bool:
         return self.mode == "emulated"
+
+    @property
+    def emulates_gpu(self) -> bool:
+        """Emulated ranks standing in for GPUs (a profile whose launches are asynchronous): their
+        tensors live on the CPU (or are fake), but the program timed is the one a GPU would run."""
+        return self.is_emulated and load_profile(self.profile).async_launch
 
     @property
     def coords(self) -> dict[str, int]:

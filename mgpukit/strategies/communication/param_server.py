@@ -224,7 +224,7 @@ _PS = dict(family="communication", layout=lambda n: Layout(dp=n, dtype="fp32"), 
 def run_ps_sync(ctx, rec, cfg):
     n_workers = _workers(cfg, ctx.world_size)
     model = build_model(cfg).to(ctx.device)  # seeded: every rank starts from the same weights
-    optimizer = build_optimizer(cfg, model.parameters()) if ctx.rank == SERVER else None
+    optimizer = build_optimizer(cfg, model.parameters(), ctx) if ctx.rank == SERVER else None
     start_together(rec)
     if ctx.rank == SERVER:
         return _sync_server(ctx, rec, cfg, model, optimizer, n_workers)
@@ -320,7 +320,7 @@ def run_ps_async(ctx, rec, cfg):
     n_workers = _workers(cfg, ctx.world_size)
     bound = staleness_bound(cfg, n_workers)
     model = build_model(cfg).to(ctx.device)
-    optimizer = build_optimizer(cfg, model.parameters()) if ctx.rank == SERVER else None
+    optimizer = build_optimizer(cfg, model.parameters(), ctx) if ctx.rank == SERVER else None
     start_together(rec)
     if ctx.rank == SERVER:
         return _async_server(ctx, rec, cfg, model, optimizer, n_workers, bound)

@@ -34,7 +34,8 @@ def predicted_tokens_per_s(model: str = "gpt-tiny", profile: str = "h100-nvlink"
     with n. Strong scaling (`global_batch=B`): B is split over the n GPUs. `overlap=False` is
     `dp-naive` (the whole all-reduce exposed after backward); True is bucketed / DDP.
     """
-    shape, hw = get_shape(model), load_profile(profile)
+    shape = get_shape(model)
+    hw = load_profile(profile) if isinstance(profile, str) else profile  # a name or a HardwareProfile
     out = {}
     for n in workers:
         if global_batch is not None and global_batch % n:
