@@ -156,3 +156,17 @@ def test_scaling_explorer_draws_headless():
 
     box = scaling_explorer(model="gpt-tiny", profile="h100-nvlink", max_workers=8, show=False)
     assert box is not None
+
+
+def test_a_weak_series_takes_the_strong_run_of_its_own_configuration_and_refuses_another():
+    """Strong scaling's 2-worker run at batch 16 *is* weak scaling's at 8 per worker (notebook
+    01 runs it once); a run of any other batch is refused in one sentence, never plotted."""
+    from mgpukit.lessons import data_parallel as studies
+
+    kw = dict(steps=1, mode="emulated", profile="h100-nvlink")
+    strong = studies.scaling_records((1, 2), scaling="strong", batch=16, **kw)
+    weak = studies.scaling_records((1, 2), scaling="weak", batch=8, reuse={2: strong[1]}, **kw)
+    assert weak[1]["step_time_s"] == strong[1]["step_time_s"] and weak[1] is not strong[1]
+    assert weak[0]["config"]["global_batch"] == 8
+    with pytest.raises(ValueError, match="another run"):
+        studies.scaling_records((1, 2), scaling="weak", batch=4, reuse={2: strong[1]}, **kw)

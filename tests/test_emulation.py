@@ -238,3 +238,18 @@ def test_idle_split_of_uneven_stages_leaves_no_negative_p2p():
     s = idle_split(record)
     assert s["seconds"]["idle"] == 12 and s["seconds"]["imbalance"] == 6
     assert s["seconds"]["schedule"] == pytest.approx(6) and s["seconds"]["p2p"] == pytest.approx(0, abs=1e-12)
+
+
+def test_idle_split_gives_the_schedule_what_the_imbalance_leaves_when_its_estimate_overshoots():
+    """Equal stages (F = 1, B = 2), p = 2, m = 1, whose fill went faster than a line of identical
+    jobs (rank 1 starts half a unit early): idle 2·5.5 − 6 = 5, no imbalance, the estimate
+    p·max b·β/(1 − β) = 6 is more than the idle. Schedule 5, p2p 0 — not 6 and −1."""
+    from mgpukit.measure.idle import idle_split
+
+    ev = lambda rank, kind, start, end: {"rank": rank, "stream": "compute", "kind": kind,
+                                         "start": start, "end": end, "step": 0}
+    record = {"theory": {"schedule": "gpipe", "p": 2, "m": 1}, "dims": {"pp": 2},
+              "timeline": [ev(0, "fwd", 0, 1), ev(1, "fwd", 0.5, 1.5), ev(1, "bwd", 1.5, 3.5), ev(0, "bwd", 3.5, 5.5)]}
+    s = idle_split(record)
+    assert s["seconds"]["idle"] == pytest.approx(5) and s["seconds"]["imbalance"] == 0
+    assert s["seconds"]["schedule"] == pytest.approx(5) and s["seconds"]["p2p"] == 0

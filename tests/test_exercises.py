@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mgpukit import exercises
-from mgpukit.exercises import EXERCISES, check, debugging, expected_value, reveal
+from mgpukit.exercises import EXERCISES, check, debugging, expected_value, get, hint, reveal
 from mgpukit.exercises.leaks import singled_out, variant_table
 from mgpukit.experiment import run
 from mgpukit.strategies import registry
@@ -82,7 +82,10 @@ def test_check_says_right_or_wrong_and_why_without_giving_the_answer(capsys):
     want = expected_value("00.ring-bytes")
     assert check("00.ring-bytes", None) is None
     out = capsys.readouterr().out
-    assert "hint" in out and f"{want:,.0f}" not in out and str(int(want)) not in out
+    assert f"{want:,.0f}" not in out and str(int(want)) not in out
+    assert get("00.ring-bytes").hint not in out and "hint('00.ring-bytes')" in out   # no hint before a try
+    hint("00.ring-bytes")
+    assert get("00.ring-bytes").hint in capsys.readouterr().out
     assert check("00.ring-bytes", want) is True and "why" in capsys.readouterr().out
     assert check("00.ring-bytes", 2 * want) is False
     out = capsys.readouterr().out
@@ -117,8 +120,12 @@ def test_the_broken_mystery_variant_misses_parity_and_its_table_needs_reading(na
             int8 = run("mystery-03-int8", workers=2, steps=3, mode="cpu")["parity"]
         assert all(records["variant C"]["parity"][k] > int8[k] for k in
                    ("losses_max_abs_diff", "grad_norms_max_abs_diff", "weights_max_abs_diff"))
-    if name == "04":  # its reveal(): gradients m× too large (norm Δ = (m − 1)× the norm), losses as logged
-        bug, exact = records["variant B"], records["variant C"]
+    if name == "04":  # its reveal(): gradients m× too large (norm Δ = (m − 1)× the norm), losses as logged;
+        # the summed loss: loss and gradient both m×, and under AdamW the very updates of the bug
+        summed, bug, exact = records["variant A"], records["variant B"], records["variant C"]
         assert bug["grad_norms"][0] == pytest.approx(4 * exact["grad_norms"][0], rel=1e-4)
         assert bug["losses"][0] == pytest.approx(exact["losses"][0], rel=1e-6)
+        assert summed["losses"][0] == pytest.approx(4 * exact["losses"][0], rel=1e-6)
+        assert summed["grad_norms"] == bug["grad_norms"]
+        assert summed["parity"]["weights_max_abs_diff"] == bug["parity"]["weights_max_abs_diff"]
     assert not any(s.name.startswith("mystery-") for s in registry.available())  # gone again

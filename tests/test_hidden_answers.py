@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from mgpukit.exercises import expected_value
-from mgpukit.exercises.leaks import find_leaks, gives, numbers, singled_out, variant_table
+from mgpukit.exercises.leaks import farthest, find_leaks, gives, numbers, singled_out, variant_table
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -139,8 +139,8 @@ def test_a_list_answer_leaks_when_its_informative_elements_show_and_givens_do_no
     gpipe, one_f_one_b = expected_value("04.in-flight")  # p = 4, m = 16: [16, 4]
     question = _md("**Q2.** p = 4, m = 16: how many micro-batches does rank 0 hold?")
     assert find_leaks(_nb(_code("", "m = 16, 16 micro-batches"), question, _check("04.in-flight"))) == []
-    ps = expected_value("02.param-server")  # [staleness 2, 32,000,000 bytes]
-    shown = _code("", f"server link: {ps[1]:,} bytes per step")
+    ps = expected_value("02.param-server")  # [worker 3, version 8, 32,000,000 bytes]
+    shown = _code("", f"server link: {ps[-1]:,} bytes per step")
     assert len(find_leaks(_nb(shown, _md("**9.3**"), _check("02.param-server")))) == 1
 
 
@@ -183,6 +183,22 @@ def test_farthest_counts_only_the_difference_columns_and_needs_a_majority():
     rows["B"][2] = "3.5e-04"                                # now in two of three: a leak
     assert "2 of the 3 difference columns (columns 3, 4)" in singled_out(rows, "B")
     rows["B"][2] = "1.4e-04"                                # a tie is not "the larger"
+    assert singled_out(rows, "B") is None
+
+
+def test_a_quiz_whose_bug_prints_the_one_stand_out_number_leaks():
+    """04's round-4 table: the bug is the largest in one Δ column of three (not "the farthest"),
+    but its 1.0e+01 is 5,000× any number the other rows print — the biggest number names it."""
+    rows = {"A": ["False", "3.1e-04", "1.6e-03", "2.0e-03", "131,072", "B"],
+            "B": ["False", "1.2e-06", "1.0e+01", "3.3e-04", "131,072", "B"],
+            "C": ["True", "4.8e-07", "1.6e-08", "1.9e-06", "131,072", "B"]}
+    assert farthest(rows, "B") is None
+    assert "5,000× every difference the other rows print" in singled_out(rows, "B")
+    # a decoy that is as far in that column and farther in another: no stand-out number
+    rows["A"] = ["False", "1.3e+01", "1.0e+01", "3.3e-04", "131,072", "B"]
+    assert singled_out(rows, "B") is None
+    # 9× is not an order of magnitude: a second look, not a give-away
+    rows["A"] = ["False", "3.1e-04", "1.1e+00", "2.0e-03", "131,072", "B"]
     assert singled_out(rows, "B") is None
 
 

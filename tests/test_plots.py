@@ -413,3 +413,15 @@ def test_summary_step_is_the_records_steady_median_the_same_one_tokens_per_s_use
     row = table_summary([rec])[0]
     assert row["median_step_time_s"] == 0.050
     assert row["tokens_per_s"] * row["median_step_time_s"] == pytest.approx(1000)
+
+
+def test_a_lossy_methods_parity_note_names_its_final_loss_check_not_the_largest_step_gap():
+    """03's subtitle read 'dp-topk max |Δ| = 2.71e-01 (ok)' beside '3.63e-01 (FAILED)': the verdict
+    judges the final loss within 10 %, so the note must print that figure, not the Δ."""
+    from mgpukit.plots.training import _parity_notes
+
+    lossy = {"strategy": "dp-topk", "mode": "cpu", "world_size": 2,
+             "parity": {"reference": "single", "final_rel_gap": 0.083, "tolerance": {"rtol": 0.1},
+                        "ok": True, "max_abs_diff": 0.271}}
+    (note,) = _parity_notes([lossy])
+    assert "final loss 8.3% from single's (within 10%: ok)" in note and "2.71e-01" not in note

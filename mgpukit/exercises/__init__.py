@@ -8,7 +8,7 @@ call — nothing to read off:
     check("00.ring-bytes", answer)
 
 `check` says *right* or *wrong and why* (too high or low, by what factor, a known slip such as
-forgetting the 1/n) and gives the hint; an unanswered exercise (`answer = None`) shows the hint
+forgetting the 1/n) and gives the hint; an unanswered exercise (`answer = None`) shows no hint (`hint(name)` does)
 and passes, so a notebook runs top to bottom untouched (CI). `reveal(name)` shows the expected
 value and its explanation — only when the reader asks.
 
@@ -29,7 +29,7 @@ from mgpukit.exercises import answers_00_04, answers_05_10  # noqa: F401
 
 _MISSING = object()
 
-__all__ = ["check", "reveal", "expected_value", "get", "EXERCISES", "Exercise", "mystery_runs",
+__all__ = ["check", "hint", "reveal", "expected_value", "get", "EXERCISES", "Exercise", "mystery_runs",
            "parity_report"]
 
 
@@ -70,9 +70,10 @@ def check(name: str, answer, expected=_MISSING, *, rel: float | None = None,
     rel = 0.05 if rel is None else rel
     abs_tol = 0.0 if abs_tol is None else abs_tol
     hint = hint or ""
-    if answer is None:
-        print(f"[{name}] not answered yet — set the answer and run the cell again."
-              + (f"\n  hint: {hint}" if hint else "")
+    if answer is None:  # no hint yet: a hint printed under every unanswered cell is read before the question is tried
+        print(f"[{name}] not answered yet — set the answer and run the cell again"
+              + (f" (a wrong answer shows a hint; `hint({name!r})` shows it now, `reveal({name!r})` the answer)."
+                 if ex is not None else ".")
               + (f"\n  expected: {expected!r}" if reveal else ""))
         return None
     ok = _close(answer, expected, rel, abs_tol)
@@ -89,6 +90,11 @@ def check(name: str, answer, expected=_MISSING, *, rel: float | None = None,
           + (f"\n  hint: {hint}" if hint else "")
           + (f"\n  expected: {expected!r}" if reveal else ""))
     return False
+
+
+def hint(name: str) -> None:
+    """Show exercise `name`'s hint — the reader asked for it (an unanswered check does not)."""
+    print(f"[{name}] hint: {get(name).hint}")
 
 
 def reveal(name: str) -> None:

@@ -106,7 +106,7 @@ add("00.debug", lambda: _mystery("00"),
         "(4,608 B of the 849,408) are never synced, so each rank updates them from its own "
         "half-batch and they drift apart (its weights Δ, far above its own loss and gradient-norm "
         "Δs) while the rest of the model, and so the losses and gradient norms, still match. "
-        "Variant C exchanges in fp16: half the bytes, rounding in every column — larger than B's "
+        "Variant C exchanges in bf16: half the bytes, rounding in every column — larger than B's "
         "in losses and gradient norms, yet not a bug.")
 
 # ---------------------------------------------------------------- 01 · data parallelism
@@ -153,10 +153,19 @@ add("02.ring-time", lambda: _allreduce_us(2 * 2**20, 8), rel=0.02,
     hint="2(n−1)·α + 2(n−1)/n · B/β, with B = 2 MiB = 2 · 2²⁰ bytes",
     why="28 µs of latency plus ~10 µs of bandwidth: at 2 MiB on NVLink latency is still most of the time.",
     mistakes=((lambda: _allreduce_us(2**20, 8), "that is for 1 MiB; the message here is 2 MiB."),))
-add("02.param-server", lambda: [min(10, 2), 2 * 4 * 4 * 1_000_000], rel=1e-3,
-    hint="staleness of update u is min(u, s); each worker pushes 4Ψ bytes and pulls 4Ψ bytes",
-    why="the server's link carries every worker's push and pull: 2 · workers · 4Ψ bytes per step, "
-        "growing with n where a ring's 2(n−1)/n · 4Ψ per rank does not.")
+def _ps_update(workers: int, s: int, u: int, psi: int) -> list[int]:
+    """[worker, version, bytes] of 9.3: update u of the round-robin server (param_server's module
+    docstring: worker 1 + u mod (n−1), computed on version max(0, u − s)), and ps-sync's bytes
+    through the server's link per step (every worker pushes and pulls 4Ψ)."""
+    return [1 + u % workers, max(0, u - s), 2 * workers * 4 * psi]
+
+
+add("02.param-server", lambda: _ps_update(4, 2, 10, 1_000_000), rel=1e-3,
+    hint="round-robin from worker 1: update u is worker 1 + u mod 4's; a gradient as stale as the bound "
+         "allows was computed s updates before it is applied; each worker pushes 4Ψ bytes and pulls 4Ψ",
+    why="update 10 is worker 1 + 10 mod 4 = 3's, computed on version 10 − 2 = 8 (its staleness is the "
+        "bound, min(u, s) = 2). The server's link carries every worker's push and pull: 2 · workers · 4Ψ "
+        "bytes per step, growing with n where a ring's 2(n−1)/n · 4Ψ per rank does not.")
 add("02.predict-busbw", lambda: _ring_busbw_gbps(2**20, 4), rel=0.03,
     hint="busbw = 2(n−1)/n · bytes / time, time = 2(n−1)·α + 2(n−1)/n · bytes/β (h100-nvlink: α = 2 µs, β = 370 GB/s)",
     why="at 1 MiB the 6 latencies still cost about as much as the bytes: busbw is far below β.")
@@ -215,11 +224,15 @@ add("04.predict-1f1b", lambda: _bubble("1f1b", 4, 12), rel=0.05,
     hint="(p − 1) / (m + p − 1), p = 4, m = 12",
     why="with equal stages and free messages the emulated run lands on the closed form.")
 add("04.debug", lambda: _mystery("04"),
-    hint="a rounding moves every column a little. Which row's difference sits in one column only, "
-         "and how does AdamW's step treat a gradient that is m times too large?",
-    why="variant B backpropagates each micro-batch's loss without its 1/m (the loss it logs is "
-        "still the mean): its gradients are m× too large from step 0, so the gradient-norm Δ is "
-        "(m − 1)× the norm. AdamW divides each gradient by its own running scale, so its weights and "
-        "losses barely move — but gradient clipping, or SGD, would feel the full factor. Variant A "
-        "computes its loss from bf16 logits: bf16's rounding in every column, larger than B's in "
-        "losses and weights, and not a bug.")
+    hint="summing the m micro-batch losses makes the logged loss and its gradient both m× the mean's. "
+         "Which row's gradient norms moved by that factor while its logged losses did not?",
+    why="variant B backpropagates each micro-batch's loss without its 1/m while the loss it logs "
+        "is still the mean: its gradients are m× too large from step 0 (gradient-norm Δ (m − 1)× "
+        "the norm) yet its losses match the reference — its gradient is not the gradient of the "
+        "loss it reports. Variant A sums its micro-batch losses on purpose: its logged loss and its "
+        "gradient are both m× the mean's (losses Δ and gradient-norm Δ both (m − 1)× the "
+        "reference's), so loss and gradient agree. AdamW divides each gradient by its own running "
+        "scale, so A and B even apply the same updates (equal gradient-norm and weight Δs). Under "
+        "SGD, or gradient clipping, both would step m× too far — but A's logs say so (its loss is "
+        "the sum), while B's show the mean: nothing in them warns that its gradient is m× the one "
+        "its loss implies.")

@@ -74,11 +74,12 @@ add("07.model-states", lambda: _memory("model_state_gb", "13b"), rel=0.05, hint=
 add("07.full-ckpt", lambda: _memory("activations_per_layer_gb", "7b", checkpointing="full"), rel=0.05,
     hint="only the layer's input survives: 2·s·b·h bytes",
     why="everything else is recomputed in backward from that one tensor.")
-add("07.zero-stage", lambda: _memory("smallest_zero_stage_that_fits", "13b", 8), rel=0.0,
+add("07.zero-stage", lambda: _memory("smallest_zero_stage_that_fits", "13b", 16), rel=0.0,
     hint="DDP keeps 16 bytes per parameter on every GPU; ZeRO-1 shards the optimizer's 12, ZeRO-2 the "
          "gradients' 2 as well — add the activations and compare with the usable memory",
-    why="ZeRO-1 still keeps 2 + 2 + 12/8 = 5.5 bytes per parameter of a 13B model on each of 8 GPUs, which "
-        "with the activations is over the H100's usable memory; sharding the gradients too (ZeRO-2) brings it under.")
+    why="ZeRO-1 still keeps 2 + 2 + 12/16 = 4.75 bytes per parameter of a 13B model on each of 16 GPUs, which "
+        "with the activations is over the H100's usable memory (by about 16 %); sharding the gradients too (ZeRO-2) "
+        "brings it well under (about 15 % to spare).")
 
 
 # ---- 08 hybrid 3D

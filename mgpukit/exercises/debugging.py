@@ -7,15 +7,16 @@ The bugs are ones people write: a hand-written sync that all-reduces only the `n
 broadcast instead of the ranks' gradients averaged, an int8 all-reduce whose ranks never agree on
 their scales, a micro-batch loss backpropagated without its 1/m (the logged loss still the mean).
 Beside each bug sits a variant that misses fp32 parity for a legitimate reason — its gradients
-exchanged in fp16 or bf16, only the 1 % largest gradient entries sent (top-k with error
-feedback), its loss computed from bf16 logits — and that variant is *farther* from the
-reference than the bug in most of the difference columns, or the bug's one large difference is
-in a column a rounding cannot reach. So "the larger Δ is the bug" does not answer a quiz: the
-reader has to read *how* the rows differ (which column, the bytes, a factor) — and
-`mgpukit.exercises.leaks` checks that no printed column, and no "farthest from the reference"
-ranking, singles the bug out by itself. Each variant is a gradient sync (or a pipeline worker)
-registered only while its runs last, so it never shows in `mgpukit list`, the tour or the
-exported script; forked workers inherit the registry.
+exchanged in bf16, only the 1 % largest gradient entries sent (top-k with error
+feedback), its micro-batch losses summed instead of averaged (logged as the sum and trained on
+it) — and that variant is *farther* from the reference than the bug in most of the difference
+columns, or as far, and the bug's largest difference does not outgrow every number of the other
+rows. So neither "the larger Δ is the bug" nor "the biggest number is the bug" answers a quiz:
+the reader has to read *how* the rows differ (which column, the bytes, a factor) — and
+`mgpukit.exercises.leaks` checks that no printed column, no "farthest from the reference"
+ranking and no stand-out number singles the bug out by itself. Each variant is a gradient sync
+(or a pipeline worker) registered only while its runs last, so it never shows in `mgpukit list`,
+the tour or the exported script; forked workers inherit the registry.
 """
 from __future__ import annotations
 
@@ -105,13 +106,15 @@ def _unscaled_backward(loss: torch.Tensor, m: int) -> torch.Tensor:
     return loss + (m - 1) * (loss - loss.detach())
 
 
-def _pipeline_worker(scale_losses: bool, bf16_logits: bool = False):
+def _pipeline_worker(variant: str | None):
     def worker(ctx, rec, cfg):
         m = ctx.layout.num_micro_batches
         base = loss_fn(cfg)
-        fn = base if scale_losses else (lambda out, y: _unscaled_backward(base(out, y), m))  # the bug
-        if bf16_logits:  # legitimate, but the loss (and its gradient) rounds to bf16's 8 bits
-            fn = (lambda out, y: base(out.to(torch.bfloat16).float(), y))
+        fn = base
+        if variant == "unscaled":  # the bug: the mean is logged, the sum's gradient is applied
+            fn = (lambda out, y: _unscaled_backward(base(out, y), m))
+        if variant == "sum":  # legitimate: the loss is the sum over micro-batches, logged and trained
+            fn = (lambda out, y: m * base(out, y))
         parts = apply_pipeline(ctx, rec, build_model(cfg), ctx.layout, fn)
         return {"weights": train(ctx, rec, cfg, parts, build_optimizer(cfg, parts.params, ctx))}
     return worker
@@ -134,18 +137,18 @@ PP_OPTIMIZER = {"optimizer": "adamw", "lr": 1e-3}
 
 
 def _pp(variant):
-    worker = _pipeline_worker(variant != "unscaled", bf16_logits=variant == "bf16-logits")
+    worker = _pipeline_worker(variant)
     return ({"layout": pipeline_layout("1f1b"), "schedule": "1f1b", "worker": worker},
             {"tolerance": PARITY_TOLERANCE, **PP_OPTIMIZER})
 
 
 # exercise -> (label, variant, kind): one bug, one legitimate difference, one exact copy
 MYSTERIES = {
-    "00": (("A", None, _dp), ("B", "skip_layernorm", _dp), ("C", "fp16", _dp)),
+    "00": (("A", None, _dp), ("B", "skip_layernorm", _dp), ("C", "bf16", _dp)),
     "01": (("A", "skip_first", _dp), ("B", "dp-topk", _compressed), ("C", None, _dp)),
     "02": (("A", None, _dp), ("B", "dp-topk", _compressed), ("C", "broadcast", _dp)),
     "03": (("A", "dp-topk", _compressed), ("B", None, _dp), ("C", "int8-unshared-scales", _int8_bug)),
-    "04": (("A", "bf16-logits", _pp), ("B", "unscaled", _pp), ("C", None, _pp)),
+    "04": (("A", "sum", _pp), ("B", "unscaled", _pp), ("C", None, _pp)),
 }
 _BROKEN = {"00": "B", "01": "A", "02": "C", "03": "C", "04": "B"}
 

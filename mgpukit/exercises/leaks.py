@@ -32,7 +32,8 @@ reaches its check cell:
   rows agree within 10× while the broken row is 10× away from them (the only large Δ, the
   only zero bytes), or it is the row **farthest from the reference** — the largest value in
   most of the difference columns (the Δs, printed as `1.2e-03`), so that "the larger Δ is the
-  bug" answers it. A quiz needs a second row that differs for a legitimate reason and lands
+  bug" answers it — or its largest Δ **stands out**, 10× or more above every Δ the other rows
+  print (one 1.0e+01 among numbers of 1e-03: "the biggest number is the bug"). A quiz needs a second row that differs for a legitimate reason and lands
   farther from the reference than the bug in most difference columns — a compressed exchange
   that sends 1/50 of the bytes, a rounding larger than the bug's effect on the losses — so that
   reading *how* the rows differ (which column, the bytes, a factor), not spotting the odd or
@@ -304,15 +305,34 @@ def singled_out(rows: dict[str, list[str]], broken: str) -> str | None:
         if alone:
             return (f"column {col + 1}: variant {broken} shows {mine} where the others agree "
                     f"({', '.join(theirs)})")
-    return farthest(rows, broken)
+    return farthest(rows, broken) or stands_out(rows, broken)
+
+
+def _differences(rows: dict[str, list[str]]) -> list[int]:
+    """The difference columns: those every row prints as `1.2e-03`."""
+    width = min(len(r) for r in rows.values())
+    return [col for col in range(width) if all(_DIFFERENCE.match(r[col]) for r in rows.values())]
+
+
+def stands_out(rows: dict[str, list[str]], broken: str) -> str | None:
+    """Is the largest Δ `broken` prints 10× or more above every Δ of the other rows (whatever
+    the columns)? Then the table's one eye-catching number names the bug."""
+    columns = _differences(rows)
+    if not columns:
+        return None
+    mine = max(float(rows[broken][col]) for col in columns)
+    theirs = max(float(r[col]) for k, r in rows.items() if k != broken for col in columns)
+    if mine > 0 and mine >= 10 * theirs:
+        return (f"variant {broken}'s largest difference ({mine:.1e}) is {mine / theirs:,.0f}× every "
+                f"difference the other rows print: \"the biggest number is the bug\" answers it"
+                if theirs > 0 else f"variant {broken} is the only row with a nonzero difference")
+    return None
 
 
 def farthest(rows: dict[str, list[str]], broken: str) -> str | None:
     """Is `broken` the row with the largest difference in most difference columns (the
     columns every row prints as `1.2e-03`)? Then "pick the larger Δ" answers the quiz."""
-    width = min(len(r) for r in rows.values())
-    columns = [col for col in range(width)
-               if all(_DIFFERENCE.match(r[col]) for r in rows.values())]
+    columns = _differences(rows)
     largest = [col for col in columns
                if all(float(rows[broken][col]) > float(r[col]) for k, r in rows.items() if k != broken)]
     if columns and 2 * len(largest) > len(columns):

@@ -5,6 +5,7 @@ from the layers underneath, so those can move without a notebook noticing
 (`tests/test_notebook_imports.py` holds every notebook to this).
 
 - `launch`         notebook 00: the tiny GPT launch-bound on one emulated H100
+- `real_gpus`      notebook 00: that step held against the H200 and H100 measured (`data/reference/`)
 - `data_parallel`  notebook 01's studies: strategies compared, scaling, the learning-rate rule
 - `compression`    notebook 03: `run_compressed`, `fp32_reference`
 - `pipeline_lab`   notebook 04: equal-cost stages, several schedules in one launch
@@ -21,6 +22,7 @@ from the layers underneath, so those can move without a notebook noticing
 """
 from mgpukit.lessons.compression import fp32_reference, run_compressed
 from mgpukit.lessons.launch import gradient_tensors, launch_bound_study
+from mgpukit.lessons.real_gpus import h100_measured_step, held_against_real_gpus
 from mgpukit.lessons.data_parallel import (compare_strategies, lr_scaling_study, scaling_records,
                                            warm_parent)
 from mgpukit.lessons import memory  # noqa: F401  (notebook 07 uses it as a module)
@@ -62,7 +64,7 @@ from mgpukit.strategies.data_parallel.theory import dp_theory, predicted_speedup
 from mgpukit.strategies.sharding.theory import predicted_model_states  # 06
 from mgpukit.training.building import count_params  # 08
 
-__all__ = ["launch_bound_study", "gradient_tensors", "balanced_split", "run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
+__all__ = ["launch_bound_study", "held_against_real_gpus", "h100_measured_step", "gradient_tensors", "balanced_split", "run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
            "lr_scaling_study", "warm_parent", "run_lab", "tensor_parallel", "sharding_study",
            "step_time_ratio", "model_state_table", "offload_trade", "syllabus", "stragglers",
            # re-exported from the layers underneath

@@ -48,7 +48,7 @@ def compare_strategies(strategies=("dp-naive", "dp-bucketed", "ddp"), *, workers
 def scaling_records(workers=(1, 2), *, scaling: str = "strong", strategy: str = "dp-bucketed",
                     model: str = "gpt-tiny", batch: int = 64, steps: int = 3, mode: str = "cpu",
                     profile: str | None = None, threads_per_worker: int | None = 1,
-                    **overrides) -> list[dict]:
+                    reuse: dict[int, dict] | None = None, **overrides) -> list[dict]:
     """Records for a speedup plot: `single` on one worker, `strategy` on each larger count.
 
     strong: the global batch stays `batch`, split over the workers (same problem, faster?).
@@ -57,6 +57,10 @@ def scaling_records(workers=(1, 2), *, scaling: str = "strong", strategy: str = 
     one worker cannot already use every core — otherwise 1 vs 2 compares 2 cores with 2 cores.
     A speedup above the worker count (strong) or an efficiency above 1 (weak) is flagged in its
     record (`record["flags"]`; `mgpukit.measure.bounds.show_flags(records)` prints them).
+
+    `reuse={n: record}`: a run of this very configuration made already (strong scaling's n-worker
+    run at batch B *is* weak scaling's at B/n per worker) is taken, not run again; a record of
+    another configuration is refused.
     """
     if scaling not in ("strong", "weak"):
         raise ValueError(f"scaling={scaling!r}: use 'strong' or 'weak'.")
@@ -64,6 +68,17 @@ def scaling_records(workers=(1, 2), *, scaling: str = "strong", strategy: str = 
     records = []
     for n in workers:
         gb = batch if scaling == "strong" else batch * n
+        if n in (reuse or {}):
+            rec = reuse[n]
+            want = {"strategy": "single" if n == 1 else strategy, "world_size": n, "mode": mode,
+                    "model": model, "global_batch": gb, "steps": steps}
+            if mode == "emulated":
+                want["profile"] = getattr(profile, "name", profile)
+            got = {k: rec["config"].get(k) if k in ("model", "global_batch", "steps") else rec.get(k) for k in want}
+            if got != want:
+                raise ValueError(f"reuse[{n}] is another run ({got}); this series needs {want}.")
+            records.append({**rec, "flags": []})
+            continue
         with warnings.catch_warnings():  # emulated runs may use more workers than cores
             warnings.simplefilter("ignore", OversubscribedWarning)
             records.append(run("single" if n == 1 else strategy, workers=n, mode=mode, profile=profile,

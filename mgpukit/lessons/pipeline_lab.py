@@ -47,7 +47,7 @@ def free_p2p_profile(name: str = "h100-nvlink"):
     gradient's short reduction over a micro-batch's few rows runs slower, which is physics but
     not this lab's lesson.)"""
     base = load_profile(name).kernels_only()
-    return dataclasses.replace(base, name=f"{name} (kernels only, p2p free)", intra_node=_FREE,
+    return dataclasses.replace(base, name=f"{name} (FLOPs only, p2p free)", intra_node=_FREE,
                                inter_node=_FREE, gemm=None, attention=None)
 
 

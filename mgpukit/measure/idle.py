@@ -118,9 +118,10 @@ def idle_split(record: dict) -> dict | None:
       when they are equal). For GPipe and 1F1B this is ``p · (Σ b - max b) / m``, the idle time
       of "identical jobs through a line of stations" (`costmodel.gpt_step`);
     - **p2p** — the rest, ``I - imbalance - schedule``: messages' latency and the waits they
-      cause (on a launch-bound GPU, also the host issuing each send and receive). A few
-      percent below zero means the fill and drain went faster than a line of identical jobs
-      would (1F1B interleaves forwards with backwards of uneven stages).
+      cause (on a launch-bound GPU, also the host issuing each send and receive). Where the
+      fill and drain went faster than a line of identical jobs (1F1B interleaves forwards with
+      backwards of uneven stages), the schedule's estimate exceeds what the imbalance leaves:
+      the schedule is then that remainder and p2p is 0 — never a negative share of time.
 
     Returned as fractions of ``p·S`` (they add up to the bubble fraction) and in seconds.
     None when the record is not a pipeline's."""
@@ -155,6 +156,7 @@ def idle_split(record: dict) -> dict | None:
         # the slowest — (Σ b - max b) / m instead of (p - 1)·max b / m (equal stages: the same)
         uneven = (sum(busy) - max(busy)) / ((p - 1) * max(busy)) if p > 1 and max(busy) > 0 else 1.0
         schedule = p * max(busy) * beta / (1 - beta) * uneven if beta < 1 else idle - imbalance
+        schedule = min(schedule, idle - imbalance)  # a faster fill than the estimate: no time left for p2p
         rows.append({"span": span, "idle": idle, "schedule": schedule, "imbalance": imbalance,
                      "p2p": idle - imbalance - schedule, "busy": busy})
     if not rows:
