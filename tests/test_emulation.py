@@ -158,7 +158,9 @@ def test_bench_quick_analytic_agrees_with_emulated(tmp_path):
     assert rows[("ddp", 2)]["ratio"] == pytest.approx(1.0, abs=0.05)
     assert rows[("ddp", 2)]["within_5pct"] and out["all_within_5pct"]
     lb = out["launch_bound"]  # gpt-tiny on one H100 with the host's launches: milliseconds
-    assert 1e-3 < lb["step_s"] < 50e-3 and lb["kernels_only_step_s"] < 0.2 * lb["step_s"]
+    # kernels alone: under a quarter of the step (0.23 since the kit's step stopped issuing a
+    # zero_ and an add_ per gradient tensor, round 5; 0.2 before)
+    assert 1e-3 < lb["step_s"] < 50e-3 and lb["kernels_only_step_s"] < 0.25 * lb["step_s"]
     assert lb["launch_bound"] > 0.9
     assert lb["kernel_s"] + lb["launch_wait_s"] + lb["wait_s"] == pytest.approx(lb["step_s"], rel=1e-9)
     vs = out["emulated_vs_measured"]

@@ -152,11 +152,12 @@ def per_tensor_ops(numels, bytes_per_element: float, context: str = "no_grad") -
     return [memory_op(bytes_per_element * p, context) for p in numels]
 
 
-def stage_ops(cfg, batch: int, *, layers: int, embed: bool, head: bool) -> dict:
+def stage_ops(cfg, batch: int, *, layers: int, embed: bool, head: bool, accumulate: bool = True) -> dict:
     """Forward and backward kernels of ``layers`` blocks (plus embedding / head + loss) on
     ``batch`` sequences, in the order the program issues them, each with its op context:
     ``{"fwd": [Op], "bwd": [Op], "params": int}`` (``bwd`` includes the accumulation into
-    ``.grad``)."""
+    ``.grad``; ``accumulate=False``: none, the gradients were freed after the last step and
+    autograd hands each fresh one over, as in the kit's one replica and torch DDP)."""
     T, d, f, V, H, e = cfg.seq_len, cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.n_head, FP32
     n = batch * T
     fwd: list[Op] = []
@@ -194,7 +195,8 @@ def stage_ops(cfg, batch: int, *, layers: int, embed: bool, head: bool) -> dict:
         params += gpt_params(cfg)["head"]
     tensors = param_tensors(cfg, layers=layers, embed=embed, head=head)
     assert sum(tensors) == params
-    bwd += per_tensor_ops(tensors, 3 * e, "backward")  # accumulate into .grad, one add_ per parameter tensor
+    if accumulate:
+        bwd += per_tensor_ops(tensors, 3 * e, "backward")  # accumulate into .grad, one add_ per parameter tensor
     return {"fwd": fwd, "bwd": bwd, "params": params, "tensors": tensors}
 
 
@@ -242,17 +244,20 @@ def stream_seconds(ops: list[Op], profile: HardwareProfile) -> float:
     return stream.sync()
 
 
-def sgd_ops(params, *, foreach: bool = False) -> list[Op]:
+def sgd_ops(params, *, foreach: bool = False, zero: bool = True) -> list[Op]:
     """SGD with momentum (``mul_`` 2eP, ``add_`` 3eP, ``add_`` 3eP), then
     ``zero_grad(set_to_none=False)`` (``zero_`` eP): four no_grad kernels per tensor in torch's
     per-parameter loop (what it runs on CPU tensors), or four in all with ``foreach`` (one
     multi-tensor kernel per operation over every tensor: torch's default on GPUs, and what the
     kit builds for emulated GPUs, `training.building.build_optimizer`). ``params``: the element
-    count of each tensor (a list), or one number."""
+    count of each tensor (a list), or one number. ``zero=False``: the gradients are freed
+    instead (``set_to_none=True``: what the kit's trainer does for one replica and torch DDP,
+    `training.trainer`), no ``zero_``."""
     numels = [params] if isinstance(params, (int, float)) else list(params)
     if foreach:
-        return [memory_op(k * FP32 * sum(numels), "no_grad") for k in (2, 3, 3, 1)]
-    return [op for p in numels for k in (2, 3, 3) for op in per_tensor_ops([p], k * FP32)] + per_tensor_ops(numels, FP32)
+        return [memory_op(k * FP32 * sum(numels), "no_grad") for k in ((2, 3, 3, 1) if zero else (2, 3, 3))]
+    return ([op for p in numels for k in (2, 3, 3) for op in per_tensor_ops([p], k * FP32)]
+            + (per_tensor_ops(numels, FP32) if zero else []))
 
 
 def sgd_seconds(params, profile: HardwareProfile) -> float:

@@ -87,7 +87,9 @@ def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProf
     if global_batch % workers:
         raise ValueError(f"global_batch={global_batch} does not split over {workers} workers.")
     b = global_batch // workers
-    ops = stage_ops(cfg, b, layers=cfg.n_layer, embed=True, head=True)
+    # the kit's trainer frees DDP's (and one replica's) gradients between steps: no accumulation
+    # into .grad in backward, no zero_ after the optimizer (`training.trainer`, `frees_grads`)
+    ops = stage_ops(cfg, b, layers=cfg.n_layer, embed=True, head=True, accumulate=False)
     P = ops["params"]
     link = link_for_ranks(range(workers), profile)
     members = _bucket_members(cfg, first_bucket_bytes, bucket_bytes)
@@ -119,7 +121,7 @@ def ddp_step_time(cfg, *, global_batch: int, workers: int, profile: HardwareProf
                + max(0.0, times[-1] - kernel_seconds(copy_back_others, profile))) if many else 0.0
     stream.wait(backward_end + exposed)
     stream.run(copy_back)
-    optimizer = sgd_ops(tensors, foreach=profile.async_launch)  # a GPU's default: foreach
+    optimizer = sgd_ops(tensors, foreach=profile.async_launch, zero=False)  # a GPU's default: foreach
     stream.run(optimizer)
     every = ops["fwd"] + ops["bwd"] + copy_in + divide + copy_back + optimizer
     out = {

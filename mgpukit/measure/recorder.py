@@ -157,8 +157,8 @@ class Recorder(Messages):
         yield
         self.wait_all()
         self._sync()
-        self._resolve()
         self.step_times.append(self.clock.now() - start)
+        self._resolve()  # bookkeeping (CUDA events -> seconds) after the step's time is taken
         if split:
             self.extra.setdefault("time_split", []).append(
                 {"step_s": self.step_times[-1],

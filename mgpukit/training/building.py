@@ -6,6 +6,8 @@ from outside, by the strategies' appliers (`mgpukit.parallelize`).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from mgpukit.config import RunConfig
@@ -90,16 +92,32 @@ def grad_sq_norm(params) -> float:
     """Σ‖g‖² over `params`, accumulated in float64 (its own rounding must not look like a parity
     difference). One multi-tensor norm per (device, dtype) — not a cast, a square and a sum per
     parameter (~4 kernels × every parameter, every step) — and one read of the result."""
+    return read_step(params)[1]
+
+
+def read_step(params, loss=None) -> tuple[float | None, float]:
+    """(the loss, Σ‖g‖²) in ONE read from the device: one multi-tensor norm per (device, dtype)
+    (float64), the norms and the loss stacked into one vector, copied to the host at once (one
+    wait for the device, not one per `.item()`); the squares are summed on the host (`math.fsum`,
+    exactly rounded). `loss`: a 0-dim tensor, a float, or None (then the first value is None).
+
+    Three ops (norm, stack, copy) and one sync per step: what the kit issues beyond a plain loop
+    to log the gradient norm and to stop on a non-finite loss or gradient before the optimizer
+    step (`tests/test_overhead.py` counts them)."""
     groups: dict[tuple, list] = {}
     for p in params:
         if p.grad is not None:
             g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad  # a DTensor: my shard
             groups.setdefault((g.device, g.dtype), []).append(g)
-    if not groups:
-        return 0.0
     norms = [n for grads in groups.values() for n in torch._foreach_norm(grads, 2, dtype=torch.float64)]
-    total = torch.stack([n.to(norms[0].device) for n in norms]).square().sum()
-    return float(total)
+    on_device = isinstance(loss, torch.Tensor)
+    if not norms and not on_device:
+        return (None if loss is None else float(loss)), 0.0
+    where = norms[0].device if norms else loss.device
+    values = torch.stack([n.to(where) for n in norms] + ([loss.to(where)] if on_device else [])).tolist()
+    if on_device:
+        loss = values.pop()
+    return (None if loss is None else float(loss)), math.fsum(v * v for v in values)
 
 
 def grad_norm(params) -> float:

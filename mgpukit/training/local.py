@@ -14,6 +14,9 @@ Activations saved for backward are counted (`ActivationMeter`: a Python hook on 
 tensor) during the first `METERED_STEPS` steps only: every step saves the same tensors, so the
 peak is known by then, and later steps run as a plain loop would — the hook cost ~1.5 % of a
 gpt-tiny step (`mgpukit bench overhead`).
+
+The loss is returned as a device tensor, not a float: each `.item()` is a wait for the device
+and a copy, so the trainer reads the loss and the gradient norm together, once per step.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import contextlib
 
 from mgpukit.data import split_microbatches
 from mgpukit.measure.memory import ActivationMeter
-from mgpukit.measure.shape import value_or_none
+from mgpukit.measure.shape import is_fake
 
 
 METERED_STEPS = 2  # steps whose saved activations are counted (module docstring)
@@ -39,22 +42,31 @@ class LocalEngine:
         self.around = around or contextlib.nullcontext  # e.g. torch's loss_parallel()
         self.steps_run = 0
 
-    def forward_backward(self, x, y, slowed) -> float | None:
+    def forward_backward(self, x, y, slowed):
+        """The step's loss as a 0-dim tensor on the device (not read here: reading it waits for
+        the device; the trainer reads it once per step together with the gradient norm), or
+        None in shape mode."""
         rec, k = self.rec, self.k
         loss_sum = 0.0
         metered = self.steps_run < METERED_STEPS
         self.steps_run += 1
-        for m, (xm, ym) in enumerate(split_microbatches(x, y, k)):
+        # one micro-batch (the usual case): no split and no `/ 1` — two ops a plain loop does not issue
+        pieces = split_microbatches(x, y, k) if k > 1 else ((x, y),)
+        for m, (xm, ym) in enumerate(pieces):
             last = m == k - 1
             mb = m if k > 1 else None
             with (contextlib.nullcontext() if last else self.sync.no_sync()), self.around():
                 with rec.compute("fwd", microbatch=mb), \
                         self.meter.track() if metered else contextlib.nullcontext(), slowed():
-                    loss = self.loss_fn(self.module(xm), ym) / k  # mean over the slice
+                    loss = self.loss_fn(self.module(xm), ym)
+                    if k > 1:
+                        loss = loss / k  # mean over the slice
                 with rec.compute("bwd", microbatch=mb), slowed():
                     loss.backward()
-            value = value_or_none(loss.detach())  # None in shape mode (a fake loss has no value)
-            loss_sum = None if value is None or loss_sum is None else loss_sum + value
+            if is_fake(loss):  # shape mode: a fake loss has no value
+                loss_sum = None
+            elif loss_sum is not None:  # kept on the device: the trainer reads it with the norm
+                loss_sum = loss.detach() if m == 0 else loss_sum + loss.detach()
         return loss_sum
 
     def finish(self, steps: int) -> dict:

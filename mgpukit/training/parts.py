@@ -10,6 +10,8 @@ them, dp × pp — trains through the same loop.
     engine.memory_note, engine.finish(steps) -> what the record says of its memory; its figures
     sync.no_sync()                        -> backward inside must not communicate
     sync.sync(step)                       -> after the last backward: gradients averaged
+    sync.frees_grads (optional, False)    -> `.grad` lives in no buffer of the sync's own, so the
+                                             trainer may free it between steps
     parts.after_step(step)                -> after the optimizer step (ZeRO: all-gather the
                                              updated shards back into the full parameters)
 
@@ -41,6 +43,10 @@ class GradSync(Protocol):
 
 class NoSync:
     """One replica (or replicas that never talk): nothing to average."""
+
+    # no buffer of its own holds the gradients: the trainer frees them between steps
+    # (`zero_grad(set_to_none=True)`, as a plain loop), instead of a `zero_` and an `add_` per tensor
+    frees_grads = True
 
     def no_sync(self):
         return contextlib.nullcontext()

@@ -13,8 +13,10 @@ and around the loop the seams every strategy shares: the input pipeline (`loader
 compute profiles per rank (`hetero.py`), dropping the slowest ranks (`backup.py`), the learning-rate rule
 (`lr_scaling.py`), memory by category, and the checkpoint seam (`start_step`, `on_step_end`).
 
-What is logged: the loss of the global batch and the norm of the full gradient, per step. They
-are combined once, after training, in one untimed reduction over the world (a pipeline's loss
+What is logged: the loss of the global batch and the norm of the full gradient, per step. Each
+step reads both from the device at once (`building.read_step`: one multi-tensor norm, one
+copy — the step's only wait for the device besides its timed bounds). They
+are combined over ranks once, after training, in one untimed reduction over the world (a pipeline's loss
 lives on its last stage, its gradient is spread over the stages; data-parallel replicas hold
 the same averaged gradient), so logging never sits inside a timed step.
 
@@ -43,7 +45,7 @@ from mgpukit.measure.allocator import start_meter
 from mgpukit.measure.memory import memory_breakdown, reset_device_peak
 from mgpukit.measure.progress import StepProgress, tick
 from mgpukit.training.backup import DropSlowest
-from mgpukit.training.building import grad_sq_norm
+from mgpukit.training.building import read_step
 from mgpukit.training.finite import NonFiniteError, check_finite  # noqa: F401 (re-exported)
 from mgpukit.training.hetero import apply_rank_profile
 from mgpukit.training.loader import BatchLoader
@@ -89,6 +91,9 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
         metering.enter_context(allocator)
     progress = StepProgress.for_rank(ctx)  # a real-scale model on CPU: the parent's progress bar
     tick(progress, -1, "model built")
+    # gradients in no buffer of the strategy's own (one replica, torch DDP): zero_grad frees
+    # them, as a user's loop does (`set_to_none=True`); kept as zeroed tensors after the last step
+    free_grads = bool(getattr(parts.sync, "frees_grads", False))
     for step in range(ckpt.start_step, cfg.steps):
         with rec.step(step):
             with rec.compute("data"):
@@ -110,10 +115,14 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
             tick(progress, step, "gradient sync")
             scale = parts.scaler.scale if parts.scaler is not None else 1.0
             finite = parts.scaler.unscale_(parts.params) if parts.scaler is not None else True
-            sq_norm = (None if shape else parts.grad_sq() if parts.grad_sq
-                       else grad_sq_norm(parts.params))
+            if shape:
+                sq_norm = None
+            elif parts.grad_sq:  # tensor parallel: its own share of the norm
+                sq_norm, loss = parts.grad_sq(), (None if loss is None else float(loss))
+            else:  # the loss and the norm in one read: the step's one wait for the device
+                loss, sq_norm = read_step(parts.params, loss)
             if finite and not shape:  # fp16's scaler skips an overflowing step by design; anything else stops here
-                check_finite(float(loss) / scale if loss is not None else None, sq_norm,
+                check_finite(loss / scale if loss is not None else None, sq_norm,
                              step=step, rank=ctx.rank)  # before the weights change
             if lr_at is not None:
                 set_lr(optimizer, lr_at(step))
@@ -121,17 +130,22 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
             with rec.compute("opt"), slowed():
                 if finite:  # fp16: a step whose gradients overflowed is skipped
                     optimizer.step()
-                optimizer.zero_grad(set_to_none=False)  # keep .grad tensors (bucket views)
+                if not free_grads:
+                    optimizer.zero_grad(set_to_none=False)  # keep .grad tensors (bucket views)
+                elif step < cfg.steps - 1:  # as a plain loop: no zero_ per tensor, no add_ in backward
+                    optimizer.zero_grad(set_to_none=True)
             if parts.after_step is not None:
                 parts.after_step(step)  # e.g. ZeRO-1/2: all-gather the updated shards
             if parts.scaler is not None:
                 parts.scaler.update(finite)
             tick(progress, step, "optimizer")
         logs.append(None if shape else
-                    contribution(ctx, parts, float(loss) / scale if loss is not None else None, sq_norm))
+                    contribution(ctx, parts, loss / scale if loss is not None else None, sq_norm))
         if ckpt.on_step_end is not None:
             ckpt.on_step_end(step)
     metering.close()
+    if free_grads and not shape:  # untimed: the record's memory counts the gradients, zeroed as before
+        optimizer.zero_grad(set_to_none=False)
     if ckpt.start_step:  # the record's step times cover only the steps this run ran
         rec.extra["resumed_from_step"] = ckpt.start_step
     # shape mode: the bookkeeping below makes small real tensors (fake mode unset)

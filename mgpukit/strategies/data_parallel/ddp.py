@@ -46,6 +46,10 @@ def recorder_hook(rec, bucket):
 class DdpSync:
     """DDP all-reduces during backward by itself; `sync` only joins the clocks to its end."""
 
+    # DDP copies gradients into its own buckets (`gradient_as_bucket_view=False`, Accelerate's
+    # default): `.grad` may be freed between steps (`zero_grad(set_to_none=True)`, trainer.py)
+    frees_grads = True
+
     def __init__(self, rec, accelerator, model):
         self.rec, self.accelerator, self.model = rec, accelerator, model
 
