@@ -176,7 +176,10 @@ def test_one_small_layout_emulated_beside_its_predictions():
     assert r["record"]["mode"] == "emulated" and r["emulated_s"] > 0
     # the closed form the emulator is validated by (bench emulation: within 5%) agrees closely
     assert r["closed_form_vs_emulated"] == pytest.approx(1.0, abs=0.10)  # both on kernels only
-    assert r["with_launches_s"] > 10 * r["emulated_s"]  # a tiny model on a GPU: launch-bound
+    # a tiny model on a GPU is launch-bound: its kernels are under a quarter of the step (6.2x since
+    # an emulated GPU steps its optimizer with foreach and the kit frees its gradients, as a GPU
+    # loop does; 10x+ while the emulator charged the per-tensor loop torch runs on CPU tensors)
+    assert r["with_launches_s"] > 4 * r["emulated_s"]
     # the planner (GEMMs by shape, element-wise kernels by bytes) near the kernels-only clock even
     # on a model far below the scale it is built for (0.89 when written)
     assert r["planner_vs_emulated"] == pytest.approx(1.0, abs=0.20)
