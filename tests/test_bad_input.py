@@ -362,7 +362,7 @@ CLI_CASES = [
     ('run ddp --emulate {dir}', 'no hardware profile file at'),
     ('run ddp --emulate {file}', "Expected '=' after a key in a key/value"),
     # real-scale models run outside shape mode (issue 29) after the cost model's memory check
-    ('run ddp --emulate h100-nvlink --model llama-7b', "needs 470.5 GB in this machine's RAM"),
+    ('run ddp --emulate h100-nvlink --model llama-7b', "needs 532.9 GB in this machine's RAM"),
     ('run ddp --emulate h100-nvlink --shape --model nope', "model='nope' is not one of ('gpt-tiny',"),
     ('run ddp --emulate h100-nvlink --workers 0', 'argument --workers: 0 must be at least 1'),
     ('run ddp --emulate h100-nvlink -o rank_profiles=h100-nvlink', 'rank_profiles names 1 profiles for 2 ran'),
@@ -385,7 +385,7 @@ CLI_CASES = [
     ('run ddp --micro-batches 100', 'global_batch=8 does not split into 2 dat'),
     ('run ddp --model GPT-TINY', "model='GPT-TINY' is not one of ('gpt-tin"),
     ('run ddp --model gpt-tiny,gpt-small', "model='gpt-tiny,gpt-small' is not one of"),
-    ('run ddp --model llama-7b', "needs 470.5 GB in this machine's RAM"),
+    ('run ddp --model llama-7b', "needs 532.9 GB in this machine's RAM"),
     ('run ddp --optimizer ADAMW', "argument --optimizer: invalid choice: 'A"),
     ("run ddp --profile-torch ''", 'the torch.profiler folder (--profile-tor'),
     ('run ddp --profile-torch /proc/p', 'cannot write torch.profiler folder (--pr'),

@@ -68,6 +68,8 @@ def test_timeline_events_are_well_formed_and_export_as_chrome_trace(ddp_record):
 class _SumWithoutAverage:
     """DP that sums gradients but forgets to divide by the world size: a classic bug."""
 
+    frees_grads = False
+
     def __init__(self, rec, params, group):
         self.rec, self.params, self.group = rec, list(params), group
 

@@ -53,6 +53,8 @@ class _Sync:
         self.params, self.names = [p for _, p in named], [name for name, _ in named]
         self.ranks = dist.get_process_group_ranks(group) if group is not None else list(range(n))
 
+    frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+
     def no_sync(self):
         return contextlib.nullcontext()
 

@@ -10,8 +10,8 @@ them, dp × pp — trains through the same loop.
     engine.memory_note, engine.finish(steps) -> what the record says of its memory; its figures
     sync.no_sync()                        -> backward inside must not communicate
     sync.sync(step)                       -> after the last backward: gradients averaged
-    sync.frees_grads (optional, False)    -> `.grad` lives in no buffer of the sync's own, so the
-                                             trainer may free it between steps
+    sync.frees_grads                      -> `.grad` lives in no buffer of the sync's own, so the
+                                             trainer may free it between steps (every sync declares it)
     parts.after_step(step)                -> after the optimizer step (ZeRO: all-gather the
                                              updated shards back into the full parameters)
 
@@ -39,6 +39,8 @@ class GradSync(Protocol):
     def no_sync(self) -> contextlib.AbstractContextManager: ...
 
     def sync(self, step: int) -> None: ...
+
+    frees_grads: bool  # True: no buffer of the sync's own holds `.grad` (the trainer may free it)
 
 
 class NoSync:

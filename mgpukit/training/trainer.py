@@ -93,7 +93,7 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
     tick(progress, -1, "model built")
     # gradients in no buffer of the strategy's own (one replica, torch DDP): zero_grad frees
     # them, as a user's loop does (`set_to_none=True`); kept as zeroed tensors after the last step
-    free_grads = bool(getattr(parts.sync, "frees_grads", False))
+    free_grads = parts.sync.frees_grads
     for step in range(ckpt.start_step, cfg.steps):
         with rec.step(step):
             with rec.compute("data"):

@@ -27,6 +27,8 @@ class RingSync:
         self.n = torch.distributed.get_world_size(group)
         self.flat = torch.empty(sum(p.numel() for p in self.params), device=device)
 
+    frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+
     def no_sync(self):
         return contextlib.nullcontext()
 

@@ -69,6 +69,8 @@ class CompressedSync:
         self.params, self.exchange, self.group = params, exchange, group
         self.mark = track_step_bytes(rec)
 
+    frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+
     def no_sync(self):
         return contextlib.nullcontext()  # backward never communicates by itself
 

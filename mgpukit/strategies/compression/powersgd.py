@@ -97,6 +97,8 @@ class PowerSgdSync:
         self.accelerator, self.model = accelerator, model
         self.mark = track_step_bytes(rec)
 
+    frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+
     def no_sync(self):
         if self.accelerator is None:  # shape mode: DDP without Accelerate
             return self.model.no_sync()

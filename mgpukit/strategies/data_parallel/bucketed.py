@@ -108,6 +108,8 @@ class BucketedGradSync:
                 bucket.mark_ready()
         return hook
 
+    frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+
     @contextlib.contextmanager
     def no_sync(self):
         """Backward inside only accumulates gradients (gradient accumulation)."""

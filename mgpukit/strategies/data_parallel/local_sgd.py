@@ -80,6 +80,8 @@ class LocalSgdSync:
         self.H, self.steps = local_steps, steps
         self.averages = 0
 
+    frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+
     def no_sync(self):
         return contextlib.nullcontext()  # backward never communicates
 
@@ -113,6 +115,8 @@ class AccelerateLocalSgdSync:
         self.observer = lambda: CommObserver(rec)  # Accelerate calls torch.distributed itself
         self.local = LocalSGD(accelerator=accelerator, model=model, local_sgd_steps=local_steps)
         self.local.__enter__()  # DDP's no_sync for the whole run: no gradient all-reduce
+
+    frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
 
     def no_sync(self):
         return contextlib.nullcontext()  # already inside LocalSGD's no_sync

@@ -48,6 +48,8 @@ class AllReduceSync:
     def __init__(self, rec, params, group):
         self.rec, self.params, self.group = rec, list(params), group
 
+    frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+
     def no_sync(self):
         return contextlib.nullcontext()  # backward never communicates by itself
 

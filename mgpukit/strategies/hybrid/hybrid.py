@@ -73,6 +73,8 @@ class FlatAllReduceSync:
     def __init__(self, rec, params, *, group, n: int):
         self.rec, self.params, self.group, self.n = rec, list(params), group, n
 
+    frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+
     def no_sync(self):
         return contextlib.nullcontext()  # the pipeline's backward never communicates over dp
 

@@ -99,6 +99,8 @@ class Fsdp2Sync:
     def __init__(self, rec, module):
         self.rec, self.module = rec, module
 
+    frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+
     @contextlib.contextmanager
     def no_sync(self):
         """Gradient accumulation: keep unsharded gradients, reduce on the last micro-batch."""

@@ -84,6 +84,8 @@ class Zero1:
         return [unit.shard for unit in self.units]
 
     # ---- the trainer's seams -------------------------------------------------------------
+    frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+
     def no_sync(self):
         return contextlib.nullcontext()  # backward never communicates by itself
 

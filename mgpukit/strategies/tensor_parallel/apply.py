@@ -170,6 +170,8 @@ class SequenceParallelGradSync:
         self.inner, self.tp = inner, tp
         self.params = [p for p in model.parameters() if not is_split(p)]
 
+    frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+
     def no_sync(self):
         return self.inner.no_sync()
 

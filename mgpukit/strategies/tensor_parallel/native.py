@@ -90,6 +90,8 @@ class PendingSumSync:
     def __init__(self, inner, params, observed=contextlib.nullcontext):
         self.inner, self.params, self.observed = inner, params, observed
 
+    frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+
     def no_sync(self):
         return self.inner.no_sync()
 
