@@ -93,7 +93,10 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
     tick(progress, -1, "model built")
     # gradients in no buffer of the strategy's own (one replica, torch DDP): zero_grad frees
     # them, as a user's loop does (`set_to_none=True`); kept as zeroed tensors after the last step
-    free_grads = parts.sync.frees_grads
+    # A pipeline stage keeps them: with freed gradients its first micro-batch's backward would skip
+    # the `add_` the others issue, so its backward time would differ by micro-batch, and the
+    # schedule's bubble with it (notebook 04 holds each schedule's emulated bubble to its closed form)
+    free_grads = parts.sync.frees_grads and ctx.size("pp") == 1
     for step in range(ckpt.start_step, cfg.steps):
         with rec.step(step):
             with rec.compute("data"):
