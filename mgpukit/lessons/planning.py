@@ -236,7 +236,7 @@ def rule_gpu_hours(model: str, low: float, high: float, *, profile: str = "h100-
                f"Pre-training to Chinchilla-optimal takes {chin['gpu_hours']:,.0f} GPU-hours, "
                f"{chin['gpu_hours'] / high:.1f}× the claim's upper end")
     return {"claim": f"a {model} model takes {low:,}-{high:,} GPU-hours", "source": SEED, "model": model,
-            "params": n, "profile": profile, "mfu": mfu, "layout": best.layout.describe(), "gpus": gpus,
+            "params": n, "profile": profile, "mfu": mfu, "layout": best.layout.describe(), "plan": best, "gpus": gpus,
             "implied_tokens": implied, "budgets": costs, "verdict": verdict,
             "holds_for_pretraining": chin["gpu_hours"] <= high}
 
