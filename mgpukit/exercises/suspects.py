@@ -137,9 +137,8 @@ SUSPECTS: dict[str, tuple[Suspect, ...]] = {
                 "those bytes are top-k's, sent in full, and top-k misses parity by design; within 3 "
                 "steps the error feedback changes no byte. Which row does not send what its method "
                 "has to send?"),
-        Suspect("int8: the codes are summed by an all-reduce, but the ranks never agree on the scales "
-                "first (no MAX all-reduce of the scales): each decodes the sum with its own",
-                _int8_codes_only),
+        Suspect("int8: the ranks all-reduce their codes without first agreeing on the scales (no MAX "
+                "all-reduce of them)", _int8_codes_only),
         Suspect("int8: the levels are not divided by n, so the sum of the ranks' codes can overflow "
                 "an int8", _method("int8"),
                 "that is int8's full exchange, scales included (section 3's bytes); no row sends it."),
