@@ -29,13 +29,13 @@ demo: $(STAMP)
 ## Every unit test, then every notebook top to bottom (nbmake)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=20 tests
-	$(BIN)/python -m pytest -q --nbmake --nbmake-timeout=$(NB_TIMEOUT) notebooks/
+	$(BIN)/python -m pytest -q --durations=11 --nbmake --nbmake-timeout=$(NB_TIMEOUT) notebooks/
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=20 tests
 
 test-notebooks: $(STAMP)
-	$(BIN)/python -m pytest -q --nbmake --nbmake-timeout=$(NB_TIMEOUT) notebooks/
+	$(BIN)/python -m pytest -q --durations=11 --nbmake --nbmake-timeout=$(NB_TIMEOUT) notebooks/
 
 ## Every notebook run in JupyterLab + Chromium (Playwright): tracebacks, widgets, figures, screenshots.
 ## Needs Debian's chromium (apt-get install chromium) or MGPUKIT_CHROMIUM=/path; not part of `make test`.
