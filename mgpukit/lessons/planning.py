@@ -255,8 +255,8 @@ def rule_gpu_count(model: str = "70b", *, low: int = 16, high: int = 32, profile
         fit[n] = best[0] if best else None
     fewest = next((n for n in counts if fit[n] is not None), None)
     wall = {n: time_to_train(fit[n], tokens) for n in (low, high) if fit.get(n) is not None}
-    verdict = (f"fits from {fewest} GPUs ({fit[fewest].layout.describe()})" if fewest else "fits on none of "
-               f"{counts}") + "; " + "; ".join(
+    verdict = (f"on {profile}: " + (f"fits from {fewest} GPUs ({fit[fewest].layout.describe()})" if fewest else
+                                    f"fits on none of {counts}")) + "; " + "; ".join(
         f"{tokens:.2g} tokens on {n} GPUs take {format_duration(w['seconds'])}" for n, w in wall.items())
     return {"claim": f"a {model} model trains on {low}-{high} 80 GB A100s", "source": SEED, "fewest_gpus": fewest,
             "plans": fit, "wall": wall, "verdict": verdict,
