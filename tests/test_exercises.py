@@ -2,7 +2,8 @@
 exercise cell of every notebook is parsed, and none may pass an expected value to `check` or
 hold a literal equal to its exercise's expected value. `check` says right / wrong and why
 without printing the answer first; each debugging exercise has one broken variant, one exact and
-one legitimately off, and its parity report needs reading (no column, no "larger Δ" names the bug)."""
+one legitimately off, and the reader names the bug's mechanism among four suspects, whose bytes
+the run confirms (the broken row sends what its suspect sends, to the byte)."""
 from __future__ import annotations
 
 import ast
@@ -15,7 +16,8 @@ import pytest
 
 from mgpukit import exercises
 from mgpukit.exercises import EXERCISES, check, debugging, expected_value, get, hint, reveal
-from mgpukit.exercises.leaks import singled_out, variant_table
+from mgpukit.exercises.leaks import mechanism_leak, variant_table
+from mgpukit.exercises.suspects import ANSWERS, SUSPECTS, suspects
 from mgpukit.experiment import run
 from mgpukit.strategies import registry
 
@@ -106,14 +108,19 @@ def test_every_expected_value_computes():
 
 
 @pytest.mark.parametrize("name", ["00", "01", "02", "03", "04"])
-def test_the_broken_mystery_variant_misses_parity_and_its_table_needs_reading(name):
-    """One variant exact, one broken, one legitimately off; as the notebook shows them (3 steps),
-    no column and no "larger Δ" ranking names the broken one (`leaks.singled_out`)."""
+def test_the_broken_mystery_variant_misses_parity_and_sends_what_its_suspect_sends(name, capsys):
+    """One variant exact, one broken, one legitimately off (3 steps, as the notebook runs them);
+    the broken row sends exactly the bytes of the suspect that is the answer, and the table with
+    the suspects printed below it gives no suspect away (`leaks.mechanism_leak`)."""
     records = exercises.mystery_runs(name)
-    broken = expected_value(name + ".debug")
+    broken = debugging.broken_label(name)
     ok = {label[-1]: r["parity"]["ok"] for label, r in records.items()}
     assert ok[broken] is False and sorted(ok.values()) == [False, False, True], ok
-    assert singled_out(variant_table(exercises.parity_report(records)), broken) is None
+    rec = records[f"variant {broken}"]
+    assert rec["comm"]["0"]["bytes_sent"] / len(rec["losses"]) == SUSPECTS[name][ANSWERS[name] - 1].sends()
+    table = exercises.parity_report(records)
+    suspects(name)
+    assert mechanism_leak(f"{name}.debug", variant_table(table), [(0, table + capsys.readouterr().out)]) is None
     if name == "03":  # its reveal(): the broken int8 lands farther than int8's own rounding, every column
         fields, _ = debugging._compressed("dp-int8")   # the correct int8, checked as the quiz checks
         with debugging._registered({"mystery-03-int8": fields}):

@@ -1,6 +1,7 @@
 """Hidden answers (issue 27): no exercise's answer is on screen before its check cell, no
-debugging quiz's printed table singles out its broken variant, and every notebook tells the
-reader about `reveal()`.
+debugging quiz can be answered from its printed table alone (a quiz asks for the bug's mechanism
+among listed suspects; a row letter that the largest Δ of a column names is a leak), and every
+notebook tells the reader about `reveal()`.
 
 `mgpukit.exercises.leaks.find_leaks` reads an executed notebook as a reader does;
 `notebooks/conftest.py` runs it on every notebook nbmake executes. These tests plant leaks in
@@ -9,6 +10,8 @@ test), then run nbmake itself on a planted leak to see the hook fail it."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -19,8 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgpukit.exercises import expected_value
-from mgpukit.exercises.leaks import farthest, find_leaks, gives, numbers, singled_out, variant_table
+from mgpukit.exercises import EXERCISES, expected_value, get, registry, suspects
+from mgpukit.exercises.leaks import find_leaks, gives, largest_somewhere, numbers, singled_out, stands_out, variant_table
+from mgpukit.exercises.suspects import ANSWERS, SUSPECTS, Suspect
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -144,62 +148,124 @@ def test_a_list_answer_leaks_when_its_informative_elements_show_and_givens_do_no
     assert len(find_leaks(_nb(shown, _md("**9.3**"), _check("02.param-server")))) == 1
 
 
-def _quiz(rows, name="00.debug"):
+def _table(rows):
     header = f"{'':10} {'parity':>7} {'losses Δ':>10} {'grad norms Δ':>13} {'weights Δ':>10} {'sent':>12}"
-    table = "\n".join([header] + [f"variant {k}  {r}" for k, r in rows.items()])
-    return _nb(_code("print(parity_report(mystery))", table), _md("Which one?"), _check(name))
+    return "\n".join([header] + [f"variant {k}  {r}" for k, r in rows.items()])
 
 
-def test_a_quiz_whose_table_singles_out_the_broken_variant_leaks():
-    broken = expected_value("00.debug")
+def _quiz(rows, name, *shown):
+    return _nb(_code("print(parity_report(mystery))", _table(rows), *shown), _md("Which one?"), _check(name))
+
+
+@pytest.fixture
+def letter_quiz():
+    """An old-style quiz whose answer is a row letter ("B"), registered while a test runs."""
+    registry.add("99.debug", lambda: "B")
+    yield "99.debug"
+    registry.EXERCISES.pop("99.debug")
+
+
+# round 5's quiz tables, as notebooks 00–03 printed them, relabelled so that the bug is row B:
+# the decoy is farther in losses and gradient norms, yet the bug's weights drifted farthest
+ROUND5 = {
+    "00": {"A": "True 1.2e-07 2.8e-08 1.5e-08 849,408 B", "B": "False 2.6e-06 3.5e-05 1.0e-03 844,800 B",
+           "C": "False 1.6e-05 1.4e-04 5.5e-05 424,704 B"},
+    "01": {"A": "False 2.5e-02 2.8e-01 4.0e-03 16,992 B", "B": "False 1.1e-04 8.0e-03 1.2e-02 833,024 B",
+           "C": "True 1.2e-07 2.8e-08 1.5e-08 849,408 B"},
+    "02": {"A": "True 1.2e-07 2.8e-08 1.5e-08 849,408 B", "B": "False 5.1e-03 1.6e-01 1.8e-02 424,704 B",
+           "C": "False 2.5e-02 2.8e-01 4.0e-03 16,992 B"},
+    "03": {"A": "False 2.5e-02 2.8e-01 4.0e-03 16,992 B", "B": "False 7.2e-04 6.4e-02 5.7e-03 212,992 B",
+           "C": "True 1.2e-07 2.8e-08 1.5e-08 849,408 B"},
+}
+
+
+@pytest.mark.parametrize("nn", sorted(ROUND5))
+def test_a_letter_quiz_whose_bug_drifted_farthest_in_one_column_leaks(nn, letter_quiz):
+    """The test of the test: round 5's quizzes passed the old rules (the bug not the farthest in
+    most columns) but "the weights moved most: that one" named the bug in 00–03. They fail now."""
+    (leak,) = find_leaks(_quiz(ROUND5[nn], letter_quiz))
+    assert "largest difference of column 4" in leak and "the larger Δ is the bug" in leak
+
+
+def test_a_quiz_whose_table_singles_out_the_broken_variant_leaks(letter_quiz):
     ok = "True 1.2e-07 2.8e-08 1.5e-08 849,408 B"
     bug = "False 9.0e-03 4.5e-02 1.2e-02 837,888 B"
     rounding = "False 1.6e-05 1.4e-04 5.5e-05 424,704 B"
-    topk = "False 2.5e-02 2.8e-01 4.0e-03 16,992 B"   # farther than the bug in two of three Δs
-    others = [k for k in "ABC" if k != broken]
-    only_false = {broken: bug, others[0]: ok, others[1]: ok}
-    (leak,) = find_leaks(_quiz(dict(sorted(only_false.items()))))
-    assert f"only for variant {broken}" in leak
-    # a second variant that misses parity by rounding: no column singles the bug out, but it is
-    # still the larger Δ in every column — "pick the larger Δ" answers the quiz
-    with_rounding = {broken: bug, others[0]: ok, others[1]: rounding}
-    (leak,) = find_leaks(_quiz(dict(sorted(with_rounding.items()))))
-    assert "largest difference in 3 of the 3 difference columns" in leak
-    # a legitimate suspect farther from the reference in most columns: the reader has to read how
-    with_decoy = {broken: bug, others[0]: ok, others[1]: topk}
-    assert find_leaks(_quiz(dict(sorted(with_decoy.items())))) == []
-    # … unless one column still does: the only variant that sends nothing
-    far_half = "False 2.5e-02 2.8e-01 4.0e-03 424,704 B"   # farther, half the bytes (the ok row's within 10×)
-    silent = {broken: "False 9.0e-03 4.5e-02 1.2e-02 0 B", others[0]: ok, others[1]: far_half}
-    (leak,) = find_leaks(_quiz(dict(sorted(silent.items()))))
+    (leak,) = find_leaks(_quiz({"A": ok, "B": bug, "C": ok}, letter_quiz))
+    assert "only for variant B" in leak
+    (leak,) = find_leaks(_quiz({"A": ok, "B": bug, "C": rounding}, letter_quiz))
+    assert "largest difference of column 2" in leak
+    # a legitimate suspect farther from the reference in every column: no Δ names the bug
+    topk = "False 2.5e-02 2.8e-01 4.0e-02 16,992 B"
+    assert find_leaks(_quiz({"A": ok, "B": bug, "C": topk}, letter_quiz)) == []
+    # … unless another column still does: the only variant that sends nothing
+    far_half = "False 2.5e-02 2.8e-01 4.0e-02 424,704 B"   # farther, half the bytes (the ok row's within 10×)
+    (leak,) = find_leaks(_quiz({"A": ok, "B": "False 9.0e-03 4.5e-02 1.2e-02 0 B", "C": far_half}, letter_quiz))
     assert "column 5" in leak
 
 
-def test_farthest_counts_only_the_difference_columns_and_needs_a_majority():
+def test_largest_somewhere_reads_only_the_difference_columns_and_a_tie_is_not_the_largest():
     rows = {"A": ["True", "1.2e-07", "2.8e-08", "1.5e-08", "849,408", "B"],
-            "B": ["False", "2.6e-06", "3.5e-05", "1.0e-03", "844,800", "B"],
+            "B": ["False", "2.6e-06", "3.5e-05", "5.5e-05", "844,800", "B"],
             "C": ["False", "1.6e-05", "1.4e-04", "5.5e-05", "424,704", "B"]}
-    assert singled_out(rows, "B") is None                   # the largest in one Δ column of three
-    rows["B"][2] = "3.5e-04"                                # now in two of three: a leak
-    assert "2 of the 3 difference columns (columns 3, 4)" in singled_out(rows, "B")
-    rows["B"][2] = "1.4e-04"                                # a tie is not "the larger"
-    assert singled_out(rows, "B") is None
+    assert singled_out(rows, "B") is None                   # the largest in no Δ column (a tie in one)
+    rows["B"][3] = "1.0e-03"
+    assert "column 4" in largest_somewhere(rows, "B")
+    rows["B"][4] = "999,999,999"                            # the bytes column is not a difference column
+    rows["B"][3] = "5.5e-05"
+    assert largest_somewhere(rows, "B") is None
 
 
 def test_a_quiz_whose_bug_prints_the_one_stand_out_number_leaks():
-    """04's round-4 table: the bug is the largest in one Δ column of three (not "the farthest"),
-    but its 1.0e+01 is 5,000× any number the other rows print — the biggest number names it."""
+    """04's round-4 table: its 1.0e+01 is 5,000× any number the other rows print — the biggest
+    number names it."""
     rows = {"A": ["False", "3.1e-04", "1.6e-03", "2.0e-03", "131,072", "B"],
             "B": ["False", "1.2e-06", "1.0e+01", "3.3e-04", "131,072", "B"],
             "C": ["True", "4.8e-07", "1.6e-08", "1.9e-06", "131,072", "B"]}
-    assert farthest(rows, "B") is None
-    assert "5,000× every difference the other rows print" in singled_out(rows, "B")
-    # a decoy that is as far in that column and farther in another: no stand-out number
+    assert "5,000× every difference the other rows print" in stands_out(rows, "B")
+    # a decoy that is as far in that column and farther in another: no stand-out number, no largest
     rows["A"] = ["False", "1.3e+01", "1.0e+01", "3.3e-04", "131,072", "B"]
     assert singled_out(rows, "B") is None
     # 9× is not an order of magnitude: a second look, not a give-away
     rows["A"] = ["False", "3.1e-04", "1.1e+00", "2.0e-03", "131,072", "B"]
-    assert singled_out(rows, "B") is None
+    assert stands_out(rows, "B") is None
+
+
+def test_every_debugging_quiz_asks_for_the_mechanism_not_the_row():
+    """A row letter can be named by a table rule; a quiz's answer is one of its suspects, numbered
+    as `suspects()` prints them, and no suspect names a row."""
+    quizzes = [n for n in EXERCISES if n.endswith(".debug")]
+    assert sorted(quizzes) == [f"{nn}.debug" for nn in ("00", "01", "02", "03", "04")]
+    for name in quizzes:
+        want, listed = expected_value(name), SUSPECTS[name[:2]]
+        assert isinstance(want, int) and not isinstance(want, bool) and get(name).choice, name
+        assert len(listed) >= 4 and 1 <= want <= len(listed) and want == ANSWERS[name[:2]]
+        assert [i for i, _ in get(name).mistakes] == [i for i in range(1, len(listed) + 1) if i != want]
+        assert all(s.refuted for i, s in enumerate(listed, 1) if i != want), name
+
+
+def _printed_suspects(name):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        suspects(name)
+    return out.getvalue()
+
+
+def test_a_mechanism_quiz_leaks_when_its_suspects_are_hidden_name_a_row_or_the_bytes_alone_decide(monkeypatch):
+    table = {"A": "True 1.2e-07 2.8e-08 1.5e-08 849,408 B", "B": "False 2.6e-06 3.5e-05 1.0e-03 844,800 B",
+             "C": "False 1.6e-05 1.4e-04 5.5e-05 424,704 B"}      # notebook 00's quiz, its bug drifted farthest
+    listed = _printed_suspects("00.debug")
+    assert find_leaks(_quiz(table, "00.debug", listed)) == []
+    (leak,) = find_leaks(_quiz(table, "00.debug"))
+    assert "not on screen" in leak
+    only_one = (SUSPECTS["00"][2],) + tuple(Suspect(s.text, lambda: 1.0, s.refuted) for s in SUSPECTS["00"][:2])
+    monkeypatch.setitem(SUSPECTS, "00", only_one)
+    (leak,) = find_leaks(_quiz(table, "00.debug", _printed_suspects("00.debug")))
+    assert "only suspect 1's bytes appear in the table" in leak
+    naming = SUSPECTS["00"][:2] + (Suspect("variant B never syncs its LayerNorms", lambda: 844_800.0),)
+    monkeypatch.setitem(SUSPECTS, "00", naming)
+    (leak,) = find_leaks(_quiz(table, "00.debug", _printed_suspects("00.debug")))
+    assert "suspect 3 names a row" in leak
 
 
 def test_singled_out_reads_columns_not_labels():

@@ -15,8 +15,9 @@ value and its explanation — only when the reader asks.
 The old form `check(name, answer, expected, rel=..., hint=...)` still works for a notebook that
 keeps its own expected value.
 
-`mystery_runs(name)` (debugging exercises): three data-parallel variants, one of them broken on
-purpose, run under anonymous labels; the reader finds the broken one from its parity report.
+`mystery_runs(name)` (debugging exercises): three variants, one of them broken on purpose, run
+under anonymous labels; `suspects(name)` lists four mechanisms a reader could blame, and the reader
+names the one that explains the broken variant's parity report (`suspects.py`).
 """
 from __future__ import annotations
 
@@ -24,13 +25,14 @@ import math
 
 from mgpukit.exercises.debugging import mystery_runs as _runs, parity_report as _report
 from mgpukit.exercises.registry import Exercise, EXERCISES, expected_value, get
+from mgpukit.exercises.suspects import suspects
 # the answers register themselves with the registry when imported: every exercise, notebook by notebook
 from mgpukit.exercises import answers_00_04, answers_05_10  # noqa: F401
 
 _MISSING = object()
 
 __all__ = ["check", "hint", "reveal", "expected_value", "get", "EXERCISES", "Exercise", "mystery_runs",
-           "parity_report"]
+           "parity_report", "suspects"]
 
 
 def _close(answer, expected, rel: float, abs_tol: float) -> bool:
@@ -86,7 +88,8 @@ def check(name: str, answer, expected=_MISSING, *, rel: float | None = None,
             if _close(answer, wrong() if callable(wrong) else wrong, rel, abs_tol):
                 slip = f"\n  {explanation}"
                 break
-    print(f"[{name}] not quite: you said {answer!r}." + _how_far(answer, expected) + slip
+    far = "" if ex is not None and ex.choice else _how_far(answer, expected)  # suspect 4 is not "2× too high"
+    print(f"[{name}] not quite: you said {answer!r}." + far + slip
           + (f"\n  hint: {hint}" if hint else "")
           + (f"\n  expected: {expected!r}" if reveal else ""))
     return False

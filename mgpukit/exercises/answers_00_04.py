@@ -13,8 +13,9 @@ from mgpukit.costmodel.comm import allreduce_time, bus_factor
 from mgpukit.costmodel.hardware import Link, load_profile
 from mgpukit.costmodel.pipeline import bubble_fraction
 from mgpukit.costmodel.schedules import build_schedule, max_in_flight
-from mgpukit.exercises.debugging import broken_label, unsynced_numel
+from mgpukit.exercises.debugging import unsynced_numel
 from mgpukit.exercises.registry import add
+from mgpukit.exercises.suspects import ANSWERS, refutations
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.strategies.compression import theory
 from mgpukit.strategies.data_parallel.bucketed import build_buckets
@@ -73,8 +74,15 @@ def _in_flight(p: int, m: int, rank: int) -> list[int]:
     return [max_in_flight(build_schedule(s, p, m), rank) for s in ("gpipe", "1f1b")]
 
 
-def _mystery(name: str) -> str:
-    return broken_label(name)
+def _mystery(name: str) -> int:
+    """The suspect (as numbered by `suspects`) that explains quiz `name`'s broken variant."""
+    return ANSWERS[name]
+
+
+def _quiz(nn: str, *, hint: str, why: str) -> None:
+    """Register debugging quiz `nn`: the answer is a suspect's number, a wrong suspect is told
+    which printed number rules it out."""
+    add(f"{nn}.debug", lambda: _mystery(nn), rel=0.0, choice=True, mistakes=refutations(nn), hint=hint, why=why)
 
 
 # ---------------------------------------------------------------- 00 · start here
@@ -98,16 +106,9 @@ add("00.predict-ddp-3", lambda: _dp_bytes(3), rel=0.01,
     hint="the formula of section 3 at n = 3: 2(n−1)/n × 4Ψ",
     why="DDP's buckets are all-reduced by the backend's ring: 2·2/3 × 4Ψ bytes per rank per step.",
     mistakes=((lambda: _dp_bytes(2), "that is the 2-worker figure; at n = 3 the factor is 2·2/3 = 4/3."),))
-add("00.debug", lambda: _mystery("00"),
-    hint="the 16-bit variant sends half of 2(n−1)/n · 4Ψ bytes; of the other two, does one send a "
-         "little less than the full gradient? A rounding moves every column a little; which row's "
-         "weights moved far more than its losses and gradients?",
-    why="variant B all-reduces only the Linear and Embedding tensors: its 18 LayerNorm vectors "
-        "(4,608 B of the 849,408) are never synced, so each rank updates them from its own "
-        "half-batch and they drift apart (its weights Δ, far above its own loss and gradient-norm "
-        "Δs) while the rest of the model, and so the losses and gradient norms, still match. "
-        "Variant C exchanges in bf16: half the bytes, rounding in every column — larger than B's "
-        "in losses and gradient norms, yet not a bug.")
+_quiz("00",
+    hint="work out what each suspect sends per step (section 3: 2(n−1)/n · 4 bytes per synced value) and find it in the table; then ask whether that row's differences have the shape the suspect leaves — a rounding moves every column a little; a tensor never synced moves the weights far more than the losses.",
+    why="suspect 3: variant B all-reduces only the Linear and Embedding tensors, so its 18 LayerNorm vectors (4,608 B of the 849,408) are never synced: each rank updates them from its own half-batch and they drift apart (its weights Δ, far above its own loss and gradient-norm Δs) while the losses and gradient norms still match. Suspect 1 would send every byte (the exact row does); suspect 4 would leave out 16 KiB, not 4.5; suspect 2 sends half the bytes like variant C — but C is the bf16 exchange, whose differences are a rounding's in every column, far too small for half a model never synced.")
 
 # ---------------------------------------------------------------- 01 · data parallelism
 
@@ -129,14 +130,9 @@ add("01.predict-buckets", lambda: _buckets_at(0.2), rel=0.0, abs_tol=0.0,
     why="a bucket closes at the first parameter that takes it past the cap, so a few buckets "
         "hold more than 0.2 MiB (the embedding alone is large).")
 
-add("01.debug", lambda: _mystery("01"),
-    hint="two variants miss parity; one sends a small fraction of 2(n−1)/n · 4Ψ — a compressor "
-         "(top-k: the 1 % largest entries) — what does the other one's byte count say is missing?",
-    why="variant A never all-reduces its first parameter tensor (an embedding table): each rank "
-        "updates it from its own half-batch, so gradient norms and weights drift from step 0 "
-        "while the bytes sent barely change (one tensor of 69 is missing: 16 KiB fewer). Variant B "
-        "sends only the 1 % largest gradient entries (top-k with error feedback): farther from "
-        "the reference than A in losses and gradient norms, by design, not a bug.")
+_quiz("01",
+    hint='what does each suspect send per step (2(n−1)/n · 4Ψ with the skipped values left out; top-k: notebook 03)? Find the rows; a compressor misses parity by design — which row sends a little less than every gradient, and what does the gap say was left out?',
+    why="suspect 1: variant A never all-reduces its first parameter tensor (the token embedding table): each rank updates it from its own half-batch, so gradient norms and weights drift from step 0 while the bytes barely change (one tensor of 69 is missing: 16 KiB fewer). The LayerNorms (suspect 2) would be 4.5 KiB; the sum without 1/n (suspect 3) sends every byte — the exact row does. Variant B is top-k with error feedback (suspect 4's bytes): farther from the reference than A in losses and gradient norms, by design, not a bug.")
 add("01.never-synced", lambda: unsynced_numel("01"), rel=0.0,
     hint="the bytes it did not send, at n = 2 (the ring factor 2(n−1)/n is 1), over 4 bytes per fp32 value",
     why="one 64 × 64 table, the token embedding: variant A's sync skips the model's first tensor, and "
@@ -169,15 +165,9 @@ add("02.param-server", lambda: _ps_update(4, 2, 10, 1_000_000), rel=1e-3,
 add("02.predict-busbw", lambda: _ring_busbw_gbps(2**20, 4), rel=0.03,
     hint="busbw = 2(n−1)/n · bytes / time, time = 2(n−1)·α + 2(n−1)/n · bytes/β (h100-nvlink: α = 2 µs, β = 370 GB/s)",
     why="at 1 MiB the 6 latencies still cost about as much as the bytes: busbw is far below β.")
-add("02.debug", lambda: _mystery("02"),
-    hint="one variant sends only the 1 % largest gradient entries (top-k, notebook 03): far from the "
-         "reference by design, and 1/50 of the bytes. Of the other two, which sends half of "
-         "2(n−1)/n · 4Ψ — and which collective sends (n−1)/n of a buffer?",
-    why="variant C broadcasts rank 0's gradient instead of all-reducing: a broadcast sends (n−1)/n "
-        "of the buffer, half an all-reduce's bytes, and every rank then steps on rank 0's half-batch "
-        "gradient. Variant B is top-k with error feedback: its differences are larger in two "
-        "columns, but its bytes (1/50) say it is a compressor, which misses parity by design — "
-        "the size of a difference alone does not name the bug.")
+_quiz("02",
+    hint="which collective sends which bytes: an all-reduce 2(n−1)/n of the buffer, a broadcast (n−1)/n — and a 16-bit exchange half of the fp32 one. Two suspects send the same bytes: which one's differences are those of a rounding?",
+    why="suspect 4: variant C broadcasts rank 0's gradient instead of all-reducing — a broadcast sends (n−1)/n of the buffer, half an all-reduce's bytes — and every rank then steps on rank 0's half-batch gradient: its gradient norms and weights move far beyond any rounding. An fp16 exchange (suspect 3) sends the same half, but it only rounds. Variant B is top-k with error feedback: larger differences in two columns and 1/50 of the bytes — a compressor, which misses parity by design.")
 
 # ---------------------------------------------------------------- 03 · compression
 
@@ -197,16 +187,9 @@ add("03.predict-topk-tie", lambda: topk_ratio_tying_fp16(2), rel=0.1,
     hint="on 2 workers: top-k all-gathers 8 bytes per kept entry (1 hop), fp16 all-reduces 2 bytes "
          "per entry (2 hops); equate the alpha-beta times on α = 15 µs, β = 1.1 GB/s",
     why="bytes are not the whole story: top-k's all-gather pays one α where the all-reduce pays two.")
-add("03.debug", lambda: _mystery("03"),
-    hint="read the bytes: which method sends one byte per gradient value, and what else does "
-         "that method have to send so that codes made on different ranks can be added (section 3 "
-         "printed each method's bytes per step)?",
-    why="variant C is int8 with an all-reduce of the codes but without the MAX all-reduce of the "
-        "scales: each rank quantizes with its own per-chunk scales and decodes the sum with its "
-        "own, so codes made at different scales are added as if they were one (its bytes are the "
-        "codes alone, one per value, no scales), and it lands farther from the reference than "
-        "int8's rounding does in every column. Variant A is top-k with error feedback: farther "
-        "still in losses and gradient norms, by design.")
+_quiz("03",
+    hint="section 3 printed each method's bytes per step: which method's bytes does each row send, and does one row send a little less than its method has to — what is missing, and what is it for?",
+    why="suspect 2: variant C is int8 with an all-reduce of the codes but without the MAX all-reduce of the scales: each rank quantizes with its own per-chunk scales and decodes the sum with its own, so codes made at different scales are added as if they were one. Its bytes are the codes alone (212,992: one per value, padded to the 1,024-value chunks), without int8's 832 B of scales, and it lands farther from the reference than int8's rounding does in every column. Variant A is top-k with error feedback, sending exactly top-k's bytes: farther still in losses and gradient norms, by design.")
 
 # ---------------------------------------------------------------- 04 · pipelines
 
@@ -223,16 +206,7 @@ add("04.interleaved", lambda: _bubble("interleaved", 4, 8, 4), rel=0.02,
 add("04.predict-1f1b", lambda: _bubble("1f1b", 4, 12), rel=0.05,
     hint="(p − 1) / (m + p − 1), p = 4, m = 12",
     why="with equal stages and free messages the emulated run lands on the closed form.")
-add("04.debug", lambda: _mystery("04"),
-    hint="summing the m micro-batch losses makes the logged loss and its gradient both m× the mean's. "
-         "Which row's gradient norms moved by that factor while its logged losses did not?",
-    why="variant B backpropagates each micro-batch's loss without its 1/m while the loss it logs "
-        "is still the mean: its gradients are m× too large from step 0 (gradient-norm Δ (m − 1)× "
-        "the norm) yet its losses match the reference — its gradient is not the gradient of the "
-        "loss it reports. Variant A sums its micro-batch losses on purpose: its logged loss and its "
-        "gradient are both m× the mean's (losses Δ and gradient-norm Δ both (m − 1)× the "
-        "reference's), so loss and gradient agree. AdamW divides each gradient by its own running "
-        "scale, so A and B even apply the same updates (equal gradient-norm and weight Δs). Under "
-        "SGD, or gradient clipping, both would step m× too far — but A's logs say so (its loss is "
-        "the sum), while B's show the mean: nothing in them warns that its gradient is m× the one "
-        "its loss implies.")
+_quiz("04",
+    hint="summing the m micro-batch losses makes the logged loss and its gradient both m× the mean's (variant A's convention). For each suspect: which columns would move — the losses, the gradient norms, or both — and by how much? Compare the rows' gradient-norm Δs.",
+    why="suspect 2: variant B backpropagates each micro-batch's loss without its 1/m while the loss it logs is still the mean: its gradients are m× too large from step 0 (gradient-norm Δ (m − 1)× the norm, the very Δ of the summed-loss row) yet its losses match the reference — its gradient is not the gradient of the loss it reports. A logging slip (suspect 1) would move only the losses; a gradient m× too small (suspect 3) would move its norm by (1 − 1/m)× the norm, not A's (m − 1)×; half the micro-batches (suspect 4) would send half the activations. AdamW divides each gradient by its own running scale, so A and B even apply the same updates (equal weight Δs); under SGD both would step m× too far — but A's logs say so, B's show the mean.")
+

@@ -1,6 +1,8 @@
 """Debugging exercises: three variants of a strategy, one broken on purpose, run under the
 labels A, B, C. The reader reads their parity reports (losses, gradient norms, weights against
-the single-process reference, and the bytes each rank sent) and names the broken one.
+the single-process reference, and the bytes each rank sent) and names the *mechanism* of the bug
+among four suspects (`suspects.py`) — not the row's letter, which the largest Δ of a column can
+give away.
 
 The bugs are ones people write: a hand-written sync that all-reduces only the `nn.Linear` and
 `nn.Embedding` tensors (the LayerNorms never synced), one tensor never synced, rank 0's gradient
@@ -9,12 +11,9 @@ their scales, a micro-batch loss backpropagated without its 1/m (the logged loss
 Beside each bug sits a variant that misses fp32 parity for a legitimate reason — its gradients
 exchanged in bf16, only the 1 % largest gradient entries sent (top-k with error
 feedback), its micro-batch losses summed instead of averaged (logged as the sum and trained on
-it) — and that variant is *farther* from the reference than the bug in most of the difference
-columns, or as far, and the bug's largest difference does not outgrow every number of the other
-rows. So neither "the larger Δ is the bug" nor "the biggest number is the bug" answers a quiz:
-the reader has to read *how* the rows differ (which column, the bytes, a factor) — and
-`mgpukit.exercises.leaks` checks that no printed column, no "farthest from the reference"
-ranking and no stand-out number singles the bug out by itself. Each variant is a gradient sync
+it) — farther from the reference than the bug in most difference columns, or as far, so
+"the biggest number" is not the bug. The reader has to read *how* the rows differ (which column,
+the bytes, a factor) to tell the suspects apart. Each variant is a gradient sync
 (or a pipeline worker) registered only while its runs last, so it never shows in `mgpukit list`,
 the tour or the exported script; forked workers inherit the registry.
 """

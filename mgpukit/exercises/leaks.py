@@ -26,18 +26,17 @@ reaches its check cell:
   from them, which change from run to run; one that lands within a later answer's last digit by
   chance (a measured rows ratio of 0.42 beside a spot-savings answer of 0.425) is a coincidence a
   reader cannot rely on, not a give-away. Its words and quiz tables are still read.
-- **a debugging quiz** (`NN.debug`, three variants A/B/C, one broken) leaks when the printed
-  table of its variants singles the broken one out by itself: it is the only row with a
-  different word in some column (the only `parity False`), or in some numeric column the other
-  rows agree within 10× while the broken row is 10× away from them (the only large Δ, the
-  only zero bytes), or it is the row **farthest from the reference** — the largest value in
-  most of the difference columns (the Δs, printed as `1.2e-03`), so that "the larger Δ is the
-  bug" answers it — or its largest Δ **stands out**, 10× or more above every Δ the other rows
-  print (one 1.0e+01 among numbers of 1e-03: "the biggest number is the bug"). A quiz needs a second row that differs for a legitimate reason and lands
-  farther from the reference than the bug in most difference columns — a compressed exchange
-  that sends 1/50 of the bytes, a rounding larger than the bug's effect on the losses — so that
-  reading *how* the rows differ (which column, the bytes, a factor), not spotting the odd or
-  the largest row, finds the bug.
+- **a debugging quiz** (`NN.debug`: three variants A/B/C, one broken) asks for the bug's
+  **mechanism**: `suspects(name)` lists four mechanisms a reader could blame and the answer is one's
+  number (`suspects.py`). A row letter would be a leak whenever the table names the row by itself —
+  the only `parity False`, the only large Δ or zero bytes, **the largest Δ of any difference
+  column** (the old quizzes: the bug's weights drifted farther than any rounding moved the decoy's,
+  so "the larger Δ is the bug" named it), or a largest number 10× above the other rows' — and
+  those rules still judge a quiz whose answer is a letter. A mechanism quiz leaks when a suspect
+  names a row (picking the row would pick the suspect), when its suspects are not on screen above
+  its check, or when fewer than two suspects' bytes appear in the table's bytes column (matching
+  the bytes alone would answer it: the reader has to rule suspects out by the shape of their
+  differences too).
 
 `find_leaks(nb)` returns one line per leak; `notebooks/conftest.py` runs it on every notebook
 nbmake executes (the notebook runs once), `tests/test_hidden_answers.py` tests it on planted
@@ -58,6 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mgpukit.exercises.registry import get
+from mgpukit.exercises.suspects import SUSPECTS
 
 _CHECK = re.compile(r"""\bcheck\(\s*["']([\w.\-]+)["']""")
 # 1,274,112 · 1.750 · 3.2e-01 · −0.5 · 27.3 % · 3/19 (a fraction of two whole numbers)
@@ -305,7 +305,7 @@ def singled_out(rows: dict[str, list[str]], broken: str) -> str | None:
         if alone:
             return (f"column {col + 1}: variant {broken} shows {mine} where the others agree "
                     f"({', '.join(theirs)})")
-    return farthest(rows, broken) or stands_out(rows, broken)
+    return largest_somewhere(rows, broken) or stands_out(rows, broken)
 
 
 def _differences(rows: dict[str, list[str]]) -> list[int]:
@@ -329,21 +329,45 @@ def stands_out(rows: dict[str, list[str]], broken: str) -> str | None:
     return None
 
 
-def farthest(rows: dict[str, list[str]], broken: str) -> str | None:
-    """Is `broken` the row with the largest difference in most difference columns (the
-    columns every row prints as `1.2e-03`)? Then "pick the larger Δ" answers the quiz."""
-    columns = _differences(rows)
-    largest = [col for col in columns
-               if all(float(rows[broken][col]) > float(r[col]) for k, r in rows.items() if k != broken)]
-    if columns and 2 * len(largest) > len(columns):
-        return (f"variant {broken} has the largest difference in {len(largest)} of the "
-                f"{len(columns)} difference columns (columns {', '.join(str(c + 1) for c in largest)}): "
-                f"\"the larger Δ is the bug\" answers it")
+def largest_somewhere(rows: dict[str, list[str]], broken: str) -> str | None:
+    """Is `broken` the row with the largest difference in some difference column? Then a reader
+    who reads that column ("the weights moved most: that one") names it without knowing why."""
+    for col in _differences(rows):
+        if all(float(rows[broken][col]) > float(r[col]) for k, r in rows.items() if k != broken):
+            return (f"variant {broken} has the largest difference of column {col + 1} "
+                    f"({rows[broken][col]}): \"the larger Δ is the bug\" answers it")
+    return None
+
+
+def _bytes_column(rows: dict[str, list[str]]) -> set[int]:
+    """The bytes each row sends, as the table prints them ("849,408 B": the number before "B")."""
+    out = set()
+    for tokens in rows.values():
+        if len(tokens) >= 2 and tokens[-1] == "B" and (v := _token_value(tokens[-2])) is not None:
+            out.add(round(v))
+    return out
+
+
+def mechanism_leak(name: str, rows: dict[str, list[str]], seen: list[tuple[int, str]]) -> str | None:
+    """A mechanism quiz whose suspects a reader can match to the answer without reasoning, or None."""
+    listed = SUSPECTS[name.split(".")[0]]
+    naming = [i for i, s in enumerate(listed, 1) if re.search(r"\bvariant\s+[A-Z]\b|\brow\s+[A-Z]\b", s.text)]
+    if naming:
+        return f"{name}: suspect {naming[0]} names a row — picking the row picks the suspect"
+    shown = "\n".join(text for _, text in seen)
+    missing = [i for i, s in enumerate(listed, 1) if s.text not in " ".join(shown.split())]
+    if missing:
+        return f"{name}: suspect {missing[0]} is not on screen above the check (call `suspects({name!r})`)"
+    printed = _bytes_column(rows)
+    matching = [i for i, s in enumerate(listed, 1) if round(s.sends()) in printed]
+    if len(matching) < 2:
+        return (f"{name}: only suspect {matching[0] if matching else '—'}'s bytes appear in the table: "
+                f"matching the bytes column answers it")
     return None
 
 
 def quiz_leak(name: str, seen: list[tuple[int, str]]) -> str | None:
-    """A debugging quiz whose printed table gives its broken variant away, or None."""
+    """A debugging quiz whose printed table (or suspect list) gives its answer away, or None."""
     broken = _expected(name)
     rows: dict[str, list[str]] = {}
     for _, text in seen:
@@ -352,6 +376,8 @@ def quiz_leak(name: str, seen: list[tuple[int, str]]) -> str | None:
             rows = found  # the last table above the check cell
     if not rows:
         return None
+    if not isinstance(broken, str):  # a suspect's number: the mechanism, not the row
+        return mechanism_leak(name, rows, seen)
     why = singled_out(rows, broken)
     return f"{name}: the printed table gives the broken variant away — {why}" if why else None
 

@@ -23,6 +23,7 @@ class Exercise:
     rel: float = 0.02
     abs_tol: float = 0.0
     mistakes: tuple = field(default=())  # ((wrong value or fn, "what that answer forgot"), ...)
+    choice: bool = False  # the answer is the number of a listed choice (a suspect), not a quantity
 
 
 EXERCISES: dict[str, Exercise] = {}

@@ -38,6 +38,8 @@ from mgpukit.lessons.sharding import (model_state_table, offload_trade, sharding
 # past this facade. Grouped by the layer they come from; the notebook that uses each is noted.
 from mgpukit.config import RunConfig  # 00, 01, 03, 04, 07
 from mgpukit.costmodel import allreduce_time  # 01
+from mgpukit.experiment import run_each  # 03, 04: several runs on the same workers, in one launch
+from mgpukit.prepare import prepare  # 03, 04: a run checked and resolved, for `run_each`
 from mgpukit.costmodel import comm as comm_cost  # noqa: F401  (02 uses it as a module: `cost.…`)
 from mgpukit.costmodel import spot  # noqa: F401  (10 uses it as a module)
 from mgpukit.costmodel.comm import bus_factor  # 00
@@ -76,4 +78,4 @@ __all__ = ["launch_bound_study", "held_against_real_gpus", "h100_measured_step",
            "compare_bandwidth", "predicted_busbw", "compression_theory", "steady_bytes_per_step",
            "dp_theory", "predicted_speedup", "predicted_model_states", "count_params", "check_larger_job",
            "show_flags", "format_spread", "median_step", "list_shapes", "format_validation", "KNOWN_GAPS",
-           "error_bar"]
+           "error_bar", "run_each", "prepare"]

@@ -41,13 +41,14 @@ _FREE = Link(alpha=0.0, beta=1e30)
 
 def free_p2p_profile(name: str = "h100-nvlink"):
     """Profile ``name`` with free links (no latency, unlimited bandwidth), kernels only (no
-    host dispatch or launches) and every matmul at one flat rate (no GEMM-by-shape table): compute
-    only, so a stage's forward, input-gradient and weight-gradient passes cost what their FLOPs
-    say — the equal F = B = W the schedules' bubble formulas assume. (By shape, the weight
-    gradient's short reduction over a micro-batch's few rows runs slower, which is physics but
-    not this lab's lesson.)"""
+    host dispatch or launches, no minimum kernel time) and every matmul at one flat rate (no
+    GEMM-by-shape table): compute only. The matmuls cost what their FLOPs say; the elementwise
+    work is still charged by the bytes it moves — and the weight-gradient pass `W` has one such
+    op per parameter, the accumulation into ``.grad`` (pipelines keep their gradients between
+    micro-batches), which makes `W` the heaviest pass of this small MLP (notebook 04, section 3,
+    prints F, B and W). The titles say "flat-rate kernels"."""
     base = load_profile(name).kernels_only()
-    return dataclasses.replace(base, name=f"{name} (FLOPs only, p2p free)", intra_node=_FREE,
+    return dataclasses.replace(base, name=f"{name} (flat-rate kernels, p2p free)", intra_node=_FREE,
                                inter_node=_FREE, gemm=None, attention=None)
 
 
@@ -93,7 +94,7 @@ def run_lab(specs: list[dict], *, p: int = 4, mode: str = "emulated",
             warnings.simplefilter("ignore", OversubscribedWarning)
         records = run_each(runs, timeout_s=timeout_s)
     for spec, rec in zip(specs, records):  # what the lab ran, as its figures name it
-        name = f"pp-{spec['schedule']}" + (f" v={spec['v']}" if spec["v"] > 1 else "")
+        name = rec["strategy"] + (f" v={spec['v']}" if spec["v"] > 1 else "")   # the kit's name: mp-naive, pp-zb, …
         rec["strategy"] = f"{name} m={spec['m']}"
         rec["config"] = {"model": f"square-mlp {width}x{n_layers}", "steps": steps,
                          "global_batch": spec["m"] * rows, "micro_batches": spec["m"], "options": spec,

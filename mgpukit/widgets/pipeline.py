@@ -59,30 +59,34 @@ def compute_only(record: dict, *, step: int | None = None) -> dict:
 
 def plot_in_flight(records: list[dict]) -> go.Figure:
     """Peak activation memory held per rank (``ActivationMeter``), one bar group per record,
-    each bar labelled with the micro-batches it amounts to."""
+    each bar labelled with what it is worth in units of one forward's saved activations on that
+    rank (its first stage's, or with v > 1 its first chunk's). The label need not be whole: the
+    last stage also keeps its loss's inputs, and ZB-H1 after a `B` keeps only what its `W` needs."""
     fig = go.Figure()
     for i, rec in enumerate(records):
         ranks = sorted(rec["extra"], key=int)
         peaks = [rec["extra"][r]["activations_in_flight_peak"] for r in ranks]
         count = [rec["extra"][r].get("microbatches_in_flight_measured") for r in ranks]
+        unit_bytes = [rec["extra"][r].get("activation_bytes_per_microbatch") for r in ranks]
         # the meter's unit is one forward's activations: a whole stage's, or with v > 1 one
         # chunk's (1/v of a stage) — say which on the bar, never call a chunk a micro-batch
         v = int(rec["extra"][ranks[0]].get("v") or (rec.get("theory") or {}).get("v") or 1)
-        unit = "chunks" if v > 1 else "mb"
-        long_unit = f"chunk activations (1/{v} stage each)" if v > 1 else "micro-batches"
+        unit = "× a chunk's" if v > 1 else "× a micro-batch's"
+        one = f"one chunk's (1/{v} stage)" if v > 1 else "one micro-batch's"
         # the number on the bar, its unit in the legend: "11.0 chunks" on a bar a quarter of a
         # rank's width was shrunk by plotly until unreadable
         fig.add_trace(go.Bar(
             x=[f"rank {r}" for r in ranks], y=[b / 1024 for b in peaks], name=f"{rec['strategy']} ({unit})",
-            marker_color=series_color(i), text=[f"{c:.1f}" if c else "" for c in count],
-            textposition="outside", textangle=0, cliponaxis=False, textfont=dict(size=12),
-            hovertemplate=[f"{format_bytes(b)} = {c:.2f} {long_unit}<extra>{rec['strategy']}"
-                           "</extra>" if c else "" for b, c in zip(peaks, count)]))
-    fig.update_layout(barmode="group", yaxis_title="KiB", xaxis_title="pipeline rank",
-                      uniformtext=dict(minsize=11, mode="show"))
+            marker_color=series_color(i), text=[f"{c:.3g}" if c else "" for c in count],
+            textposition="outside", textangle=0, cliponaxis=False, textfont=dict(size=15),
+            hovertemplate=[f"{format_bytes(b)} = {c:.2f} × {format_bytes(u)}, {one} saved activations on this "
+                           f"rank<extra>{rec['strategy']}</extra>" if c else "" for b, c, u in zip(peaks, count, unit_bytes)]))
+    fig.update_layout(barmode="group", bargap=0.12, bargroupgap=0.04, yaxis_title="KiB", xaxis_title="pipeline rank",
+                      uniformtext=dict(minsize=14, mode="show"))
     return finish(fig, title=f"Activations held per rank — measured bytes, {source_label(records[0])}",
-                  subtitle="peak bytes saved for backward (ActivationMeter) · number on a bar: micro-batches "
-                           "held (mb), or for interleaved chunks of 1/v stage (chunks)")
+                  subtitle="peak bytes saved for backward (ActivationMeter) · number on a bar: those bytes over one "
+                           "forward's on that rank (a micro-batch's, or a chunk's of 1/v stage) — not always whole: "
+                           "the last stage also keeps its loss's inputs, ZB-H1 keeps only W's after B")
 
 
 def _summary(name: str, p: int, m: int, v: int) -> str:
