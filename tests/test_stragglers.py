@@ -6,8 +6,9 @@ Method. (1) `split_by_speed` hands out rows exactly (a 1:3 speed ratio gives 6:2
 (split from the unthrottled per-row time and the known factor) and the run dropping the slowest are
 clearly faster than the even one, in one study; the re-balanced one still matches the
 single-process reference. (3) `drop_slowest=1`, emulated
-(deterministic), rank 1 3× slower: from step 1 on rank 1 is dropped, and the weights equal a
-single-process SGD whose steps >= 1 see only rank 0's rows (losses and final weights at
+(deterministic), rank 1 3× slower: rank 1 is dropped on every step that does not run in full
+(warm-up, the first measured step, the re-time steps: `backup.runs_in_full`), and the weights
+equal a single-process SGD whose dropping steps see only rank 0's rows (losses and final weights at
 torch's fp32 tolerances); without the `B/B_kept` rescale that fails (the test of the test); the
 step time falls back from the straggler's to about the unthrottled one.
 """
@@ -51,14 +52,15 @@ def _drop_run(tmp_path, options, parity=False):
 
 
 def _kept_rows_reference(steps=3, global_batch=8):
-    """Single-process SGD: step 0 on the whole batch, later steps on rank 0's half only."""
+    """Single-process SGD: the full steps (`backup.runs_in_full`) on the whole batch, the others on
+    rank 0's half only."""
     cfg = RunConfig(global_batch=global_batch, steps=steps)
     model, batches, loss = build_model(cfg), Batches(cfg), loss_fn(cfg)
     opt = build_optimizer(cfg, model.parameters())
     losses = []
     for step in range(steps):
         x, y = batches(step)
-        rows = slice(None) if step == 0 else slice(0, global_batch // 2)
+        rows = slice(None) if backup.runs_in_full(step) else slice(0, global_batch // 2)
         value = loss(model(x[rows]), y[rows])
         opt.zero_grad()
         value.backward()
@@ -69,12 +71,23 @@ def _kept_rows_reference(steps=3, global_batch=8):
 
 def test_drop_slowest_is_the_kept_rows_gradient(tmp_path):
     rec = _drop_run(tmp_path, {**SLOW, "drop_slowest": 1})
-    assert rec["extra"]["0"]["dropped"] == [[], [1], [1]]
+    assert rec["extra"]["0"]["dropped"] == [[], [], [1]]
     losses, weights = _kept_rows_reference()
     torch.testing.assert_close(torch.tensor(rec["losses"]), torch.tensor(losses))
     got = load_weights(tmp_path / "w.safetensors")
     for name, w in weights.items():
         torch.testing.assert_close(got[name], w, msg=name)
+
+
+def test_drop_slowest_decides_from_measured_times_and_retimes(tmp_path):
+    """Warm-up (step 0) is not a measurement, step 1 is every rank's first, and every
+    RETIME_EVERY steps a full step re-times the dropped rank (was: dropped from step 1 on the
+    warm-up's times, and never re-timed: [[], [1], [1], [1], [1], [1], [1]])."""
+    assert [backup.runs_in_full(s) for s in range(10)] == [True, True, False, False, False, True,
+                                                           False, False, False, True]
+    rec = mgpukit.run("dp-naive", workers=2, steps=7, global_batch=8, mode="emulated", profile="h100-nvlink",
+                      parity=False, options={**SLOW, "drop_slowest": 1})
+    assert rec["extra"]["0"]["dropped"] == [[], [], [1], [1], [1], [], [1]]
 
 
 def test_drop_without_the_rescale_is_caught(tmp_path, monkeypatch):

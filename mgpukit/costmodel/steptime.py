@@ -73,7 +73,7 @@ from mgpukit.costmodel.fleet import slowest_fraction
 from mgpukit.costmodel.flops import flops_per_step
 from mgpukit.costmodel.frameworks import get_framework
 from mgpukit.costmodel.profile import HardwareProfile
-from mgpukit.costmodel.host import host_seconds_per_micro_batch
+from mgpukit.costmodel.host import host_seconds
 from mgpukit.costmodel.kernels import (at_sustained_power, attention_seconds, gemm_seconds, has_gemm_table,
                                       memory_seconds)
 from mgpukit.costmodel.layout import Layout
@@ -347,8 +347,8 @@ def step_time(
     # the host (one convention with the emulator and `gpt_step`): each stage's host issues its
     # micro-batches' ops back to back and does not wait for its neighbours (a recv is a stream
     # wait), so it bounds the pipeline on its own; a step of small kernels is launch-bound
-    host = [layout.num_micro_batches * host_seconds_per_micro_batch(shape, layout, profile, s)
-            for s in layout.distinct_stages(shape.n_layer)] if profile.async_launch else [0.0]
+    host = ([host_seconds(shape, layout, profile, s) for s in layout.distinct_stages(shape.n_layer)]
+            if profile.async_launch else [0.0])
     straggler_s = max(0.0, pipeline - max(pipeline - straggler_s, max(host)))  # what a host-bound step leaves of it
     pipeline = max(pipeline, max(host))
     interference_s = interference * hidden_dp

@@ -130,11 +130,13 @@ def plot_mesh(dims=(2, 2, 2), theory: dict | None = None) -> go.Figure:
 # ---------------------------------------------------------------------------- 2. a real run
 
 def run_hybrid(dims=(2, 2, 2), *, steps: int = 2, **kw) -> dict:
-    """`mgpukit.run("hybrid")` at `(dp, tp, pp)`; keywords as `mgpukit.run` (mode, profile …)."""
+    """`mgpukit.run("hybrid")` at `(dp, tp, pp)`; keywords as `mgpukit.run` (mode, profile …);
+    ``layout`` adds fields to the dims' (e.g. ``num_micro_batches``)."""
     d = dims_of(dims)
+    layout = {**d.as_dict(), **kw.pop("layout", {})}
     with warnings.catch_warnings():  # 8 workers on 2 cores: correct, wall clock distorted
         warnings.simplefilter("ignore", OversubscribedWarning)
-        return run("hybrid", workers=d.world_size, steps=steps, layout=d.as_dict(), **kw)
+        return run("hybrid", workers=d.world_size, steps=steps, layout=layout, **kw)
 
 
 def axis_table(record: dict) -> list[dict]:
@@ -187,7 +189,7 @@ def layout_of(record: dict) -> Layout:
 
 def placements(dims=(2, 2, 2), *, gpus_per_node=(8, 4, 2, 1), emulate=(4, 2, 1), model: str = "gpt-tiny",
                base: str = "h100-ib", steps: int = 2, shape: bool = False,
-               kernels_only: bool | None = None) -> list[dict]:
+               kernels_only: bool | None = None, num_micro_batches: int | None = None) -> list[dict]:
     """The same layout with nodes of `gpus_per_node` GPUs: which axes cross nodes, the
     predicted step (cost model) split by cause, and — for the node sizes in `emulate` — the
     emulated step (virtual clock, 8 CPU workers; `shape=True` runs them in shape mode, the
@@ -197,8 +199,13 @@ def placements(dims=(2, 2, 2), *, gpus_per_node=(8, 4, 2, 1), emulate=(4, 2, 1),
     the profile's kernels alone (`HardwareProfile.kernels_only`), as `analytic_vs_emulated`
     does: the cost model counts kernels and messages, and the tiny model on a GPU is made of
     host launches, which hide every link. A layout the kit warns about (a tp group across
-    nodes: `NodeLayoutWarning`) keeps its sentence in the row's ``warning``."""
+    nodes: `NodeLayoutWarning`) keeps its sentence in the row's ``warning``.
+
+    ``num_micro_batches``: the pipeline's micro-batch count (default: the run's own). Fewer
+    micro-batches of the same global batch are fewer, larger ops — what a shape-mode run on a
+    few cores pays for, since fake tensors cost per op, not per byte."""
     d = dims_of(dims)
+    extra = {} if num_micro_batches is None else {"num_micro_batches": num_micro_batches}
     kernels_only = (not shape) if kernels_only is None else kernels_only
     rows = []
     layout = None
@@ -210,9 +217,9 @@ def placements(dims=(2, 2, 2), *, gpus_per_node=(8, 4, 2, 1), emulate=(4, 2, 1),
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", NodeLayoutWarning)  # kept in the row, said once
                 rec = run_hybrid(d, steps=steps, mode="emulated", profile=clock, parity=False, model=model,
-                                 shape=shape)
+                                 shape=shape, layout=extra)
         if layout is None or rec is not None:
-            layout = layout_of(rec) if rec is not None else _layout_for(d, model, shape, base)
+            layout = layout_of(rec) if rec is not None else _layout_for(d, model, shape, base, **extra)
         pred = predicted_step(model, layout, clock)
         rows.append({"gpus_per_node": gpn, "nodes": -(-d.world_size // gpn),
                      "across_nodes": [a for a, x in crossing(d, hw).items() if x],
@@ -227,9 +234,9 @@ def _node_warning(d: ParallelDims, hw: HardwareProfile) -> str | None:
     return NodeLayout.uniform(d.world_size, hw.gpus_per_node).check(d)
 
 
-def _layout_for(d: ParallelDims, model: str, shape: bool = False, profile: str = "h100-ib") -> Layout:
+def _layout_for(d: ParallelDims, model: str, shape: bool = False, profile: str = "h100-ib", **layout) -> Layout:
     where = dict(mode="emulated", profile=profile, shape=True) if shape else {}
-    return prepare("hybrid", workers=d.world_size, layout=d.as_dict(), model=model, **where).cfg.layout
+    return prepare("hybrid", workers=d.world_size, layout={**d.as_dict(), **layout}, model=model, **where).cfg.layout
 
 
 def plot_placements(rows: list[dict], *, title: str = "") -> go.Figure:

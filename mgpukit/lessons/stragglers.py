@@ -4,8 +4,10 @@
   row in an even run, give each a share of the batch in inverse proportion (`split_by_speed`),
   keep the gradient exact with the loss weights. Works when the slowness is *persistent*.
 - **Dropping the slowest** (backup workers, Chen et al. 2016, `training/backup.py`): the
-  slowest rank of the last step skips its forward and backward; the gradient is the mean over
-  the rows of the ranks kept. Exact *for those rows*, but the effective batch shrinks.
+  rank whose latest measured compute was the slowest skips its forward and backward (after a
+  warm-up and a first measured step, with a full step every few steps to re-time every rank);
+  the gradient is the mean over the rows of the ranks kept. Exact *for those rows*, but the
+  effective batch shrinks.
 
 Every function runs the library and returns rows of figures labelled measured (CPU workers,
 `straggler` knob: the rank sleeps `(factor - 1)`× each op), emulated (virtual clock) or
@@ -22,6 +24,7 @@ import torch
 from mgpukit.config import RunConfig
 from mgpukit.experiment import load_weights, run
 from mgpukit.training import hetero
+from mgpukit.training.backup import RETIME_EVERY, WARMUP_STEPS, runs_in_full  # noqa: F401  (notebook 10)
 from mgpukit.training.building import Batches, build_model, loss_fn
 
 
@@ -63,8 +66,9 @@ def measured_stragglers(*, factor: float = 4.0, rank: int = 1, model: str = "mlp
        (`split_from="measured"`, what one would do on a real cluster) or from run 1's times
        scaled by the known factor (`"factor"`: immune to a noisy neighbour during run 2), same
        throttle — with gradient parity against the single-process reference;
-    4. (`drop`) even split, same throttle, `drop_slowest=1`: from step 1 on the throttled rank
-       skips its compute (`training/backup.py`; needs `strategy="dp-naive"`).
+    4. (`drop`) even split, same throttle, `drop_slowest=1`: on every step that does not run in
+       full (`training/backup.runs_in_full`) the rank measured slowest — the throttled one, unless
+       noise says otherwise — skips its compute (needs `strategy="dp-naive"`).
 
     Predicted for a split `b` and per-rank factors `f`: `max_i b_i·(load + f_i·compute per row)
     + rest`, from run 1 (the optimizer, also slowed, is left out: it is tiny here); dropping the
@@ -125,19 +129,22 @@ def held_out_loss(weights_path, cfg, *, rows: int = 64) -> float:
         return float(loss_fn(held)(model(x), y))
 
 
-def drop_slowest_emulated(*, factor: float = 3.0, rank: int = 1, steps: int = 6, global_batch: int = 8,
+def drop_slowest_emulated(*, factor: float = 3.0, rank: int = 1, steps: int = 7, global_batch: int = 8,
                           profile: str = "h100-nvlink", workers: int = 2, baseline_steps: int = 2) -> dict:
     """Emulated (deterministic) dp-naive on `profile`: the step time without a straggler, with
     rank `rank` `factor`× slower, and with `drop_slowest=1`; and what dropping costs — the
-    straggler's run trains on the full batch every step, the dropped one from step 1 on the
-    kept ranks' rows only: each run's loss on its own batches, and both final weights' loss on
-    the same held-out batch (`held_out_loss`).
+    straggler's run trains on the full batch every step, the dropped one on the kept ranks' rows
+    whenever it drops (`training/backup.py`: not at warm-up, the first measured step or a re-time
+    step): each run's loss on its own batches, and both final weights' loss on the same held-out
+    batch (`held_out_loss`).
 
-    The run without a straggler computes the same numbers as the straggler's run (the virtual
-    clock slows rank `rank`, not its arithmetic), so only its step time is read, after
-    `baseline_steps` steps (≥ 2: step 0 differs on the virtual clock too — it creates the
-    gradients and the optimizer's state that later steps update); its row's ``losses`` and
-    ``held_out_loss`` are None. Step times are the last step's."""
+    Step times are over steps ≥ 1 (step 0 differs on the virtual clock: it creates the gradients
+    and the optimizer's state): ``emulated_s`` the run's mean step — for the dropping run, its
+    full steps included, which wait for the straggler — and ``dropped_step_s`` the mean of the
+    steps it dropped a rank. The run without a straggler computes the same numbers as the
+    straggler's run (the virtual clock slows rank `rank`, not its arithmetic), so only its step
+    time is read, after `baseline_steps` steps (≥ 2); its row's ``losses`` and ``held_out_loss``
+    are None."""
     if baseline_steps < 2 or steps < 2:
         raise ValueError(f"steps={steps}, baseline_steps={baseline_steps}: use at least 2 (step 0 creates the "
                          "gradients and optimizer state; later steps are the ones to time)")
@@ -145,20 +152,28 @@ def drop_slowest_emulated(*, factor: float = 3.0, rank: int = 1, steps: int = 6,
     slow = {"straggler": {"rank": rank, "factor": factor}}
     cfg = RunConfig(global_batch=global_batch, steps=steps)
     r = run("dp-naive", steps=baseline_steps, **common)
-    rows = [{"run": "no straggler", "emulated_s": r["step_time_s"][-1], "losses": None, "held_out_loss": None,
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    rows = [{"run": "no straggler", "emulated_s": mean(r["step_time_s"][1:]), "losses": None, "held_out_loss": None,
              "dropped": None, "steps": baseline_steps}]
     runs = {f"rank {rank} ×{factor:g}": slow, f"rank {rank} ×{factor:g}, drop slowest": {**slow, "drop_slowest": 1}}
     with tempfile.TemporaryDirectory() as tmp:
         for i, (label, options) in enumerate(runs.items()):
             path = Path(tmp) / f"{i}.safetensors"
             r = run("dp-naive", steps=steps, options=options, weights_path=path, **common)
-            rows.append({"run": label, "emulated_s": r["step_time_s"][-1], "losses": r["losses"],
-                         "held_out_loss": held_out_loss(path, cfg),
-                         "dropped": r["extra"].get("0", {}).get("dropped"), "steps": steps})
-    full, dropped = rows[1], rows[2]
-    return {"rows": rows, "steps": steps, "speedup": full["emulated_s"] / dropped["emulated_s"],
-            "vs_no_straggler": dropped["emulated_s"] / rows[0]["emulated_s"],
-            "held_out_gap": dropped["held_out_loss"] / full["held_out_loss"] - 1,
-            "rows_per_step": global_batch * (workers - 1) / workers,
-            "rows_per_s_gain": (global_batch * (workers - 1) / workers / dropped["emulated_s"])
-            / (global_batch / full["emulated_s"])}
+            dropped = dropped_per_step(r)
+            rows.append({"run": label, "emulated_s": mean(r["step_time_s"][1:]), "losses": r["losses"],
+                         "held_out_loss": held_out_loss(path, cfg), "dropped": dropped, "steps": steps,
+                         "step_time_s": r["step_time_s"]})
+    full, drop = rows[1], rows[2]
+    dropping = [s for s in range(1, steps) if drop["dropped"][s]]
+    drop["dropped_step_s"] = mean([drop["step_time_s"][s] for s in dropping])
+    per_rank = global_batch / workers
+    kept = [global_batch - per_rank * len(drop["dropped"][s]) for s in range(1, steps)]
+    return {"rows": rows, "steps": steps, "global_batch": global_batch, "dropping_steps": dropping,
+            "full_steps": [s for s in range(1, steps) if not drop["dropped"][s]],
+            "speedup": full["emulated_s"] / drop["emulated_s"],
+            "speedup_dropped_steps": full["emulated_s"] / drop["dropped_step_s"],
+            "vs_no_straggler": drop["dropped_step_s"] / rows[0]["emulated_s"],
+            "held_out_gap": drop["held_out_loss"] / full["held_out_loss"] - 1,
+            "rows_per_step": mean(kept), "rows_per_dropped_step": global_batch - per_rank,
+            "rows_per_s_gain": (sum(kept) / sum(drop["step_time_s"][1:])) / (global_batch / full["emulated_s"])}

@@ -78,7 +78,7 @@ def plot_block(sp: bool = False) -> go.Figure:
     fig.update_layout(xaxis=dict(visible=False, range=[-0.1, len(_BLOCK)]),
                       yaxis=dict(visible=False, range=[-0.5, 1.5]))
     return finish(fig, title=f"one block, tensor parallel{' + sequence parallel' if sp else ''}",
-                  subtitle=f"grey/teal = {rep}, blue = split by heads / columns, red = collective",
+                  subtitle=f"{'teal' if sp else 'grey'} = {rep}, blue = split by heads / columns, red = collective",
                   legend="none", plot_height=170)
 
 
@@ -176,11 +176,15 @@ def predicted_step(model: str, tp: int, link: str, *, global_batch: int = 8, sp:
     host's launches too (``launch_bound`` in the result says how much of the step they set)."""
     hw = link_profile(link)
     hw = hw.kernels_only() if kernels_only else hw
+    return step_time(_shape(model), Layout(tp=tp, sp=sp, micro_batch=global_batch, dtype="fp32"), hw)
+
+
+def _shape(model: str) -> ModelShape:
+    """A kit model's shape (gpt-tiny, gpt2-124m) or a shipped one (`data/models/`)."""
     try:
-        shape = ModelShape.from_gpt_config(RunConfig(model=model).model_config())
+        return ModelShape.from_gpt_config(RunConfig(model=model).model_config())
     except ValueError:
-        shape = get_shape(model)
-    return step_time(shape, Layout(tp=tp, sp=sp, micro_batch=global_batch, dtype="fp32"), hw)
+        return get_shape(model)
 
 
 def emulated_run(tp: int, link: str, *, steps: int = 2, kernels_only: bool = True, model: str = "gpt-tiny") -> dict:
@@ -271,6 +275,9 @@ def measured_pairs(*, pairs: int = 2, steps: int = 4, tp: int = 2) -> list[dict]
     return out
 
 
+EXPLORER_BATCH = 8  # sequences per step in `tp_explorer`: one micro-batch, as the runs of notebook 05
+
+
 def tp_explorer(model: str = "1.3b"):
     """Widget: a model, a tp degree — the predicted step split into compute and tensor-parallel
     communication over each link (the cost model), redrawn at once."""
@@ -285,14 +292,18 @@ def tp_explorer(model: str = "1.3b"):
     def draw(_=None):
         with errors_shown_in(out):
             names = list(LINKS)
-            rows = [predicted_step(models.value, degree.value, link) for link in names]
+            rows = [predicted_step(models.value, degree.value, link, global_batch=EXPLORER_BATCH) for link in names]
             fig = go.Figure()
             for key, label, color in (("compute_s", "compute", "#4C78A8"), ("comm_tp_s", "tp communication",
                                                                             "#E45756")):
                 fig.add_trace(go.Bar(y=[n.split(" (")[0] for n in names], x=[r[key] * 1e3 for r in rows],
                                      name=label, orientation="h", marker_color=color))
             fig.update_layout(barmode="stack", xaxis_title="ms")
-            finish(fig, title=f"{models.value}, tp={degree.value}: one step", subtitle=PREDICTED, legend="below")
+            seq = _shape(models.value).seq_len
+            finish(fig, title=f"{models.value}, tp={degree.value}: one step",
+                   subtitle=f"{PREDICTED}, kernels only; {EXPLORER_BATCH} sequences of {seq:,} tokens in one "
+                            "micro-batch, dp 1, fp32",
+                   legend="below")
             share = ", ".join(f"{n.split(' (')[0]} {r['comm_tp_s'] / r['total_s']:.0%}" for n, r in zip(names, rows))
             show(out, f"share of the step spent in tp communication ({PREDICTED}): {share}", fig)
 

@@ -30,7 +30,8 @@ TRAINER_KNOBS = (
     Knob("show_idle", bool, False, "record the wait for the slowest rank as idle"),
     Knob("batch_split", str, None, "rows per dp rank, e.g. '24,8': unequal batches, exact gradient (training/hetero.py)"),
     Knob("rank_profiles", str, None, "emulated: each rank's compute profile, e.g. 'a100-nvlink,h100-nvlink'"),
-    Knob("drop_slowest", int, 0, "backup workers: the k slowest dp ranks skip each step (training/backup.py)",
+    Knob("drop_slowest", int, 0, "backup workers: the k dp ranks measured slowest skip their compute "
+         "(full steps warm up, time and re-time every rank: training/backup.py)",
          minimum=0),
     Knob("lr_scaling", str, None, "'linear': Goyal et al.'s rule for the global batch",
          choices=("linear", "none")),

@@ -15,19 +15,27 @@ zero gradient; each kept rank weights its loss by `n·b_i / B_kept` (instead of 
 — exactly the gradient of the mean loss over the kept ranks' rows (for an even split: the kept
 ranks' mean, rescaled by `n / (n - k)`). The logged loss is that mean too.
 
-How a rank knows it is dropped: at the start of each step the ranks all-gather the compute
-seconds (forward + backward) each measured the last time it computed — one tiny all-gather,
-timed and counted like any collective — and the `k` largest are dropped (none until every rank
-has been timed once, so step 0 always runs in full).
+How a rank knows it is dropped — from measured times only, as a straggler mitigation must:
+
+- **Warm-up is not a measurement.** Step 0 creates the gradients and the optimizer's state and
+  warms allocators and caches, so its time says little about a rank's pace: the first
+  :data:`WARMUP_STEPS` steps run in full and are not timed. The next step also runs in full and
+  is every rank's first measurement; dropping starts after it (step 2 by default).
+- **The choice is the measured one.** At the start of each later step the ranks all-gather the
+  compute seconds (forward + backward) each measured the last time it computed — one tiny
+  all-gather, timed and counted like any collective — and the ``k`` largest are dropped.
+- **A dropped rank is re-timed.** It cannot be measured while it skips its compute, so every
+  :data:`RETIME_EVERY` steps after the first measurement one step runs in full and every rank
+  posts a fresh time (steps 5, 9, 13, … by default): a rank dropped for a noisy step (or a
+  straggler that recovered) is back at the next re-time step, and a persistent straggler is
+  dropped again. The price: that step waits for the straggler.
 
 What differs from Chen et al., honestly:
 
 - They drop *after the fact*: whichever `b` are last this step, with no prediction; their
   parameter servers simply ignore late gradients. A gloo/NCCL all-reduce needs every rank, so
-  here the choice is made *before* computing, from history. A persistently slow rank (the
-  `straggler` knob) is dropped every step after the first — its compute is saved, not wasted.
-  A rank that was slow once stays dropped while its last time stays among the `k` slowest
-  (no re-probing): right for a throttled GPU, wrong for transient noise, Chen et al.'s case.
+  here the choice is made *before* computing, from each rank's latest measured time — so the
+  re-time steps above, which their scheme does not need.
 - They add `b` backup workers so the batch kept is still `n` workers' worth; here there are no
   spares: the effective batch shrinks to `B_kept` (noisier gradients; the loss curve shows the
   cost). Launching `n + k` workers with `drop_slowest=k` is their setup.
@@ -45,6 +53,15 @@ from mgpukit.training.hetero import parse_split
 # would have to launch its zero buckets in that same order; nor DDP, whose reducer fires only
 # from a backward the dropped rank never runs.
 STRATEGIES = ("dp-naive",)
+WARMUP_STEPS = 1  # steps run in full and not timed: step 0 creates gradients and optimizer state
+RETIME_EVERY = 4  # every this many steps after the first measured one, a full step re-times every rank
+
+
+def runs_in_full(step: int) -> bool:
+    """Whether no rank may be dropped at ``step``: warm-up, the first measured step, and the
+    re-time steps (module docstring)."""
+    first = WARMUP_STEPS  # the first measured step
+    return step <= first or (step - first) % RETIME_EVERY == 0
 
 
 def check(cfg, dims, strategy: str) -> None:
@@ -70,24 +87,30 @@ class DropSlowest:
         self.rec, self.k = rec, int(cfg.options["drop_slowest"])
         self.n, self.me, self.group = ctx.size("dp"), ctx.coords["dp"], ctx.group("dp")
         self.rows = parse_split(cfg.options.get("batch_split")) or (cfg.global_batch // self.n,) * self.n
-        self.last = 0.0  # my forward + backward seconds the last time I computed (0: never)
+        self.last = 0.0  # my forward + backward seconds the last time I computed after warm-up (0: never)
+        self.step = 0
         self.scale = 1.0  # B / B_kept on a kept rank this step
         inner = engine.loss_fn
         engine.loss_fn = lambda *a, **kw: inner(*a, **kw) * self.scale  # LocalEngine's loss
         rec.extra["dropped"] = []  # per step, the dp ranks that skipped their compute
 
     def computes(self, step: int) -> bool:
-        """Exchange the last compute times, pick the `k` slowest; False if this rank is one."""
+        """Exchange the last measured compute times, pick the `k` slowest; False if this rank is
+        one. Nobody is dropped on a step that `runs_in_full` (the exchange still runs: every
+        step costs the same collectives)."""
+        self.step = step
         device = self.rec.ctx.device
         every = torch.zeros(self.n, dtype=torch.float64, device=device)  # (n,) seconds
         self.rec.all_gather(every, torch.tensor([self.last], dtype=torch.float64, device=device),
                             group=self.group)
         times = every.tolist()
-        dropped = [] if min(times) == 0 else sorted(range(self.n), key=lambda r: (-times[r], -r))[:self.k]
+        dropped = ([] if runs_in_full(step) or min(times) == 0 else
+                   sorted(range(self.n), key=lambda r: (-times[r], -r))[:self.k])
         self.rec.extra["dropped"].append(sorted(dropped))
         kept_rows = sum(b for r, b in enumerate(self.rows) if r not in dropped)
         self.scale = sum(self.rows) / kept_rows
         return self.me not in dropped
 
     def timed(self, seconds: float) -> None:
-        self.last = seconds
+        if self.step >= WARMUP_STEPS:  # a warm-up step is not a measurement
+            self.last = seconds
