@@ -195,6 +195,29 @@ def test_pipeline_idle_split_adds_up_to_the_bubble_and_says_why():
         assert split["schedule"] > 0 and split["imbalance"] >= 0
 
 
+def test_a_pipelines_receive_is_drawn_as_its_wire_time_after_a_wait():
+    """GPipe on 4 emulated H100s, kernels only: a stage's receive spans the upstream stage's
+    compute and the message. The record keeps the span (the idle split reads it) and the
+    message's own link time (``wire_s``); the timeline draws the wire time as "recv" and the
+    rest as a wait, so the communication rows are mostly idle, as the bubble says (teacher3:
+    solid recv bars under a "0 % p2p" subtitle)."""
+    from mgpukit.plots import plot_timeline
+
+    record = _pp(H100)
+    recvs = [e for e in record["timeline"] if e["kind"] == "recv"]
+    assert recvs and all(0 < e["wire_s"] <= 1e-5 for e in recvs)  # an activation over NVLink: µs
+    assert sum(e["end"] - e["start"] for e in recvs) > 3 * sum(e["wire_s"] for e in recvs)  # mostly waiting
+    fig = plot_timeline(record, step=1)
+    drawn = {t.name: sum(t.x) for t in fig.data}
+    mult = next(t.x[0] / (e["end"] - e["start"]) for t in fig.data if t.name == "fwd"
+                for e in [min((e for e in record["timeline"] if e["kind"] == "fwd" and e["step"] == 1),
+                              key=lambda e: e["start"])])
+    # a receive asked for after its message left shows only the part still on the wire
+    wire = sum(min(e["wire_s"], e["end"] - e["start"]) for e in recvs if e["step"] == 1)
+    assert drawn["recv"] == pytest.approx(wire * mult, rel=1e-6)
+    assert drawn["wait"] > drawn["recv"]
+
+
 def test_ddp_wait_inside_backward_is_drawn_as_waiting_and_the_step_adds_up():
     """DDP on 2 emulated H100s: the bucket's all-reduce ends after backward's last kernel, and
     the reducer's copy-out waits for it inside backward — a "wait" event, not "bwd". Every

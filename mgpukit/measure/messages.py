@@ -95,9 +95,10 @@ class Messages:
 
             def done(_):
                 start = self.clock.now()
-                arrival = self.clock.arrival(_read(stamp), nbytes, src)
+                sent = _read(stamp)
+                arrival = self.clock.arrival(sent, nbytes, src)
                 self.clock.join(arrival)
-                self.event("comm", "recv", start, max(start, arrival), ranks=(src, self.rank))
+                self.event("comm", "recv", start, max(start, arrival), ranks=(src, self.rank), wire_s=arrival - sent)
 
             handle = Handle(Works(works), done)
         else:
@@ -163,9 +164,11 @@ class Messages:
                 self.clock.join(arrival)
             recv_start = self.clock.now()
             for stamp, (t, src) in zip(stamps, recvs):
-                arrival = self.clock.arrival(_read(stamp), _nbytes(t), src)
+                sent = _read(stamp)
+                arrival = self.clock.arrival(sent, _nbytes(t), src)
                 self.clock.join(arrival)
-                self.event("comm", "recv", recv_start, max(recv_start, arrival), ranks=(src, self.rank))
+                self.event("comm", "recv", recv_start, max(recv_start, arrival), ranks=(src, self.rank),
+                           wire_s=arrival - sent)
 
         if after_ready is not None:  # strict mode checks correctness, not time (see isend)
             ready = after_ready(work)

@@ -344,9 +344,10 @@ class CommObserver(TorchDispatchMode):
             def done():
                 _ORIG_WAIT(stamp_work)
                 begin = clock.now()
-                arrival = clock.arrival(float(stamp.item()), nbytes, peer)
+                sent = float(stamp.item())
+                arrival = clock.arrival(sent, nbytes, peer)
                 clock.join(arrival)
-                self.sink.event("comm", "recv", begin, max(begin, arrival), ranks=pair)
+                self.sink.event("comm", "recv", begin, max(begin, arrival), ranks=pair, wire_s=arrival - sent)
         if work is not None:
             _WAIT_HOOKS[id(work)] = (work, done, self)
         return out

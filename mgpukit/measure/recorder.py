@@ -96,12 +96,15 @@ class Recorder(Messages):
 
     def event(self, stream: str, kind: str, start, end, **fields):
         """A timeline event; `ranks=` (the global ranks of a communication) marks it
-        `inter_node` when they sit on more than one node."""
+        `inter_node` when they sit on more than one node; `wire_s=` (an emulated receive) is the
+        message's own time on the link, the rest of the event is the wait for it to be sent."""
         ev = {"rank": self.rank, "stream": stream, "kind": kind,
               "microbatch": fields.get("microbatch"), "stage": fields.get("stage"),
               "step": self._step, "start": start, "end": end}
         if fields.get("ranks") is not None and self.ctx.spans_nodes(fields["ranks"]):
             ev["inter_node"] = True
+        if fields.get("wire_s") is not None:  # an emulated receive: the message's time on the link
+            ev["wire_s"] = fields["wire_s"]
         self.events.append(ev)
         if not isinstance(start, float | int) or not isinstance(end, float | int):
             self._unresolved.append(ev)

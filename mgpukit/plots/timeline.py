@@ -29,8 +29,9 @@ def plot_timeline(record: Record, *, step: int | None = None) -> go.Figure:
 
     `step` keeps only the events of that step. Idle time shows as a gap, or as a light bar
     where the run recorded explicit "idle" or "wait" events (emulated: the stream waiting for a
-    collective inside a region, e.g. DDP's last bucket inside backward). Emulated GPU profiles
-    add a "host" row per rank: the host issuing each region's kernels ("launch" bars).
+    collective inside a region, e.g. DDP's last bucket inside backward; a pipeline's receive
+    waiting for its message to be sent). Emulated GPU profiles add a "host" row per rank: the
+    host issuing each region's kernels ("launch" bars).
     """
     events = list(record.get("timeline") or [])
     if step is not None:
@@ -46,7 +47,7 @@ def plot_timeline(record: Record, *, step: int | None = None) -> go.Figure:
     mult, unit = time_unit(span)
 
     by_kind: dict[tuple[str, bool], list[Mapping[str, Any]]] = {}
-    for e in events:
+    for e in _split_receives(events):
         by_kind.setdefault((e["kind"], bool(e.get("inter_node"))), []).append(e)
     order = {k: i for i, k in enumerate(KIND_COLORS)}
     kinds = sorted(by_kind, key=lambda ki: (ki[0] not in order, order.get(ki[0], 0), ki[0], ki[1]))
@@ -91,6 +92,23 @@ def plot_timeline(record: Record, *, step: int | None = None) -> go.Figure:
     # every kind stays visible in the legend: the plot is at least as tall as the legend
     return finish(fig, title=title, subtitle=_bubble_note(record), legend="right",
                   plot_height=40 + 36 * len(rows))
+
+
+def _split_receives(events: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """An emulated receive runs from when its stream asks for the message to when the message
+    arrives; most of that is waiting for the sender (a pipeline stage still computing), not the
+    link. Draw the message's own time on the link (``wire_s``) as the receive and what comes
+    before it as a wait, so a pipeline's communication row does not look busy while it idles."""
+    out = []
+    for e in events:
+        wire = e.get("wire_s")
+        if e["kind"] != "recv" or wire is None or e["end"] - e["start"] <= wire:
+            out.append(e)
+            continue
+        arrives = e["end"] - wire
+        out.append({**e, "kind": "wait", "end": arrives, "microbatch": None})
+        out.append({**e, "start": arrives})
+    return out
 
 
 def _bar_text(event: Mapping[str, Any]) -> str:
