@@ -242,7 +242,8 @@ def _layout_for(d: ParallelDims, model: str, shape: bool = False, profile: str =
 def plot_placements(rows: list[dict], *, title: str = "") -> go.Figure:
     """Predicted step split by cause (stacked), emulated steps as diamonds, per node size."""
     names = [f"{r['gpus_per_node']} GPU/node<br>across: {', '.join(r['across_nodes']) or 'none'}" for r in rows]
-    parts = (("compute_s", "compute", "#4C78A8"), ("comm_tp_s", "tp comm", AXIS_COLORS["tp"]),
+    parts = (("compute_s", "compute", "#4C78A8"), ("memory_s", "memory-bound kernels", "#9ECAE9"),
+             ("comm_tp_s", "tp comm", AXIS_COLORS["tp"]),
              ("comm_pp_s", "pp comm", AXIS_COLORS["pp"]), ("comm_dp_s", "dp comm", "#72B7B2"),
              ("bubble_s", "bubble", "#D9D9D9"), ("optimizer_s", "optimizer", "#EECA3B"))
     mult, unit = time_unit(max(max(r["predicted_s"], r["emulated_s"] or 0.0) for r in rows))

@@ -170,13 +170,25 @@ def link_table() -> list[dict]:
 
 
 def predicted_step(model: str, tp: int, link: str, *, global_batch: int = 8, sp: bool = False,
-                   kernels_only: bool = True) -> dict:
+                   kernels_only: bool = True, dtype: str = "fp32") -> dict:
     """The analytic step time (`costmodel.step_time`) of `tp` ranks over `link` (a LINKS key).
     ``kernels_only`` (default, as `emulated_run`'s): kernels and messages alone; False: the
     host's launches too (``launch_bound`` in the result says how much of the step they set)."""
     hw = link_profile(link)
     hw = hw.kernels_only() if kernels_only else hw
-    return step_time(_shape(model), Layout(tp=tp, sp=sp, micro_batch=global_batch, dtype="fp32"), hw)
+    return step_time(_shape(model), Layout(tp=tp, sp=sp, micro_batch=global_batch, dtype=dtype), hw)
+
+
+def explorer_dtype(model: str) -> str:
+    """The precision `tp_explorer` plans ``model`` in: fp32 for the kit's own runnable models
+    (gpt-tiny, gpt2-124m: what its CPU runs use), bf16 for a shipped model shape (how 1.3B-70B
+    models train; in fp32 their GEMMs run on the CUDA cores, ~15× slower, and tp's messages
+    would look nearly free beside them)."""
+    try:
+        RunConfig(model=model)
+        return "fp32"
+    except ValueError:
+        return "bf16"
 
 
 def _shape(model: str) -> ModelShape:
@@ -292,17 +304,20 @@ def tp_explorer(model: str = "1.3b"):
     def draw(_=None):
         with errors_shown_in(out):
             names = list(LINKS)
-            rows = [predicted_step(models.value, degree.value, link, global_batch=EXPLORER_BATCH) for link in names]
+            dtype = explorer_dtype(models.value)
+            rows = [predicted_step(models.value, degree.value, link, global_batch=EXPLORER_BATCH, dtype=dtype)
+                    for link in names]
             fig = go.Figure()
-            for key, label, color in (("compute_s", "compute", "#4C78A8"), ("comm_tp_s", "tp communication",
-                                                                            "#E45756")):
-                fig.add_trace(go.Bar(y=[n.split(" (")[0] for n in names], x=[r[key] * 1e3 for r in rows],
+            for keys, label, color in ((("compute_s",), "GEMMs", "#4C78A8"),
+                                       (("memory_s", "optimizer_s"), "memory-bound kernels and optimizer", "#9ECAE9"),
+                                       (("comm_tp_s",), "tp communication", "#E45756")):
+                fig.add_trace(go.Bar(y=[n.split(" (")[0] for n in names], x=[sum(r[k] for k in keys) * 1e3 for r in rows],
                                      name=label, orientation="h", marker_color=color))
             fig.update_layout(barmode="stack", xaxis_title="ms")
             seq = _shape(models.value).seq_len
             finish(fig, title=f"{models.value}, tp={degree.value}: one step",
                    subtitle=f"{PREDICTED}, kernels only; {EXPLORER_BATCH} sequences of {seq:,} tokens in one "
-                            "micro-batch, dp 1, fp32",
+                            f"micro-batch, dp 1, {dtype}",
                    legend="below")
             share = ", ".join(f"{n.split(' (')[0]} {r['comm_tp_s'] / r['total_s']:.0%}" for n, r in zip(names, rows))
             show(out, f"share of the step spent in tp communication ({PREDICTED}): {share}", fig)

@@ -115,7 +115,7 @@ def plot_speedup(rows: list[dict], *, title: str = "") -> go.Figure:
                    marker=dict(size=9, symbol="circle-open", color=series_color(3))),
     ])
     fig.update_layout(xaxis=dict(title="GPUs", type="log", tickvals=list(GPU_COUNTS)),
-                      yaxis=dict(title="speedup over 1 GPU", type="log"),
+                      yaxis=dict(title="speedup over 1 GPU", type="log", dtick=1),  # decades only: no bare "2", "5"
                       **_titled(title or "speedup at the same global batch",
                                 f"over one GPU running the whole step — {PREDICTED}", 420))
     return fig
