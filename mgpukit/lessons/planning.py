@@ -11,8 +11,6 @@
                                    and the planner (the arithmetic shown, a verdict computed)
 - `emulated_vs_predicted(...)`     one small layout run under the virtual clock beside the
                                    planner's and the closed-form predictions
-- `host_accounts(...)`             what each closed form charges the host per micro-batch, and
-                                   the gradient accumulation that separates them
 
 Published runs as checks are in `mgpukit.lessons.published_checks`.
 Everything but `emulated_vs_predicted` is closed-form arithmetic (no torch, milliseconds).
@@ -25,9 +23,7 @@ import statistics
 import warnings
 
 from mgpukit.config import RunConfig
-from mgpukit.costmodel.gpt_ops import stage_ops
 from mgpukit.costmodel.gpt_step import ddp_step_time
-from mgpukit.costmodel.host import host_seconds_per_micro_batch
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout, LayoutError
 from mgpukit.costmodel.planner import plan, search
@@ -255,8 +251,8 @@ def rule_gpu_count(model: str = "70b", *, low: int = 16, high: int = 32, profile
         fit[n] = best[0] if best else None
     fewest = next((n for n in counts if fit[n] is not None), None)
     wall = {n: time_to_train(fit[n], tokens) for n in (low, high) if fit.get(n) is not None}
-    verdict = (f"fits from {fewest} GPUs ({fit[fewest].layout.describe()})" if fewest else "fits on none of "
-               f"{counts}") + "; " + "; ".join(
+    verdict = (f"on {profile}: " + (f"fits from {fewest} GPUs ({fit[fewest].layout.describe()})" if fewest else
+                                    f"fits on none of {counts}")) + "; " + "; ".join(
         f"{tokens:.2g} tokens on {n} GPUs take {format_duration(w['seconds'])}" for n, w in wall.items())
     return {"claim": f"a {model} model trains on {low}-{high} 80 GB A100s", "source": SEED, "fewest_gpus": fewest,
             "plans": fit, "wall": wall, "verdict": verdict,
@@ -305,27 +301,3 @@ def emulated_vs_predicted(*, workers: int = 2, steps: int = 3, global_batch: int
             "planner_with_launches_s": plan(shape, workers, hw, layout).step_time_s,
             "planner": planner}
 
-
-def host_accounts(*, global_batch: int = 8, workers: int = 2, profile: str = "h100-nvlink") -> dict:
-    """gpt-tiny under DDP, one micro-batch per step: what the planner charges the host per
-    micro-batch (`costmodel.host`: a training framework's eager GPT, whose backward accumulates
-    every parameter's gradient into a buffer each micro-batch) beside the kit's program counted
-    op by op (`gpt_step`, which the emulator matches). The kit's trainer frees gradients between
-    steps, so autograd hands each fresh gradient over and a step of one micro-batch issues no
-    accumulation (`gpt_ops.stage_ops(accumulate=False)`); the difference of the op lists with and
-    without it is what the planner charges and the kit does not issue. The kit issues ops the
-    planner does not count (DDP's bucket copies, the trainer's bookkeeping): ``kit_extra_s``."""
-    cfg = RunConfig(global_batch=global_batch)
-    mc = cfg.model_config()
-    shape = ModelShape.from_gpt_config(mc, name="gpt-tiny")
-    layout = Layout.from_global_batch(global_batch=global_batch, dp=workers, micro_batch=global_batch // workers,
-                                      dtype="fp32")
-    hw = load_profile(profile)
-    planner_s = sum(host_seconds_per_micro_batch(shape, layout, hw, s) for s in range(layout.pp))
-    kit_s = ddp_step_time(mc, global_batch=global_batch, workers=workers, profile=hw)["host_s"]
-    ops = {acc: stage_ops(mc, global_batch // workers, layers=mc.n_layer, embed=True, head=True, accumulate=acc)["bwd"]
-           for acc in (False, True)}
-    n_acc = len(ops[True]) - len(ops[False])
-    acc_s = sum(o.host_seconds(hw) for o in ops[True]) - sum(o.host_seconds(hw) for o in ops[False])
-    return {"planner_host_s": planner_s, "kit_host_s": kit_s, "accumulation_ops": n_acc, "accumulation_s": acc_s,
-            "kit_extra_s": acc_s - (planner_s - kit_s), "profile": profile}
