@@ -48,7 +48,8 @@ def claims(local_rows: list[dict] | None = None) -> list[dict]:
         "; ".join(f"{k}: {v:.0%}" for k, v in eff.items()), "predicted",
         "holds" if 0.7 <= lo and hi <= 0.95 else
         f"holds only when each GPU's work hides the all-reduce and the host's kernel launches: {lo:.0%} to {hi:.0%} "
-        f"across these cases (in the {worst.split(',')[0]} case the launches are {host[worst]:.0%} of the step)")
+        f"across these cases (in the {worst.split(',')[0]} case the launches are {host[worst]:.0%} of the step, at "
+        "the profile's host costs, fitted on one H200 machine's host — notebook 00 sets them beside a real H100's)")
     # 2. spot 60-90 %
     grid = spot_verdicts()
     rates = {d: max_rate_holding(grid, d) for d in (0.7, 0.9)}
