@@ -204,7 +204,7 @@ def cluster_sizes(model: str, profile: str, *, gpu_counts=(64, 128, 256, 512, 10
 
 # ------------------------------------------------------------------ the seeds' rules of thumb
 
-SEED = "seed article 001 (RunPod, multi-GPU training guide), FAQ"
+SEED = "RunPod's multi-GPU training guide (one of the background articles), FAQ"
 GPU_HOUR_CLAIMS = (  # (model, low, high): "training a 7B model takes 100-500 GPU-hours, while 70B
     ("7b", 100, 500),  # models require 5,000-20,000 GPU-hours depending on dataset size and
     ("70b", 5_000, 20_000),  # optimization level"
