@@ -53,6 +53,9 @@ def test_weak_scaling_efficiency_above_one_and_a_faster_larger_job_are_flagged()
     plain, delayed = _rec(2, [1.0] + [0.10] * 4), _rec(2, [1.0] + [0.08] * 4)  # delay added, faster?
     flag = check_larger_job(plain, delayed, what="the slow loader")
     assert flag["kind"] == "larger_job_faster" and "slow loader" in flag["figure"]
+    assert flag["figure"] == "step of the smaller job / step of the slow loader"
+    named = check_larger_job(plain, delayed, what="the slow loader", baseline="the fast loader")
+    assert named["figure"] == "step of the fast loader / step of the slow loader"
     assert check_larger_job(plain, _rec(2, [1.0] + [0.12] * 4)) is None
 
 

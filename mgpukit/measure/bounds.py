@@ -71,11 +71,13 @@ def check_weak_scaling(base: dict, run: dict) -> dict | None:
                  value, 1.0, (base, run), "n workers cannot beat one worker's step")
 
 
-def check_larger_job(smaller: dict, larger: dict, *, what: str = "the larger job") -> dict | None:
+def check_larger_job(smaller: dict, larger: dict, *, what: str = "the larger job",
+                     baseline: str = "the smaller job") -> dict | None:
     """`larger` does strictly more work than `smaller` on the same resources: it cannot be faster.
-    The figure is smaller's step over larger's (above 1: the larger job was faster)."""
+    The figure is smaller's step over larger's (above 1: the larger job was faster); `what` and
+    `baseline` name the two jobs in the message."""
     value = _summary(smaller)["median_s"] / _summary(larger)["median_s"]
-    return _flag("larger_job_faster", f"step of the smaller job / step of {what}", value, 1.0,
+    return _flag("larger_job_faster", f"step of {baseline} / step of {what}", value, 1.0,
                  (smaller, larger), "more work cannot take less time")
 
 
