@@ -432,3 +432,20 @@ def test_cli_plan_flag_sets_the_attention_memory_and_the_hint(capsys):
     unfused = capsys.readouterr().out
     assert "unfused attention" in unfused and "unfused attention" not in flash
     assert "try --ckpt full" in flash and "try --ckpt selective" in unfused
+
+
+def test_a_layouts_one_line_multiplies_out_to_its_global_batch():
+    """`Layout.describe` prints the batch as a product whose factors multiply to the global
+    batch: micro-batch × micro-batches × dp (teacher4: "micro-batch 1 × 4 = global batch 8"
+    left out dp 2). Context parallelism splits sequences, not the batch: no factor."""
+    import re
+
+    from mgpukit.costmodel.layout import Layout
+
+    for layout in (Layout.from_global_batch(global_batch=8, dp=2, micro_batch=1, pp=2),
+                   Layout.from_global_batch(global_batch=512, dp=8, micro_batch=2, tp=8),
+                   Layout.from_global_batch(global_batch=16, dp=2, micro_batch=1, cp=2)):
+        text = layout.describe()
+        mb, m, dp, batch = map(int, re.search(r"micro-batch (\d+) × (\d+) micro-batches × dp (\d+) = global batch (\d+)",
+                                              text).groups())
+        assert mb * m * dp == batch == layout.global_batch, text

@@ -144,7 +144,8 @@ class Layout:
         return cls(dp=dp, micro_batch=micro_batch, num_micro_batches=global_batch // per_replica, **kw)
 
     def describe(self) -> str:
-        """One line: ``dp 8 × tp 8 × pp 1, ZeRO-1, SP, 1f1b, mb 1 × 64 = 512, ckpt selective, bf16``."""
+        """One line: ``dp 8 × tp 8 × pp 1, ZeRO-1, SP, micro-batch 1 × 64 micro-batches × dp 8 =
+        global batch 512, ckpt selective, bf16`` (teacher4: the product left out dp)."""
         cp = f" × cp {self.cp}" if self.cp > 1 else ""
         parts = [f"dp {self.dp}{cp} × tp {self.tp} × pp {self.pp}", f"ZeRO-{self.zero}"]
         if self.sp and self.tp > 1:
@@ -155,7 +156,8 @@ class Layout:
                 parts.append("stages " + "/".join(map(str, self.stage_layers)))
         if self.tp_overlap and self.tp > 1:
             parts.append("tp overlap")
-        parts.append(f"micro-batch {self.micro_batch} × {self.num_micro_batches} = global batch {self.global_batch}")
+        parts.append(f"micro-batch {self.micro_batch} × {self.num_micro_batches} micro-batches × dp {self.dp}"
+                     f" = global batch {self.global_batch}")
         parts.append(f"ckpt {self.checkpointing}")
         if not self.flash_attention:
             parts.append("unfused attention")

@@ -127,8 +127,9 @@ add("01.straggler-idle", lambda: (1.5 - 1) / 1.5, rel=1e-2,
 add("01.predict-buckets", lambda: _buckets_at(0.2), rel=0.0, abs_tol=0.0,
     hint="buckets fill in backward order and close once they hold ≥ 0.2 MiB; the gradients are "
          "0.81 MiB in 69 tensors — count with `build_buckets` or reason from the sizes",
-    why="a bucket closes at the first parameter that takes it past the cap, so a few buckets "
-        "hold more than 0.2 MiB (the embedding alone is large).")
+    why="a bucket closes only after the tensor that takes it past the cap, so a bucket can overshoot "
+        "the cap by up to one tensor — the MLP's weight matrices are the largest — and the last bucket "
+        "takes whatever is left; print `build_buckets`' sizes to see each overshoot.")
 
 _quiz("01",
     hint='what does each suspect send per step (2(n−1)/n · 4Ψ with the skipped values left out; top-k: notebook 03)? Find the rows; a compressor misses parity by design — which row sends a little less than every gradient, and what does the gap say was left out?',

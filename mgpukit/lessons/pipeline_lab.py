@@ -46,9 +46,9 @@ def free_p2p_profile(name: str = "h100-nvlink"):
     work is still charged by the bytes it moves — and the weight-gradient pass `W` has one such
     op per parameter, the accumulation into ``.grad`` (pipelines keep their gradients between
     micro-batches), which makes `W` the heaviest pass of this small MLP (notebook 04, section 3,
-    prints F, B and W). The titles say "flat-rate kernels"."""
+    prints F, B and W). The titles say "flat-rate"."""
     base = load_profile(name).kernels_only()
-    return dataclasses.replace(base, name=f"{name} (flat-rate kernels, p2p free)", intra_node=_FREE,
+    return dataclasses.replace(base, name=f"{name} flat-rate, p2p free", intra_node=_FREE,
                                inter_node=_FREE, gemm=None, attention=None)
 
 

@@ -78,9 +78,8 @@ def plot_timeline(record: Record, *, step: int | None = None) -> go.Figure:
         )
 
     emulated = source_kind(record) == "emulated"
-    title = f"Step timeline · {record_name(record)} — {source_label(record)}"
-    if step is not None:
-        title += f" · step {step}"
+    at = f" · step {step}" if step is not None else ""
+    title = f"Step timeline · {record_name(record)}{at} — {source_label(record)}"
     fig.update_layout(
         barmode="overlay",
         bargap=0.25,
