@@ -196,16 +196,17 @@ def mystery_runs(name: str, *, workers: int = 2, steps: int = 3, **overrides) ->
 
 
 def parity_report(records: dict) -> str:
-    """One line per variant: parity verdict, the three differences, bytes sent per step."""
+    """One line per variant: parity verdict, the three differences, bytes counted per rank and
+    step (each collective's tensor × its per-rank bus factor, as the recorder counts them)."""
     lines = [f"{'':10} {'parity':>7} {'losses Δ':>10} {'grad norms Δ':>13} {'weights Δ':>10} "
-             f"{'sent / rank / step':>19}"]
+             f"{'counted / rank / step':>21}"]
     for label, rec in records.items():
         p = rec["parity"]
         steps = max(len(rec.get("losses") or []), 1)
         sent = rec["comm"]["0"]["bytes_sent"] / steps
         lines.append(f"{label:10} {str(p['ok']):>7} {p['losses_max_abs_diff']:>10.1e} "
                      f"{p['grad_norms_max_abs_diff']:>13.1e} {p['weights_max_abs_diff']:>10.1e} "
-                     f"{sent:>17,.0f} B")
+                     f"{sent:>19,.0f} B")
     return "\n".join(lines)
 
 

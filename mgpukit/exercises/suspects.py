@@ -173,6 +173,8 @@ def suspects(name: str) -> None:
     print("Suspects — which mechanism explains the broken variant's numbers?")
     for i, s in enumerate(SUSPECTS[nn], 1):
         print(f"  {i}. {s.text}")
+    print("(bytes as the recorder counts them: each collective's tensor × its per-rank bus factor — 2(n−1)/n "
+          "for an all-reduce; (n−1)/n for a broadcast, the average over the ranks: its source sends it all)")
 
 
 def refutations(nn: str) -> tuple:
