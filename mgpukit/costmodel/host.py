@@ -44,16 +44,9 @@ def host_seconds(shape: ModelShape, layout: Layout, profile: HardwareProfile, st
     and backward, and the accumulations into ``.grad`` of every micro-batch that finds one there
     (all of them in a pipeline, all but the first where ``pp = 1``; module docstring)."""
     m = layout.num_micro_batches
-    adding = m if layout.pp > 1 else m - 1
-    return (m * host_seconds_per_micro_batch(shape, layout, profile, stage, accumulate=False)
-            + adding * accumulation_host_seconds(shape, layout, profile, stage))
-
-
-def accumulation_host_seconds(shape: ModelShape, layout: Layout, profile: HardwareProfile, stage: int) -> float:
-    """Host seconds of one micro-batch's accumulations into ``.grad`` on ``stage``: one add per
-    parameter tensor the stage holds (issued by the autograd engine's AccumulateGrad nodes)."""
-    return (host_seconds_per_micro_batch(shape, layout, profile, stage, accumulate=True)
-            - host_seconds_per_micro_batch(shape, layout, profile, stage, accumulate=False))
+    adding = m if layout.pp > 1 else m - 1  # micro-batches whose backward adds into .grad
+    return ((m - adding) * host_seconds_per_micro_batch(shape, layout, profile, stage, accumulate=False)
+            + adding * host_seconds_per_micro_batch(shape, layout, profile, stage, accumulate=True))
 
 
 def host_seconds_per_micro_batch(shape: ModelShape, layout: Layout, profile: HardwareProfile, stage: int,
