@@ -13,7 +13,6 @@ something a learner can act on:
   how far the model is off on the one published layout it can check (Llama 3 405B on 8,192
   H100s trained; the model predicts more than the usable memory, `published_checks`).
 
-- `markdown_table(header, rows)`   a list of rows as a Markdown table (what `display(Markdown())` shows)
 - `memory_gap()`                   the memory model's gap on Llama 3 405B at 8,192 H100s
 - `ranked_rows(rows)` / `plot_ranked(rows)`   `planning.ranked`'s layouts with ties and flags
 - `plot_cluster_sizes(sizes)`      days vs dollars by cluster size, with the band
@@ -26,15 +25,10 @@ import plotly.graph_objects as go
 from mgpukit.costmodel.validation import error_bar, validation_table
 from mgpukit.costmodel.training_cost import format_money
 from mgpukit.lessons import mfu_gap as mg
+from mgpukit.lessons.tables import markdown_table
 from mgpukit.lessons.published_checks import llama3_memory_rows, published_rows
 from mgpukit.plots.layout import finish
 from mgpukit.plots.style import series_color
-
-
-def markdown_table(header: list[str], rows: list[list]) -> str:
-    """``header`` and ``rows`` (already formatted cells) as a Markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
 
 
 def memory_gap() -> dict:
