@@ -102,3 +102,26 @@ def test_the_kit_gpts_the_memory_bar_reads_are_the_models_own():
     for name in bands.KIT_GPTS:
         real = ModelShape.from_gpt_config(RunConfig(model=name).model_config(), name=name)
         assert bands.kit_gpt_shape(name) == real, name
+
+
+# --------------------------------------------------------------------------- causes: fp8 activations
+
+
+def test_fp8_keeps_the_linears_inputs_as_fp8_copies():
+    """Transformer Engine saves each linear's FP8-cast input for the weight gradient: 1 byte, not 2,
+    for the q/k/v and MLP inputs and the second MLP linear's input; the fused-attention output
+    is kept in 16 bits by the attention kernel, so the out-projection's FP8 copy adds a byte."""
+    from mgpukit.costmodel.memory import activation_bytes_per_layer, memory_per_rank
+    from mgpukit.costmodel.shapes import get_shape
+
+    shape = get_shape("70b")
+    s, h, f, t = shape.seq_len, shape.d_model, shape.d_ff, 8
+    for flash in (True, False):
+        kw = dict(micro_batch=1, tp=t, sp=True, flash_attention=flash)
+        saved = activation_bytes_per_layer(shape, **kw) - activation_bytes_per_layer(shape, fp8=True, **kw)
+        out_proj = -s * h if flash else s * h
+        assert saved == pytest.approx((2 * s * h + s * f + out_proj) / t)
+    bf16 = Layout.from_global_batch(global_batch=64, dp=8, tp=8, sp=True, zero=1)
+    fp8 = dataclasses.replace(bf16, dtype="fp8")
+    assert memory_per_rank(shape, fp8)["activations"] < memory_per_rank(shape, bf16)["activations"]
+    assert memory_per_rank(shape, fp8)["params"] == memory_per_rank(shape, bf16)["params"]
