@@ -72,7 +72,8 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, loader=None,
     ckpt = checkpoint or Checkpointing()
     reset_device_peak(ctx.device)  # a GPU's high-water mark would outlive the previous run
     dp_size, dp_rank = ctx.size("dp"), ctx.coords["dp"]
-    loader = loader or BatchLoader(cfg, dp_rank, dp_size, rec, start_step=ckpt.start_step)
+    # the batch slice: the dp index (a context-parallel group reads one slice together)
+    loader = loader or BatchLoader(cfg, *ctx.batch_coords, rec, start_step=ckpt.start_step)
     slowed = apply_straggler(rec, ctx, cfg.options)
     apply_rank_profile(rec, ctx, cfg.options)  # emulated mixed cluster (hetero.py)
     idle = (IdleMarker(rec, ctx.group("dp")) if cfg.options.get("straggler")
