@@ -9,6 +9,7 @@ import pytest
 
 from mgpukit.lessons import syllabus
 from mgpukit.lessons.claims import claims
+from mgpukit.plots.spot import plot_savings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +36,7 @@ def test_local_sgd_claim_says_how_few_steps():
 
 def test_spot_figure_draws_each_discount_twice():
     grid = syllabus.spot_verdicts()
-    fig = syllabus.plot_savings(grid)
+    fig = plot_savings(grid, syllabus.best_savings(grid), syllabus.SPOT)
     assert len(fig.data) == 2 * len(syllabus.SPOT["discounts"])
     assert "predicted" in fig.layout.meta["mgpukit_title"]
 

@@ -14,13 +14,9 @@ import os
 import signal
 from pathlib import Path
 
-import plotly.graph_objects as go
-
 from mgpukit.costmodel import spot
 import mgpukit.experiment as ex
 from mgpukit.experiment import run
-from mgpukit.plots.layout import finish
-from mgpukit.plots.style import series_color
 from mgpukit.runtime.failures import WorkerError
 
 
@@ -107,25 +103,3 @@ def max_rate_holding(grid: list[dict], discount: float, floor: float = 0.6) -> f
     ok = [r["preemptions_per_hour"] for r in best_savings(grid) if r["discount"] == discount and r["savings"] >= floor]
     return max(ok) if ok else None
 
-
-def plot_savings(grid: list[dict], *, low: float = -0.5) -> go.Figure:
-    """Savings vs preemption rate per discount: at the grid's best checkpoint interval (solid) and
-    at its rarest (dotted); the articles' 60 % dashed. Settings below ``low`` are off the axis."""
-    rare = max(SPOT["intervals_s"])
-    best = best_savings(grid)
-    fig = go.Figure()
-    for i, d in enumerate(SPOT["discounts"]):
-        for pts, dash, name in (([r for r in best if r["discount"] == d], "solid", "best checkpoint interval"),
-                                ([r for r in grid if r["discount"] == d and r["checkpoint_every_s"] == rare], "dot",
-                                 f"checkpoint every {rare // 3600} h")):
-            pts = sorted(pts, key=lambda r: r["preemptions_per_hour"])
-            fig.add_scatter(x=[r["preemptions_per_hour"] for r in pts], y=[r["savings"] for r in pts],
-                            mode="lines+markers" if dash == "solid" else "lines",
-                            line=dict(color=series_color(i), dash=dash), name=f"discount {d:.0%}, {name}")
-    fig.add_hline(y=0.6, line_dash="dash", line_color="grey")
-    fig.update_layout(xaxis_title="preemptions per hour (of the whole job)",
-                      yaxis=dict(title="savings vs on-demand", range=[low, 1], tickformat=".0%"))
-    off = sum(r["savings"] < low for r in grid)
-    return finish(fig, title="spot savings vs preemption rate (predicted; 60 s checkpoints, 5 min restarts)",
-                  subtitle=f"dashed: the articles' 60 %; {off} settings lose more than {-low:.0%} and lie below the axis",
-                  legend="below")

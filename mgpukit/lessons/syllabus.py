@@ -23,5 +23,5 @@ from mgpukit.lessons.local_sgd import (local_sgd_emulated, local_sgd_study,  # n
                                        one_gpu_per_node, rank_kernel_seconds)
 from mgpukit.lessons.mixed_cluster import mixed_cluster_study, mixed_markdown  # noqa: F401
 from mgpukit.lessons.profiling import profile_run  # noqa: F401
-from mgpukit.lessons.spot_instances import (SPOT, best_savings, max_rate_holding, plot_savings,  # noqa: F401
-                                            preempted_run, spot_verdicts)
+from mgpukit.lessons.spot_instances import (SPOT, best_savings, max_rate_holding, preempted_run,  # noqa: F401
+                                            spot_verdicts)
