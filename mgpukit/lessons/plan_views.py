@@ -21,14 +21,12 @@ something a learner can act on:
 """
 from __future__ import annotations
 
-import plotly.graph_objects as go
-
 from mgpukit.costmodel.validation import error_bar, validation_table
 from mgpukit.costmodel.training_cost import format_money
 from mgpukit.lessons import mfu_gap as mg
 from mgpukit.lessons.published_checks import llama3_memory_rows, published_rows
-from mgpukit.plots.layout import finish
-from mgpukit.plots.style import series_color
+from mgpukit.plots.planning import plot_cluster_sizes, plot_ranked  # noqa: F401 (09 reads them here)
+from mgpukit.plots.planning import plot_planner_errors
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:
@@ -78,44 +76,6 @@ def ranked_markdown(ranked: list[dict]) -> str:
     return markdown_table(["#", "layout", "GB / GPU", "step s (band)", "MFU", "days", "cost"], body)
 
 
-def plot_ranked(ranked: list[dict], band: str) -> go.Figure:
-    """Each layout's predicted step with its band as an error bar; near-limit layouts in orange."""
-    names = [f"{r['rank']}. {r['layout']}" for r in ranked][::-1]
-    fig = go.Figure()
-    for flag, label, color in ((False, "fits with room", series_color(0)),
-                               (True, "near the memory limit", series_color(1))):
-        pick = [r for r in ranked[::-1] if r["near_limit"] == flag]
-        fig.add_scatter(x=[r["step_s"] for r in pick], y=[f"{r['rank']}. {r['layout']}" for r in pick],
-                        mode="markers", name=label, marker=dict(color=color, size=10),
-                        error_x=dict(type="data", symmetric=False,
-                                     array=[r["step_range"][1] - r["step_s"] for r in pick],
-                                     arrayminus=[r["step_s"] - r["step_range"][0] for r in pick]))
-    fig.add_vline(x=ranked[0]["step_range"][1], line_dash="dot", line_color="grey")
-    fig.update_layout(xaxis_title="step time, s (predicted)", yaxis=dict(categoryorder="array", categoryarray=names))
-    ties = sum(r["tie"] for r in ranked)
-    return finish(fig, title="Ranked layouts: predicted step with the planner's error band",
-                  subtitle=f"dotted: #1's slowest end — {ties} of the {len(ranked) - 1} others overlap it (a tie); "
-                           f"band: {band}", legend="below", plot_height=40 * len(ranked) + 80)
-
-
-def plot_cluster_sizes(sizes: list[dict], band: str) -> go.Figure:
-    """Days vs dollars of the same run on more GPUs: each point the fastest fitting layout."""
-    pts = [s for s in sizes if s["plan"] is not None]
-    days_lo, days_hi = zip(*(s["ranges"]["days"] for s in pts))
-    cost_lo, cost_hi = zip(*(s["ranges"]["cost"] for s in pts))
-    fig = go.Figure(go.Scatter(
-        x=[s["days"] for s in pts], y=[s["cost"] / 1e6 for s in pts], mode="markers+text+lines",
-        text=[f"{s['gpus']:,} GPUs" for s in pts], textposition="top right", showlegend=False,
-        error_x=dict(type="data", symmetric=False, array=[h - s["days"] for h, s in zip(days_hi, pts)],
-                     arrayminus=[s["days"] - lo for lo, s in zip(days_lo, pts)]),
-        error_y=dict(type="data", symmetric=False, array=[(h - s["cost"]) / 1e6 for h, s in zip(cost_hi, pts)],
-                     arrayminus=[(s["cost"] - lo) / 1e6 for lo, s in zip(cost_lo, pts)])))
-    fig.update_layout(xaxis=dict(title="days to train (predicted)", type="log"),
-                      yaxis_title="cost, million $ (predicted)")
-    return finish(fig, title="Days vs dollars: the same run on more GPUs",
-                  subtitle=f"each point the fastest fitting layout at that size; bars: {band}")
-
-
 def error_rows() -> list[dict]:
     """Every published run the planner is held against with a time model: name, framework, GPU,
     error (planner / published − 1, as optimism: positive = predicted faster), and whether the
@@ -131,25 +91,11 @@ def error_rows() -> list[dict]:
     return rows
 
 
-def plot_errors(rows: list[dict], framework: str | None = None) -> go.Figure:
-    """The planner's optimism on each published run, the band of ``framework`` shaded."""
-    bar = error_bar(framework)
-    fig = go.Figure()
-    fig.add_hrect(y0=bar.low, y1=bar.high, fillcolor="lightgrey", opacity=0.4, line_width=0)
-    for i, fw in enumerate(dict.fromkeys(r["framework"] for r in rows)):
-        pick = [r for r in rows if r["framework"] == fw]
-        fig.add_scatter(x=[r["name"] for r in pick], y=[r["error"] for r in pick], mode="markers", name=fw,
-                        marker=dict(color=series_color(i), size=10,
-                                    symbol=["circle" if r["gpu"] == "a100" else "diamond" for r in pick]),
-                        hovertext=[r["note"] for r in pick])
-    fig.add_hline(y=0, line_color="grey")
-    fig.update_layout(yaxis=dict(title="planner optimism (predicted / published − 1)", tickformat="+.0%"),
-                      xaxis=dict(tickangle=-45))
-    return finish(fig, title="The planner against published runs: predicted vs published",
-                  subtitle=f"grey band: {bar.describe()}, all on {', '.join(mg.error_bar_profiles(bar))}; "
-                           "diamonds: H100 runs; 'layout guessed': the paper gives no layout, the planner's own",
-                  legend="below")
 
+def plot_errors(rows: list[dict], framework: str | None = None):
+    """The planner's error on each published run, the band of ``framework`` shaded (`plots.planning`)."""
+    bar = error_bar(framework)
+    return plot_planner_errors(rows, bar, mg.error_bar_profiles(bar))
 
 def cluster_markdown(sizes: list[dict]) -> str:
     """`planning.cluster_sizes` as a table: GPUs, days, GPU-hours with their band, cost, MFU, layout."""
