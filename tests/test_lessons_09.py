@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mgpukit.lessons import measured, mfu_gap, planning, plan_views
-from mgpukit.plots import cluster_plan
+from mgpukit.plots.planning import plot_ranked
 from mgpukit.costmodel.planner import ties_with_best
 from mgpukit.lessons.published_checks import llama3_memory_rows, published_rows
 
@@ -78,7 +78,7 @@ def test_the_ranking_09_shows_reads_the_planners_rules():
     assert [r["tie"] for r in ranked][1:] == ties_with_best([r["plan"] for r in rows])[1:]
     assert [r["near_limit"] for r in ranked] == [r["plan"].memory_verdict == "near the limit" for r in rows]
     assert ranked[0]["near_limit"] and sum(r["tie"] for r in ranked) >= 1
-    fig = cluster_plan.plot_ranked(ranked, rows[0]["error_bar"])
+    fig = plot_ranked(ranked, rows[0]["error_bar"])
     assert sum(len(t.x) for t in fig.data) == len(ranked)
     table = plan_views.ranked_markdown(ranked)
     assert "| tie |" in table and "near limit" in table

@@ -15,7 +15,7 @@ planner turn a ranking into something a learner can act on, shown here, computed
 - `error_rows()`                  the planner's error on every published run
 - tables of the rules of thumb, Llama 3's memory, the H100 reference kernels, the MFU gap
 
-The figures of these rows are in `mgpukit.plots.cluster_plan`.
+The figures of these rows are in `mgpukit.plots.planning`.
 """
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Notebook 09's figures: a ranking, a cluster-size trade-off and the planner's record, each
-drawn with the planner's error band (predicted figures; the rows come from
-`mgpukit.lessons.plan_views`).
-
-- `plot_ranked(ranked, band)`        each layout's step with its band; ties and near-limit layouts
-- `plot_cluster_sizes(sizes, band)`  days vs dollars of the same run on more GPUs
-- `plot_errors(rows, bar)`           the planner's optimism on every published run, its band shaded
+"""Notebook 09's planning figures, every one the planner's prediction (`mgpukit.costmodel`) set
+against its error band: layouts ranked with their bands, days vs dollars by cluster size, and the
+planner's error on each published run. The rows come from `mgpukit.lessons.plan_views`.
 """
 from __future__ import annotations
 
@@ -52,9 +48,9 @@ def plot_cluster_sizes(sizes: list[dict], band: str) -> go.Figure:
                   subtitle=f"each point the fastest fitting layout at that size; bars: {band}")
 
 
-def plot_errors(rows: list[dict], bar) -> go.Figure:
-    """The planner's optimism on each published run (`lessons.plan_views.error_rows`), the error bar
-    ``bar`` a new prediction carries shaded (`validation.error_bar`: wider than the points it rests on)."""
+def plot_planner_errors(rows: list[dict], bar, profiles: list[str]) -> go.Figure:
+    """The planner's optimism on each published run (`lessons.plan_views.error_rows`), its error
+    bar ``bar`` (`costmodel.validation.error_bar`) shaded; ``profiles``: the GPUs the bar rests on."""
     fig = go.Figure()
     fig.add_hrect(y0=bar.low, y1=bar.high, fillcolor="lightgrey", opacity=0.4, line_width=0)
     for i, fw in enumerate(dict.fromkeys(r["framework"] for r in rows)):
@@ -67,6 +63,6 @@ def plot_errors(rows: list[dict], bar) -> go.Figure:
     fig.update_layout(yaxis=dict(title="planner optimism (predicted / published − 1)", tickformat="+.0%"),
                       xaxis=dict(tickangle=-45))
     return finish(fig, title="The planner against published runs: predicted vs published",
-                  subtitle=f"grey band: {bar.describe()}; "
+                  subtitle=f"grey band: {bar.describe()}, all on {', '.join(profiles)}; "
                            "diamonds: H100 runs; 'layout guessed': the paper gives no layout, the planner's own",
                   legend="below")
