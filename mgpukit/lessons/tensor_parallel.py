@@ -12,7 +12,7 @@ import torch
 
 from mgpukit.config import RunConfig
 from mgpukit.costmodel.comm import bus_factor
-from mgpukit.costmodel.layout import Layout
+from mgpukit.costmodel.layout import DTYPE_BYTES, Layout
 from mgpukit.costmodel.shapes import ModelShape
 from mgpukit.costmodel.tensor_parallel import tp_collectives
 from mgpukit.experiment import run
@@ -25,7 +25,7 @@ from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.launcher import OversubscribedWarning, launch
 from mgpukit.strategies.tensor_parallel.apply import apply_tp
 from mgpukit.studies.tp_links import (LINKS, PCIE, link_profile, link_table,  # noqa: F401  (notebook 05)
-                                      predicted_tp_step, steady_step)
+                                      predicted_tp_step, shape_of, steady_step, tp_link)
 
 
 # ---------------------------------------------------------------------------- 1. by hand
@@ -174,8 +174,38 @@ def expected(name: str):
 
     if name == "tp-shard-shapes":  # gpt-small, t = 4: q_proj's and fc2's weight on one rank
         return [[small.d_model // 4, small.d_model], [small.d_model, small.d_ff // 4]]
-    if name == "tp-all-reduces":  # tp on gpt-tiny, one micro-batch: all-reduces per step
-        return sum(c for c, _ in tp_collectives(shape, Layout(tp=2, micro_batch=8, dtype="fp32"))["all_reduce"])
+    if name == "tp-all-reduces":  # tp on gpt-tiny, one step: the blocks' all-reduces (f and g, fwd + bwd)
+        return 4 * tiny.n_layer
     if name == "tp-sp-same-bytes":  # tp-sp's bytes per step / tp's, blocks only
         return 1.0
     raise KeyError(name)
+
+
+# ------------------------------------------------------------------- the rule: when TP pays over a link
+
+def tp_threshold(link: str, dtype: str = "bf16") -> float:
+    """The hidden size above which tensor parallelism shortens a layer's step over ``link``.
+
+    Per layer and step, Megatron's TP issues 4 all-reduces (g after attention and MLP in forward,
+    f before them in backward) of an s·b·h activation of B bytes; at t ranks each moves
+    2(t−1)/t·sbhB over a bus bandwidth β. It saves (1 − 1/t) of the layer's GEMMs, 3 × 24·sbh²
+    FLOPs (forward + backward) at a rate F. Pays when 8(t−1)/t·sbhB/β < (1 − 1/t)·72·sbh²/F:
+
+        h > B·F / (9β)      (t cancels; latency α and attention's s² FLOPs left out)
+
+    F here: the profile's bf16/fp32 peak × its sustained GEMM ceiling (`[gemm] sustained`)."""
+    hw, beta = link_profile(link), tp_link(link).beta
+    return DTYPE_BYTES[dtype] * hw.flops(dtype) * hw.gemm.sustained / (9 * beta)
+
+
+def tp_rule_rows(models=("1.3b", "7b", "13b", "70b"), dtype: str = "bf16") -> list[dict]:
+    """Each model × link: h, the threshold, and the cost model's tp=2 / tp=1 step (kernels only):
+    the rule says "pays" when h > threshold; the step ratio says whether it does."""
+    rows = []
+    for m in models:
+        h = shape_of(m).d_model
+        for link in LINKS:
+            one, two = (predicted_tp_step(m, t, link, dtype=dtype)["total_s"] for t in (1, 2))
+            rows.append({"model": m, "h": h, "link": link, "threshold": tp_threshold(link, dtype),
+                         "rule_pays": h > tp_threshold(link, dtype), "ratio": two / one})
+    return rows
