@@ -211,7 +211,7 @@ def test_timeline_emulated_title_one_bar_per_event_colored_by_kind():
         "rank 0 · compute", "rank 0 · comm", "rank 1 · compute", "rank 1 · comm"}
     idle = next(t for t in fig.data if t.name == "idle")
     assert idle.marker.opacity < 1 and idle.text is None
-    assert "bubble 12.5%" in fig.layout.title.subtitle.text and "predicted 10.0%" in fig.layout.title.subtitle.text
+    assert "bubble 12.5%" in fig.layout.title.subtitle.text and "predicted bubble 10.0%" in fig.layout.title.subtitle.text
 
 
 def test_timeline_colours_communication_that_crossed_nodes_apart():

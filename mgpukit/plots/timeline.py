@@ -137,7 +137,7 @@ def _bubble_note(record: Record) -> str:
                      f"+ {percent(split['p2p'])} p2p")
     predicted = (record.get("theory") or {}).get("bubble_fraction")
     if predicted is not None:
-        parts.append(f"predicted {predicted:.1%}")
+        parts.append(f"predicted bubble {predicted:.1%}")
     parts.append("gaps = idle")
     return " · ".join(parts)
 
