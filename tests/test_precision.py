@@ -122,7 +122,7 @@ def test_notebook_07_answers_come_from_the_cost_model():
         2 * shape.seq_len * shape.d_model / 1e9)
     assert lab.smallest_zero_stage_that_fits("7b", 8) == 1  # DDP: 16Ψ ≈ 108 GB > 77.0 GB usable (the profile's)
     rows = {r["layout"]: r for r in lab.memory_table("70b", 64)}
-    assert not rows["DDP"]["fits"] and rows["tp 8 × pp 8"]["fits"]
+    assert not rows["DDP"]["fits"] and rows["tp 8 + SP × pp 8"]["fits"]
 
 
 def test_memory_explorer_draws_a_predicted_breakdown_headless():

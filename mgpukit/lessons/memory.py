@@ -96,10 +96,10 @@ def memory_candidates(gpus: int, *, checkpointing: str = "selective", dtype: str
     for z in (1, 2, 3):
         out[f"ZeRO-{z}"] = Layout(dp=gpus, zero=z, **kw)
     if gpus % tp == 0 and tp > 1:
-        out[f"tp {tp} + ZeRO-1"] = Layout(dp=gpus // tp, tp=tp, zero=1, sp=True, **kw)
+        out[f"tp {tp} + SP + ZeRO-1"] = Layout(dp=gpus // tp, tp=tp, zero=1, sp=True, **kw)
         if gpus // tp >= 2:
             pp = gpus // tp
-            out[f"tp {tp} × pp {pp}"] = Layout(tp=tp, pp=pp, sp=True, num_micro_batches=2 * pp, **kw)
+            out[f"tp {tp} + SP × pp {pp}"] = Layout(tp=tp, pp=pp, sp=True, num_micro_batches=2 * pp, **kw)
     return out
 
 
