@@ -254,7 +254,7 @@ def _set_file(name, value):
 @pytest.mark.parametrize("change, cause", [
     (_set_file("__0_0.distcp", 7), "gives __0_0.distcp as 7 where"),
     (_set_file("__0_0.distcp", {"bytes": "949678", "sha256": "0" * 64}), "gives __0_0.distcp as"),
-    (_set_file("__0_0.distcp", {"bytes": 1, "sha256": "no"}), "gives __0_0.distcp as"),
+    (lambda m: m["files"]["__0_0.distcp"].__setitem__("sha256", "no"), "gives __0_0.distcp as"),
     (lambda m: m["files"].pop(".metadata"), "does not list .metadata"),
     (_set_file("../x", {"bytes": 1, "sha256": "0" * 64}), "lists the file '../x'"),
     (_set("step", "4"), "gives step as '4' where a whole number belongs"),

@@ -1,4 +1,5 @@
-"""A checkpoint is data, never code: how the kit reads a checkpoint it may not have written.
+"""A checkpoint is data, never code: how the kit reads a checkpoint it may not have written,
+and every check of it made before a resume launches (`check_folder`).
 
 The threat. A checkpoint folder from elsewhere — a shared drive, a download, course material,
 the bucket a spot instance saved to — is input like any other file. DCP's own reader trusts
@@ -27,12 +28,20 @@ data before any of it is read:
    refused in one line naming it. In the ranks the load planner checks what it reads once more
    and refuses bytes outright (`checkpoint._LoadPlanner`), for scripts that skip the pre-check.
 
+Before launch (`check_resume`), the manifest must also say the checkpoint was saved by a run
+like this one: the same model and sizes (``model_config``: some sizes, the head count, change
+no shape), optimizer, global batch and seed. Only the number of workers may differ — a
+checkpoint holds the unsplit model and reshards (`checkpoint.py`). There is no flag to resume
+anyway: what differs could not load (a shape, an optimizer's state) or would quietly make the
+record another run's (the batch, the seed).
+
 Reference: PyTorch's `torch.load` documentation ("never load data from an untrusted source"
 with ``weights_only=False``) and its ``weights_only`` unpickler, whose allow-list idea
 `_MetadataUnpickler` applies to DCP's metadata.
 """
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from pathlib import Path
 
@@ -41,7 +50,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, StorageMeta, TensorStorageMetadata
 
-from mgpukit.training.checkpoint_files import METADATA, CheckpointError, read_manifest
+from mgpukit.training.building import build_model_shapes
+from mgpukit.training.checkpoint_files import (LATEST, MANIFEST, METADATA, RUN_FIELDS, CheckpointError, check_inside,
+                                               has_checkpoint, latest, read_manifest, steps, verify)
 
 _DCP_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
 _SAFE_GLOBALS = {("torch", "Size"), ("torch.serialization", "_get_layout"), ("collections", "OrderedDict"),
@@ -144,8 +155,7 @@ def expected_entries(cfg, *, world_size: int, step: int) -> tuple[dict, dict]:
     """What a checkpoint of `cfg`'s run at `step`, saved by `world_size` ranks, holds: the
     entries it must hold ({key: (shape, dtype or None)}) and those it may hold (the optimizer's
     state: made at a parameter's first update)."""
-    from mgpukit.training.building import build_model_shapes  # the meta device: no memory
-
+    # the model on the meta device: names and shapes, no memory (a 7 B model costs nothing)
     params = {n: tuple(p.shape) for n, p in build_model_shapes(cfg).named_parameters() if p.requires_grad}
     must = {"step": ((), torch.int64)}
     for r in range(world_size):
@@ -187,3 +197,67 @@ def check_contents(folder, cfg, manifest: dict) -> None:
     state `cfg`'s run expects (`check_entries`)."""
     metadata = SafeReader(str(folder)).read_metadata()
     check_entries(folder, metadata, cfg, manifest)
+
+
+# ---- before launch -------------------------------------------------------------------------------
+def check_folder(cfg) -> dict | None:
+    """Every check of ``checkpoint_dir`` that can be made before launch; the manifest of the
+    checkpoint a resume starts from (None when not resuming). Raises `CheckpointError`."""
+    root = cfg.options.get("checkpoint_dir")
+    if not root:
+        return None
+    check_inside(root)
+    if not cfg.options.get("resume"):
+        if has_checkpoint(root):
+            raise CheckpointError(f"{root} already holds checkpoints (latest: {latest(root).name}); add "
+                                  f"--resume (resume=true) to go on from them, or give an empty "
+                                  f"--checkpoint-dir: a new run would prune them away.")
+        return None
+    return check_resume(root, cfg)
+
+
+# what a resumed run must share with the run that saved (the world size may differ: resharding)
+_MUST_MATCH = {
+    "model": ("--model", "its weights have other names and shapes"),
+    "optimizer": ("--optimizer", "SGD saves momentum buffers where AdamW needs its two moments and a step count"),
+    "global_batch": ("--global-batch", "step k starts at sample k x global_batch: another batch would resume "
+                                       "elsewhere in the data, and the record would not be one run's"),
+    "seed": ("seed=", "the seed draws the batches: another one trains on other data from here on"),
+}
+
+
+def check_resume(root, cfg) -> dict:
+    """The checkpoint `latest` names exists, is whole, was saved by a run like `cfg`'s (every
+    field its manifest records but the world size) and holds the state `cfg`'s run loads;
+    returns its manifest."""
+    folder = latest(root)
+    if not folder.is_dir():
+        raise CheckpointError(f"{root}/{LATEST} names {folder.name}, which does not exist; point it at "
+                              f"one of {[p.name for p in steps(root)] or 'no checkpoint'}, or start over.")
+    manifest = verify(folder)
+    unknown = [k for k in RUN_FIELDS if k not in manifest]
+    if unknown:
+        raise CheckpointError(f"checkpoint {folder} was saved without {unknown} in its {MANIFEST} (by "
+                              f"save_checkpoint without info=): nothing says it fits this run — start over, "
+                              f"or load it with load_into.")
+    for key, (flag, why) in _MUST_MATCH.items():
+        saved, want = manifest[key], getattr(cfg, key)
+        if saved != want:
+            give = f"{flag}{saved}" if flag.endswith("=") else f"{flag} {saved}"
+            raise CheckpointError(
+                f"checkpoint {folder} was saved by a run with {key}={saved!r}; this run has "
+                f"{key}={want!r} ({why}). Resume with {give}, or start over in another folder.")
+    if "model_config" in manifest:  # the sizes: some (n_head) change no parameter's shape
+        want = dataclasses.asdict(cfg.model_config())
+        diff = sorted(k for k in set(want) | set(manifest["model_config"]) if manifest["model_config"].get(k) != want.get(k))
+        if diff:
+            saved = ", ".join(f"{k}={manifest['model_config'].get(k)!r}" for k in diff)
+            here = ", ".join(f"{k}={want.get(k)!r}" for k in diff)
+            raise CheckpointError(f"checkpoint {folder} was saved by {cfg.model} with {saved}; this run's has "
+                                  f"{here}. Resume with -o model_sizes giving the sizes it was saved with, "
+                                  f"or start over in another folder.")
+    if manifest["step"] >= cfg.steps:
+        raise CheckpointError(f"checkpoint {folder} is at step {manifest['step']}; steps={cfg.steps} leaves "
+                              f"nothing to run — give --steps more than {manifest['step']} to go on from it.")
+    check_contents(folder, cfg, manifest)
+    return manifest

@@ -1,5 +1,5 @@
 """A checkpoint folder you can trust: a manifest with a checksum per file, one run at a time,
-the newest K kept, and every check made before anything launches.
+the newest K kept, nothing reaching outside the folder.
 
 `training/checkpoint.py` decides *what* a checkpoint holds (DCP's files, under the unsplit
 model's names); this module decides how a folder of them is kept:
@@ -20,9 +20,16 @@ model's names); this module decides how a folder of them is kept:
 - **The newest K** (`prune`, knob ``keep_checkpoints``, default 3): older ``step-*`` folders
   are deleted once `latest` points to the new one; leftovers of a save that crashed
   (``*.partial``) are deleted before the next save.
-- **Checks before launch** (`check_resume`): there is a checkpoint; its files match their
-  checksums; it was written for this model and this optimizer (an SGD checkpoint has momentum
-  buffers where AdamW needs moments); it is not already past ``steps``.
+- **Inside itself**: `latest` is a file naming a ``step-N`` folder of the same folder (never a
+  path: ``..``, absolute); `latest`, the step folders, their files, the manifest and ``.lock``
+  are never links (the lock is opened with ``O_NOFOLLOW``: a linked ``.lock`` used to truncate
+  its target); pruning and the clean-up of partial saves never follow one. Every manifest field
+  is type-checked (`_check_manifest`): a damaged or edited manifest is one line, not a
+  traceback from the ranks.
+- **Checks before launch** (`checkpoint_data.check_folder`): there is a checkpoint; its files
+  match their checksums; it was written by a run like this one (model and sizes, optimizer,
+  global batch, seed) and holds the state this run loads, name by name and shape by shape; it
+  is not already past ``steps``. A refused run leaves no ``.lock``, nor the folders it made.
 
 A save that fails (a full disk, `ulimit -f`) raises `CheckpointWriteError` on every rank — one
 line from the CLI, exit 2 — after rank 0 removed the partial folder: the previous checkpoint and
@@ -51,7 +58,7 @@ DEFAULT_KEEP = 3
 _STEP = re.compile(r"^step-(\d+)$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # what the manifest records of the run that saved it, with the type each must have
-_FIELDS = {"model": str, "optimizer": str, "world_size": int, "global_batch": int, "seed": int, "step": int}
+RUN_FIELDS = {"model": str, "optimizer": str, "world_size": int, "global_batch": int, "seed": int, "step": int}
 
 
 class CheckpointError(ValueError):
@@ -107,7 +114,7 @@ def _check_manifest(folder, manifest) -> None:
     def bad(what: str) -> CheckpointError:
         return CheckpointError(f"checkpoint {folder}: {MANIFEST} {what}; the folder is damaged or was "
                                f"edited — resume from another checkpoint or start over.")
-    for key, kind in _FIELDS.items():  # the step always; the run's fields when saved with them
+    for key, kind in RUN_FIELDS.items():  # the step always; the run's fields when saved with them
         value = manifest.get(key)
         if key not in manifest and key != "step":
             continue
@@ -384,71 +391,3 @@ def _same_file(fd: int, path: Path) -> bool:
     except OSError:
         return False
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-
-
-# ---- before launch -------------------------------------------------------------------------------
-def check_folder(cfg) -> dict | None:
-    """Every check of ``checkpoint_dir`` that can be made before launch; the manifest of the
-    checkpoint a resume starts from (None when not resuming). Raises `CheckpointError`."""
-    root = cfg.options.get("checkpoint_dir")
-    if not root:
-        return None
-    check_inside(root)
-    if not cfg.options.get("resume"):
-        if has_checkpoint(root):
-            raise CheckpointError(f"{root} already holds checkpoints (latest: {latest(root).name}); add "
-                                  f"--resume (resume=true) to go on from them, or give an empty "
-                                  f"--checkpoint-dir: a new run would prune them away.")
-        return None
-    return check_resume(root, cfg)
-
-
-# what a resumed run must share with the run that saved (the world size may differ: resharding)
-_MUST_MATCH = {
-    "model": ("--model", "its weights have other names and shapes"),
-    "optimizer": ("--optimizer", "SGD saves momentum buffers where AdamW needs its two moments and a step count"),
-    "global_batch": ("--global-batch", "step k starts at sample k x global_batch: another batch would resume "
-                                       "elsewhere in the data, and the record would not be one run's"),
-    "seed": ("seed=", "the seed draws the batches: another one trains on other data from here on"),
-}
-
-
-def check_resume(root, cfg) -> dict:
-    """The checkpoint `latest` names exists, is whole, was saved by a run like `cfg`'s (every
-    field its manifest records but the world size) and holds the state `cfg`'s run loads;
-    returns its manifest."""
-    folder = latest(root)
-    if not folder.is_dir():
-        raise CheckpointError(f"{root}/{LATEST} names {folder.name}, which does not exist; point it at "
-                              f"one of {[p.name for p in steps(root)] or 'no checkpoint'}, or start over.")
-    manifest = verify(folder)
-    unknown = [k for k in _FIELDS if k not in manifest]
-    if unknown:
-        raise CheckpointError(f"checkpoint {folder} was saved without {unknown} in its {MANIFEST} (by "
-                              f"save_checkpoint without info=): nothing says it fits this run — start over, "
-                              f"or load it with load_into.")
-    for key, (flag, why) in _MUST_MATCH.items():
-        saved, want = manifest[key], getattr(cfg, key)
-        if saved != want:
-            give = f"{flag}{saved}" if flag.endswith("=") else f"{flag} {saved}"
-            raise CheckpointError(
-                f"checkpoint {folder} was saved by a run with {key}={saved!r}; this run has "
-                f"{key}={want!r} ({why}). Resume with {give}, or start over in another folder.")
-    if "model_config" in manifest:  # the sizes: some (n_head) change no parameter's shape
-        import dataclasses
-
-        want = dataclasses.asdict(cfg.model_config())
-        diff = sorted(k for k in set(want) | set(manifest["model_config"]) if manifest["model_config"].get(k) != want.get(k))
-        if diff:
-            saved = ", ".join(f"{k}={manifest['model_config'].get(k)!r}" for k in diff)
-            here = ", ".join(f"{k}={want.get(k)!r}" for k in diff)
-            raise CheckpointError(f"checkpoint {folder} was saved by {cfg.model} with {saved}; this run's has "
-                                  f"{here}. Resume with -o model_sizes giving the sizes it was saved with, "
-                                  f"or start over in another folder.")
-    if manifest["step"] >= cfg.steps:
-        raise CheckpointError(f"checkpoint {folder} is at step {manifest['step']}; steps={cfg.steps} leaves "
-                              f"nothing to run — give --steps more than {manifest['step']} to go on from it.")
-    from mgpukit.training.checkpoint_data import check_contents  # torch: only when resuming
-
-    check_contents(folder, cfg, manifest)
-    return manifest
