@@ -130,6 +130,17 @@ def test_the_ranks_load_planner_refuses_bytes_before_reading_them(copy):
         planner.load_bytes(type("Item", (), {"dest_index": MetadataIndex("step")})(), io.BytesIO(b""))
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # one process: that is the point
+def test_a_refusal_inside_dcp_load_comes_out_as_one_line(copy):
+    """DCP wraps what a planner raises in its CheckpointException (a BaseException carrying
+    every rank's traceback); the kit raises the refusal itself: exit 2, one line, from a rank too."""
+    from mgpukit.training.checkpoint import _dcp_load
+
+    reader = SafeReader(str(latest(copy)))
+    with pytest.raises(CheckpointError, match=r"'step' is a tensor of shape \(\) where this run loads a tensor of shape \(3,\)"):
+        _dcp_load({"step": torch.zeros(3, dtype=torch.int64)}, reader, no_dist=True)
+
+
 @pytest.mark.parametrize("path", ["../../elsewhere.distcp", "/etc/passwd", "manifest.json", "__7_0.distcp"],
                          ids=["dotdot", "absolute", "the-manifest", "unlisted"])
 def test_metadata_reading_outside_the_checkpoints_files_is_refused(path, copy, capsys, no_launch):
