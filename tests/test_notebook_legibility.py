@@ -158,3 +158,29 @@ def test_nbmake_fails_an_answer_shown_by_an_earlier_notebook_and_a_printed_parag
     assert run.returncode == 1 and "1 failed, 1 passed" in out, out
     assert "asks what an earlier notebook already showed" in out and "96_shows cell 0" in out, out
     assert "breaks the lesson rules" in out and "prints 1,501 characters" in out, out
+
+
+def test_the_noise_rule_reads_overlapping_quartiles_as_noise():
+    from mgpukit.measure.spread import beyond_spread, summarize
+    fast, noisy = summarize([9, 10, 10, 11, 10]), summarize([9, 8, 12, 10, 14])
+    slow = summarize([0, 20, 21, 19, 20])
+    assert not beyond_spread(fast, noisy) and beyond_spread(fast, slow) and beyond_spread(slow, fast)
+    assert not beyond_spread(fast, None)
+
+
+def test_00s_claims_fail_on_a_parity_miss_and_a_byte_off():
+    from mgpukit.exercises.claims import claim_problems
+    table = ("                             predicted      measured\n"
+             "bytes sent / rank / step *     849,408       849,408\n"
+             "params bytes / rank            849,408       849,408\n"
+             "grads bytes / rank             849,408       849,409\n"
+             "optimizer bytes / rank         849,408       849,408\n"
+             "activations bytes / rank  not modelled     4,430,340\n")
+    good = _nb(_code("p", "parity vs single: ok=True · losses Δ=4.8e-07", tags=["claim:parity"]),
+               _code("t", table.replace("849,409", "849,408"), tags=["claim:bytes-table"]))
+    assert claim_problems("00_start_here", good) == []
+    bad = _nb(_code("p", "parity vs single: ok=False · losses Δ=4.8e-02", tags=["claim:parity"]),
+              _code("t", table, tags=["claim:bytes-table"]))
+    found = claim_problems("00_start_here", bad)
+    assert len(found) == 2 and "ok=False" in found[0] and "grads bytes / rank" in found[1], found
+    assert "no cell is tagged claim:parity" in claim_problems("00_start_here", _nb())[0]
