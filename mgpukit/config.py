@@ -20,7 +20,7 @@ import math
 from mgpukit.costmodel.layout import Layout
 
 
-MODELS = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide",
+MODELS = ("gpt-tiny", "gpt-small", "gpt-moe", "mlp-tiny", "mlp-wide",
           "gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")
 # real-scale models: fake tensors in shape mode (`mgpukit.measure.shape`), or real ones after the
 # memory check (`mgpukit.fits`; data: the shipped data/tinytext.txt)
