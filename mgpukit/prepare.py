@@ -21,7 +21,7 @@ from mgpukit import strategies
 from mgpukit.config import SHAPE_MODELS, RunConfig
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout
-from mgpukit.files import check_output
+from mgpukit.files import check_distinct, check_output
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.modes import ResolvedMode, resolve_mode
 from mgpukit.strategies.pipeline.plan import plan_for
@@ -148,11 +148,14 @@ def default_collective_timeout(cfg: RunConfig, mode: str, *, shape: bool = False
 
 def check_outputs(*, json_path=None, trace_path=None, weights_path=None, torch_profile_dir=None) -> None:
     """Every file a run will write can be written — checked before it trains, so a typo in a
-    path does not throw a finished run away (ValueError naming the path and the fix)."""
-    for path, what in ((json_path, "record (--json)"), (trace_path, "trace (--trace)"),
-                       (weights_path, "weights (--save-weights)")):
+    path does not throw a finished run away (ValueError naming the path and the fix); two of
+    them naming the same file would overwrite each other, and are refused too."""
+    files = (("record (--json)", json_path), ("trace (--trace)", trace_path),
+             ("weights (--save-weights)", weights_path))
+    for what, path in files:
         if path is not None:  # "" too: an empty path is refused, not taken for "none"
             check_output(path, what=what)
+    check_distinct(files)
     if torch_profile_dir is not None:
         check_output(torch_profile_dir, what="torch.profiler folder (--profile-torch)", directory=True)
 

@@ -18,10 +18,14 @@ dtype (bf16, fp16, fp8) and the framework (:mod:`~mgpukit.costmodel.frameworks`:
 convention, kernels) are inputs, not searched. Layouts whose predictions coincide (the same
 step time and memory) are listed once.
 
-Every :class:`Plan` carries its **error bar**: the spread of the planner's errors on published
-runs of the same framework (:mod:`~mgpukit.costmodel.validation`), applied to step time, MFU
-and throughput (``Plan.ranges``) and, through :func:`~mgpukit.costmodel.training_cost.time_to_train`,
-to days, GPU-hours and cost.
+Every :class:`Plan` carries its **error bar**: a prediction interval from the planner's errors on
+published runs of the same framework on the same GPU generation, widened for few runs and for a
+generation with none (:mod:`~mgpukit.costmodel.validation`, :mod:`~mgpukit.costmodel.bands`),
+applied to step time, MFU and throughput (``Plan.ranges``) and, through
+:func:`~mgpukit.costmodel.training_cost.time_to_train`, to days, GPU-hours and cost; and its
+**memory bar** (``Plan.memory_range``, ``Plan.memory_verdict``: near the limit when the top of
+the bar does not fit). :func:`ties_with_best` marks the layouts of a search whose predicted step
+sits inside the best one's range.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from mgpukit.costmodel.layout import Layout, LayoutError, check_layout, divisors
 from mgpukit.costmodel.memory import memory_per_rank
 from mgpukit.costmodel.shapes import ModelShape, get_shape, param_count
 from mgpukit.costmodel.steptime import OVERLAP_SLOWDOWN, step_time
-from mgpukit.costmodel.validation import ErrorBar, error_bar, unchecked
+from mgpukit.costmodel.validation import ErrorBar, error_bar, memory_error_bar, unchecked
 from mgpukit.costmodel.volume import comm_bytes_per_step
 
 
@@ -60,10 +64,25 @@ class Plan:
     comm_bytes: dict
     framework: Framework
     error_bar: ErrorBar
+    memory_bar: ErrorBar
 
     @property
     def fits(self) -> bool:
         return self.memory["total"] <= self.memory_limit
+
+    @property
+    def memory_range(self) -> tuple[float, float]:
+        """The real peak per GPU the memory bar allows around the predicted ``memory["total"]``."""
+        return self.memory_bar.held(self.memory["total"])
+
+    @property
+    def memory_verdict(self) -> str:
+        """``fits``, ``near the limit`` (fits as predicted, not at the top of the memory bar),
+        ``may fit`` (does not as predicted, does at the bottom) or ``does not fit``."""
+        low, high = self.memory_range
+        if self.fits:
+            return "fits" if high <= self.memory_limit else "near the limit"
+        return "may fit" if low <= self.memory_limit else "does not fit"
 
     @property
     def step_time_s(self) -> float:
@@ -109,6 +128,9 @@ class Plan:
             "ranges": {k: list(v) for k, v in self.ranges.items()},
             "error_bar": asdict(self.error_bar),
             "error_bar_unchecked": list(self.unchecked),
+            "memory_bar": asdict(self.memory_bar),
+            "memory_range": list(self.memory_range),
+            "memory_verdict": self.memory_verdict,
             "comm_bytes": dict(self.comm_bytes),
         }
 
@@ -135,7 +157,7 @@ def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile",
         time=step_time(shape, layout, hw, framework=fw, interference=OVERLAP_SLOWDOWN,
                        gpu_spread=hw.gpu_spread if stragglers else 0.0, sustained=True),
         comm_bytes=comm_bytes_per_step(shape, layout),
-        framework=fw, error_bar=error_bar(fw),
+        framework=fw, error_bar=error_bar(fw, hw.name), memory_bar=memory_error_bar(),
     )
 
 
@@ -248,6 +270,18 @@ def search(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile
                              for _, lay in unfit[: 4 * top]],
                             top - len(result))
     return result
+
+
+def ties_with_best(plans: list[Plan]) -> list[bool]:
+    """For each plan, whether its predicted step time sits inside the first (best) plan's range
+    from the error bar, ``T ≤ T_best · (1 + high)``: the planner cannot tell the two apart, so
+    the ranking between them is not a prediction. The best plan ties with itself; plans that do
+    not fit never tie."""
+    if not plans:
+        return []
+    best = plans[0]
+    top = best.ranges["step_time_s"][1]
+    return [pl.fits and best.fits and pl.step_time_s <= top for pl in plans]
 
 
 def _distinct(plans: list[Plan], top: int) -> list[Plan]:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from mgpukit.config import MODELS
 from mgpukit.costmodel.layout import Layout
-from mgpukit.strategies.knobs import TRAINER_KNOBS, Knob, check_options
+from mgpukit.strategies.knobs import HOOK_KNOBS, MODEL_KNOBS, TRAINER_KNOBS, Knob, check_options
 
 
 def data_parallel(n: int) -> Layout:
@@ -48,7 +48,7 @@ class Strategy:
     # expert parallelism, cut inside the dp axis (`runtime.dims`), rewriting the model in place
     worker: Callable | None = None  # own topology: run(ctx, rec, cfg) -> {"weights": ...}
     knobs: tuple[Knob, ...] = ()
-    trainer_knobs: bool = True  # accepts the trainer's knobs (loader, straggler, lr rule)
+    trainer_knobs: bool = True  # accepts the shared knobs (the loop's, the hooks', the model's)
     composes: tuple[str, ...] = ("dp",)  # axes besides its own it can be combined with
     min_workers: int = 1
     default_workers: int = 2
@@ -64,7 +64,7 @@ class Strategy:
     models: tuple[str, ...] = MODELS  # the kit's models (`config.SHAPE_MODELS`: real scale)
 
     def all_knobs(self) -> tuple[Knob, ...]:
-        return self.knobs + (TRAINER_KNOBS if self.trainer_knobs else ())
+        return self.knobs + (TRAINER_KNOBS + HOOK_KNOBS + MODEL_KNOBS if self.trainer_knobs else ())
 
     def check_options(self, options: dict) -> dict:
         return check_options(options, self.all_knobs(), strategy=self.name)
