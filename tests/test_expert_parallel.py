@@ -78,7 +78,7 @@ def test_the_auxiliary_loss_trains_the_router_without_changing_the_loss():
         logits = model(idx)
         loss = model.loss(logits, idx)
         loss.backward()
-        losses.append(float(loss))
+        losses.append(loss.item())
         grads.append(model.blocks[0].mlp.router.weight.grad.clone())
     assert losses[0] == losses[1]
     assert (grads[0] - grads[1]).abs().max() > 1e-6
@@ -102,3 +102,20 @@ def test_bad_expert_parallel_layouts_are_refused_before_launch(strategy, kw, mat
 def test_top_k_beyond_the_experts_is_refused():
     with pytest.raises(ValueError, match="top_k=9 must be between 1 and n_expert=8"):
         MoEConfig(**{**gpt_moe().__dict__, "top_k": 9})
+
+
+def test_emulated_all_to_alls_are_charged_by_the_alpha_beta_formula():
+    """On the virtual clock every all-to-all lasts `alltoall_time(D, p, link)`: (p-1)/p·D/β +
+    (p-1)·α on the ep group's link (`costmodel.comm`), and parity still holds."""
+    from mgpukit.costmodel.comm import alltoall_time, link_for_ranks
+    from mgpukit.costmodel.hardware import load_profile
+
+    rec = run("ep", workers=2, steps=2, mode="emulated", profile="h100-nvlink")
+    assert rec["parity"]["ok"], rec["parity"]
+    cfg = gpt_moe()
+    D = dispatch_bytes(rows=rec["layout"]["micro_batch"], seq_len=cfg.seq_len, d_model=cfg.d_model,
+                       n_expert=8, top_k=2, capacity_factor=1.25)
+    want = alltoall_time(D, 2, link_for_ranks([0, 1], load_profile("h100-nvlink")))
+    spans = [e["end"] - e["start"] for e in rec["timeline"] if e["kind"] == "all_to_all"]
+    assert len(spans) == 2 * 2 * 4 * 4  # ranks × steps × layers × (2 forward + 2 backward)
+    assert all(abs(s - want) <= 1e-12 + 1e-9 * want for s in spans), (spans[:3], want)

@@ -63,6 +63,17 @@ def gpt_moe(**overrides) -> MoEConfig:
     return MoEConfig(**{**base, "d_ff": 128, **overrides})
 
 
+def mixtral_8x7b(**overrides) -> MoEConfig:
+    """Mixtral 8×7B's sizes (Jiang et al. 2024: 32 layers, d 4096, 32 heads, 8 experts of
+    width 14336, top-2, vocab 32000) on this GPT's blocks: LayerNorm, learned positions, GELU
+    experts 1.5 × 14336 = 21504 wide (two matrices holding as many weights as SwiGLU's three,
+    as `llama_7b` does), 4096 context, biases only in the experts; Switch's capacity factor 1.25 (Mixtral drops
+    nothing). ~46 B parameters here. For shape mode (fake tensors)."""
+    kw = dict(vocab_size=32000, seq_len=4096, n_layer=32, n_head=32, d_model=4096, d_ff=21504,
+              bias=False, n_expert=8, top_k=2)
+    return MoEConfig(**{**kw, **overrides})
+
+
 class Experts(nn.Module):
     """`E` two-layer GELU MLPs as stacked weights, run as batched matmuls; the number of
     experts is read from the weights, so a rank holding a slice runs it unchanged."""

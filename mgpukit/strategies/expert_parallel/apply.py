@@ -110,6 +110,8 @@ def apply_ep(model: nn.Module, ctx, rec, cfg=None) -> Split:
 
     def count(i):
         def hook(mlp, _inputs, _out):  # the router's decisions for this rank's tokens
+            if rec.shape:  # fake tensors (shape mode): no decisions to count
+                return
             moe["load"][i] = [a + b for a, b in zip(moe["load"][i], mlp.load.tolist())]
             moe["dropped"] += float(mlp.dropped)
             moe["routed"] += float(mlp.load.sum())
