@@ -93,7 +93,34 @@ DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb=25
 FILL_FACTOR = {"gpipe": 1.0, "1f1b": 1.0, "zb-h1": 1.0 / 3}  # interleaved: 1/v; naive: m
 
 
+_MEMO: dict = {}  # (what a layer's kernels depend on, id(profile)) -> (profile, kernels): the search's
+# thousands of layouts share a few hundred (tp, cp, micro-batch) kernel sets; the profile is kept in the
+# value so its id cannot be reused while the entry lives
+
+
+def _memo(key: tuple, profile, compute):
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is profile:
+        return hit[1]
+    if len(_MEMO) > 4096:
+        _MEMO.clear()
+    value = compute()
+    _MEMO[key] = (profile, value)
+    return value
+
+
+def _sustained(profile: HardwareProfile) -> HardwareProfile:
+    return _memo(("sustained", id(profile)), profile, lambda: at_sustained_power(profile))
+
+
 def _layer_kernels(shape: ModelShape, layout: Layout, profile: HardwareProfile) -> dict[str, float]:
+    """:func:`_layer_kernels_of`, remembered: it reads only the fields in the key."""
+    key = ("layer", id(profile), shape, layout.tp, layout.cp, layout.sp, layout.micro_batch, layout.dtype,
+           layout.flash_attention)
+    return dict(_memo(key, profile, lambda: _layer_kernels_of(shape, layout, profile)))
+
+
+def _layer_kernels_of(shape: ModelShape, layout: Layout, profile: HardwareProfile) -> dict[str, float]:
     """Seconds of one layer, one micro-batch, one GPU: ``gemm_fwd, gemm_bwd, mem_fwd, mem_bwd``;
     ``attn_*`` are the attention core's share of them (its GEMMs, its memory kernels)."""
     t, dt, e = layout.tp, layout.dtype, layout.dtype_bytes
@@ -301,7 +328,7 @@ def step_time(
     overlap_dp = fw.overlap_dp if overlap_dp is None else overlap_dp
     profile = fw.on(profile)
     if sustained:
-        profile = at_sustained_power(profile)
+        profile = _sustained(profile)
     peak = profile.flops("bf16" if layout.dtype == "fp8" else layout.dtype)
     p, m = layout.pp, layout.num_micro_batches
     kernels = _layer_kernels(shape, layout, profile)
