@@ -27,6 +27,10 @@ MODELS = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide",
 SHAPE_MODELS = ("gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")
 # the GPTs (and the Llama-sized GPT): what tensor parallelism splits (heads, MLP columns)
 GPT_MODELS = tuple(m for m in MODELS if not m.startswith("mlp"))
+# mixture-of-experts GPTs (`models.moe`): their MLPs are routed experts
+MOE_MODELS = tuple(m for m in MODELS if m.endswith("-moe"))
+# the GPTs whose every block is dense (what tensor and context parallelism split)
+DENSE_GPT_MODELS = tuple(m for m in GPT_MODELS if m not in MOE_MODELS)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

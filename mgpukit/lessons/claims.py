@@ -18,7 +18,7 @@ from mgpukit.costmodel.shapes import get_shape
 from mgpukit.costmodel.steptime import OVERLAP_SLOWDOWN, step_time
 from mgpukit.lessons.planning import GPU_HOUR_CLAIMS, rule_gpu_count, rule_gpu_hours
 from mgpukit.lessons.spot_instances import SPOT, max_rate_holding, spot_verdicts
-from mgpukit.lessons.tensor_parallel import PCIE, link_profile
+from mgpukit.studies.tp_links import PCIE, link_profile
 from mgpukit.strategies.data_parallel.theory import predicted_speedup, predicted_tokens_per_s
 
 
