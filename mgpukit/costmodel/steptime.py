@@ -56,7 +56,9 @@ The model, per GPU of each pipeline stage, for one micro-batch of ``b`` sequence
 11. **Interference** (the planner's convention, off for comparisons with the emulator): a hidden
     collective is not free — its kernels share the SMs and HBM with the compute it hides behind,
     which slows by :data:`OVERLAP_SLOWDOWN` (18.9 %, a measured average, arXiv:2507.03114) for
-    the hidden seconds of the data-parallel sync. Not charged for tp/cp overlap (not measured).
+    the hidden seconds of the data-parallel sync and, with ``tp_overlap``, of the tensor-parallel
+    collectives (the paper's steps overlap both kinds). Not charged for cp's ring (its p2p sends
+    use copy engines or few SMs; not measured).
 
 Communication times come from :mod:`mgpukit.costmodel.comm`, on the link each group spans
 (rank order tp, cp, dp, pp). MFU = model FLOPs (no recomputation) / (step · GPUs · peak)
@@ -252,6 +254,7 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
     activation = tokens * shape.d_model * e
     tp_link = group_link(profile, t)
     tp_layer = tp_allreduces_per_layer(layout.checkpointing) * allreduce_time(activation, t, tp_link)
+    tp_raw = layers * tp_layer  # before any overlap: what is hidden is interference's to charge
     if layout.tp_overlap:
         tp_layer = max(0.0, tp_layer - (k["gemm_fwd"] + k["gemm_bwd"] + recompute_gemm))
     tp_s = layers * tp_layer
@@ -260,6 +263,7 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
         tp_ends = (int(stage == 0) + int(stage == p - 1)) * allreduce_time(activation, t, tp_link)
         if stage == p - 1:
             tp_ends += sum(allreduce_time(n * tokens * e, t, tp_link) for n in (1, 2))
+        tp_raw += tp_ends
         if layout.tp_overlap:  # behind the embedding's and the head's own GEMMs
             tp_ends = max(0.0, tp_ends - (ends["gemm_fwd"] + ends["gemm_bwd"]))
         tp_s += tp_ends
@@ -283,7 +287,7 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
         else:  # the framework sends the whole activation from every tp rank (frameworks.Framework)
             hop = p2p_time(activation, pp_link)
         pp_s = 2 * layout.v * hop
-    return {"gemm": gemm, "mem": mem, "tp": tp_s, "cp": cp_s, "pp": pp_s, "layers": layers,
+    return {"gemm": gemm, "mem": mem, "tp": tp_s, "tp_hidden": tp_raw - tp_s, "cp": cp_s, "pp": pp_s, "layers": layers,
             "fwd": layers * (k["gemm_fwd"] + k["mem_fwd"]) + ends["gemm_fwd"] + ends["mem_fwd"],
             "bwd": layers * (k["gemm_bwd"] + k["mem_bwd"] + recompute_gemm + recompute_mem)
                    + ends["gemm_bwd"] + ends["mem_bwd"]}
@@ -378,7 +382,7 @@ def step_time(
             if profile.async_launch else [0.0])
     straggler_s = max(0.0, pipeline - max(pipeline - straggler_s, max(host)))  # what a host-bound step leaves of it
     pipeline = max(pipeline, max(host))
-    interference_s = interference * hidden_dp
+    interference_s = interference * (hidden_dp + m * slow["tp_hidden"])  # dp sync and tp collectives hidden
     total = pipeline + dp_end + optimizer_s + interference_s
     flops = flops_per_step(shape, layout.global_batch, checkpointing=layout.checkpointing)
     gpus = layout.world_size
