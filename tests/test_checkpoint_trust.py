@@ -228,6 +228,22 @@ def test_a_new_run_into_a_folder_with_a_linked_step_is_refused(tmp_path, capsys,
     assert "step-000002 is a symbolic link" in line
 
 
+def test_a_script_without_the_pre_check_is_refused_in_its_ranks_before_training(tmp_path):
+    """Under torchrun/accelerate nothing checks the folder before launch: every rank's
+    checkpointing set-up does, before the first step (and before any save writes through a link)."""
+    from mgpukit.config import RunConfig
+    from mgpukit.training.checkpoint import checkpointing
+
+    ck, outside = tmp_path / "ck", tmp_path / "elsewhere"
+    ck.mkdir()
+    outside.mkdir()
+    (ck / "latest").symlink_to(outside / "latest")
+    cfg = RunConfig(options={"checkpoint_dir": str(ck), "checkpoint_every": 1})
+    with pytest.raises(CheckpointError, match="latest is a symbolic link"):
+        checkpointing(None, None, cfg, None, None)
+    assert list(outside.iterdir()) == []
+
+
 def test_pruning_never_follows_a_link(tmp_path):
     ck, outside = tmp_path / "ck", tmp_path / "elsewhere"
     for name in ("step-000001", "step-000003"):
