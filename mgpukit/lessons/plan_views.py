@@ -82,9 +82,9 @@ def rules_markdown(rules: list[dict]) -> str:
     """`planning.rules_of_thumb` as a table: one row per claim and token budget, then the verdict."""
     body = []
     for r in rules:
-        for name, b in r.get("budgets", {}).items():
+        for i, (name, b) in enumerate(r.get("budgets", {}).items()):
             lo, hi = b["planner_gpu_hours_range"]
-            body.append([r["claim"], f"{name} (MFU {r['mfu']:.1%})", f"{b['gpu_hours']:,.0f}",
+            body.append([("", r["claim"])[i == 0], f"{name} (MFU {r['mfu']:.1%})", f"{b['gpu_hours']:,.0f}",
                          f"{b['planner_gpu_hours']:,.0f} ({lo:,.0f}–{hi:,.0f})", ""])
         if "budgets" not in r:
             body.append([r["claim"], "—", "—", "—", ""])
