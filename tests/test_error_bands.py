@@ -165,3 +165,13 @@ def test_autocast_moves_fp32_bytes_the_pure_bf16_model_did_not_charge():
     assert amp["memory_s"] > 1.5 * step_time(shape, lay, hw)["memory_s"]
     fp32 = Layout(micro_batch=16, dtype="fp32")  # nothing to cast in fp32
     assert step_time(shape, fp32, hw, autocast=True)["total_s"] == step_time(shape, fp32, hw)["total_s"]
+
+
+def test_bench_reference_holds_the_planner_against_every_reference_step():
+    from mgpukit.bench.reference import planner_rows
+
+    rows = planner_rows()
+    assert len(rows) == 5 + 9 and len({(r["config"], r["profile"]) for r in rows}) == 14
+    row = next(r for r in rows if r["config"] == "gpt2-124m b16 bf16 sgd")
+    assert abs(row["time_ratio"] - 1) < 0.10 and not row["host_bound"]
+    assert all(abs(r["memory_ratio"] - 1) < 0.10 for r in rows)
