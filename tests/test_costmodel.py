@@ -40,7 +40,7 @@ from mgpukit.costmodel import (
     search,
     step_time,
 )
-from mgpukit.costmodel import plan_cli
+from mgpukit.commands import plan as plan_cli
 from mgpukit.costmodel.flops import layer_forward_flops
 from mgpukit.costmodel.memory import model_state_bytes
 

@@ -9,7 +9,8 @@ import statistics
 
 import pytest
 
-from mgpukit.costmodel import bands, plan_cli
+from mgpukit.commands import plan as plan_cli
+from mgpukit.costmodel import bands
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.planner import plan, search, ties_with_best
 from mgpukit.costmodel.validation import error_bar, memory_error_bar, validation_table

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from mgpukit.costmodel import Layout, LayoutError, get_shape, load_profile, param_count, plan, plan_cli, search
+from mgpukit.commands import plan as plan_cli
+from mgpukit.costmodel import Layout, LayoutError, get_shape, load_profile, param_count, plan, search
 from mgpukit.costmodel.balance import balance_stages, split_layers
 from mgpukit.costmodel.frameworks import get_framework, list_frameworks
 from mgpukit.costmodel.planner import candidate_layouts
