@@ -35,11 +35,13 @@ from pathlib import Path
 
 from mgpukit.bench import bench
 from mgpukit.calibrate_gpu import profile_from_measurements
+from mgpukit.costmodel.bands import kit_gpt_shape
 from mgpukit.costmodel.fit import fit_reference
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import allocator_peak
 from mgpukit.costmodel.shapes import ModelShape
+from mgpukit.costmodel.steptime import step_time
 from mgpukit.measure.plainstep import configurations, emulate_plain_steps, model_config
 from mgpukit.measure.plainstep import fit_model_code_factor as plainstep_fit
 
@@ -156,9 +158,6 @@ def planner_rows() -> list[dict]:
     """Every step of both reference files beside the **planner's** closed form (``steptime``, no
     emulation; bf16 rows under autocast over fp32 weights, as the plain loop runs them) and its
     peak (``allocator_peak``): ``planner / measured`` for each, on the file's own GPU profile."""
-    from mgpukit.costmodel.bands import kit_gpt_shape
-    from mgpukit.costmodel.steptime import step_time
-
     rows = []
     for path, profile in ((REFERENCE, "h200"), (H100_REFERENCE, "h100-nvlink")):
         ref = load_reference(path)
