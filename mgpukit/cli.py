@@ -14,7 +14,7 @@ import warnings
 
 from mgpukit.argtypes import key_value, nonnegative_int, positive_float, positive_int
 from mgpukit.config import MODELS, SHAPE_MODELS  # torch-free: the model names
-from mgpukit.costmodel import plan_cli
+from mgpukit.commands import plan as plan_cli
 from mgpukit.files import OutputError, check_output, describe_os_error
 from mgpukit.signals import Terminated, ignore_file_size_limit, raise_on_termination, restore
 

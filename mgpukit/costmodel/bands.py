@@ -39,6 +39,11 @@ import statistics
 from functools import lru_cache
 from pathlib import Path
 
+from mgpukit.costmodel.hardware import load_profile
+from mgpukit.costmodel.layout import Layout
+from mgpukit.costmodel.memory import allocator_peak
+from mgpukit.costmodel.shapes import ModelShape
+
 # Two-sided 95 % quantiles of Student's t, t(0.975, df) for df = 1 … 30 (any table, e.g. NIST/SEMATECH
 # e-Handbook of Statistical Methods, Table 1.3.6.7.2); beyond 30 the normal's 1.96 is within 3 %.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -91,8 +96,6 @@ def prediction_band(errors: list[float], *, within_sd: float, df: int, between: 
 
 def kit_gpt_shape(name: str):
     """The :class:`~mgpukit.costmodel.shapes.ModelShape` of one of the kit's GPTs (:data:`KIT_GPTS`)."""
-    from mgpukit.costmodel.shapes import ModelShape
-
     vocab, seq, layers, heads, d = KIT_GPTS[name]
     return ModelShape(name=name, vocab=vocab, seq_len=seq, n_layer=layers, n_head=heads, d_model=d, d_ff=4 * d,
                       bias=True, dropout=False, fused_qkv=False)
@@ -102,9 +105,6 @@ def kit_gpt_shape(name: str):
 def memory_rows() -> tuple[dict, ...]:
     """Every measured single-GPU peak of the reference files beside the planner's closed form:
     ``{"config", "device", "measured", "predicted", "error"}``."""
-    from mgpukit.costmodel.hardware import load_profile
-    from mgpukit.costmodel.layout import Layout
-    from mgpukit.costmodel.memory import allocator_peak
 
     rows, seen = [], set()
     for path, profile in (("h200-2026-11-26.json", "h200"), ("h100-2026-11-26.json", "h100-nvlink")):

@@ -1,7 +1,7 @@
 """The tables ``mgpukit plan`` prints: one plan (memory by category, step time by term, MFU,
 throughput, each with the range its error bar allows) and the ranked ``--search`` table. Every
 figure is labelled predicted: the closed-form cost model's, never a measurement. The command is
-:mod:`mgpukit.costmodel.plan_cli`.
+:mod:`mgpukit.commands.plan`.
 """
 
 from __future__ import annotations
