@@ -140,3 +140,12 @@ def the_ring_by_hand_is_the_backends_all_reduce(nb: dict) -> str | None:
     """Section 2: the dozen-line ring gives every rank exactly what `dist.all_reduce` gives."""
     text = tagged_text(nb, "ring")
     return None if text.count("== dist.all_reduce: True") == 3 else f"the ring differs: {text.strip()[-120:]!r}"
+
+
+# ---- 01 · data parallelism
+@claim("01_data_parallel")
+def the_bucket_hook_launches_last_layer_first(nb: dict) -> str | None:
+    """Section 2: the written-out hook launches the last layer's bucket first and gives naive's gradients."""
+    text = tagged_text(nb, "bucket-hook")
+    want = "buckets launched in layer order [3, 2, 1, 0] · gradients equal to naive's: True"
+    return None if text.count(want) == 2 else f"the hook's run reads {text.strip()!r}"
