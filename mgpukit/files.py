@@ -12,6 +12,17 @@ each file whole or not at all.
   POSIX). A full disk (ENOSPC), a file-size limit (`ulimit -f`: EFBIG, once SIGXFSZ is
   ignored — `mgpukit.signals`) or a crash mid-write leaves the previous file as it was and no
   temporary file; the failure is an `OutputError`, one sentence naming the file and the cause.
+- What is already at an output path decides how it is written (`output_target`): nothing or a
+  regular file — the rename above; a symlink — followed, and its *target* replaced (the link
+  stays; a dangling one is refused); the null device (`/dev/null`, or a node with its device
+  number) — written through, never renamed over (as root that rename would replace
+  `/dev/null` for the whole machine); any other device, FIFO, socket or folder — refused, since
+  a rename would silently replace what the user pointed at.
+- The temporary name is `.<name>.XXXXXXXX.tmp`: 14 bytes longer than the file's. It is checked
+  with the final one against the file system's NAME_MAX and PATH_MAX before the work, so a
+  250-character name is refused up front instead of failing after training.
+- `check_distinct(outputs)`: two outputs of one run that are the same file (after symlinks,
+  `..` and hard links) would overwrite each other; refused before the work.
 - `write_all(outputs)`: several outputs of one run, each tried even when an earlier one
   failed — a full disk for the trace must not cost the record that had room.
 - `to_json`: strict JSON (`allow_nan=False`). Python's `json` writes NaN and ±inf as bare
@@ -28,6 +39,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,23 +58,130 @@ def check_output(path: str | os.PathLike, *, what: str = "output file", overwrit
     if str(path).strip() == "":  # before Path(), which reads "" as "."
         raise ValueError(f"the {what} path is empty; give a {'folder' if directory else 'file'} name.")
     path = Path(path).expanduser()
-    if path.exists():
-        if directory and not path.is_dir():
-            raise ValueError(f"{what} {path} exists and is not a directory; choose another path.")
-        if not directory and path.is_dir():
-            raise ValueError(f"{what} {path} is a directory; give a file name inside it.")
-        if not directory and not overwrite:
-            raise ValueError(f"{what} {path} already exists; pass {force_hint} to overwrite it, "
-                             f"or choose another path.")
-        _try_creating_a_file(path if directory else path.parent, path, what)
+    if directory:
+        if path.exists():
+            if not path.is_dir():
+                raise ValueError(f"{what} {path} exists and is not a directory; choose another path.")
+            _try_creating_a_file(path, path, what)
+            return path
+        _check_new(path, what)
         return path
+    target, kind = output_target(path, what=what)
+    if kind == NULL_DEVICE:
+        return path  # written through: nothing to create, nothing to rename
+    if kind == REGULAR and not overwrite:
+        raise ValueError(f"{what} {path} already exists; pass {force_hint} to overwrite it, "
+                         f"or choose another path.")
+    check_name_lengths(target, what=what)
+    if kind == REGULAR:
+        _try_creating_a_file(target.parent, path, what)
+    else:
+        _check_new(target, what)
+    return path
+
+
+def _check_new(path: Path, what: str) -> None:
+    """`path` does not exist: its nearest existing ancestor must be a folder that takes files."""
     ancestor = path.parent
     while not ancestor.exists():  # the folders that would be created
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise ValueError(f"cannot write {what} {path}: {ancestor} is a file, not a directory.")
     _try_creating_a_file(ancestor, path, what)
-    return path
+
+
+# what `output_target` finds at an output path
+NEW, REGULAR, NULL_DEVICE = "new", "regular file", "null device"
+
+
+def _null_device() -> int | None:
+    """The device number of /dev/null (major 1, minor 3 on Linux), None where there is none."""
+    try:
+        return os.stat(os.devnull).st_rdev
+    except OSError:
+        return None
+
+
+def output_target(path: str | os.PathLike, *, what: str = "output file") -> tuple[Path, str]:
+    """Where writing `path` really goes, and what is there: (file, NEW | REGULAR | NULL_DEVICE).
+
+    A symlink is followed to what it names (the link itself is never replaced); a dangling link,
+    a folder, a FIFO, a socket or a device other than the null device is refused with a
+    ValueError saying what it is — a rename over it would replace it with a regular file."""
+    path = Path(path).expanduser()
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        st = os.stat(target)
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (yet): see `_check_new`
+        if path.is_symlink():
+            raise ValueError(f"{what} {path} is a symlink to {os.readlink(path)}, which does not "
+                             f"exist; remove the link or give another path.") from None
+        return target, NEW
+    except OSError as e:
+        raise ValueError(f"cannot write {what} {path}: {describe_os_error(e)}.") from None
+    if stat.S_ISREG(st.st_mode):
+        return target, REGULAR
+    if stat.S_ISCHR(st.st_mode) and st.st_rdev == _null_device():
+        return target, NULL_DEVICE
+    via = f" (through the symlink {path})" if target != path else ""
+    if stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"{what} {target}{via} is a directory; give a file name inside it.")
+    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    kind = next((k for test, k in kinds if test(st.st_mode)), "something other than a file")
+    raise ValueError(f"{what} {target}{via} is {kind}, not a regular file; writing would replace "
+                     f"it: choose a file name.")
+
+
+TEMPORARY_EXTRA = len(".") + len(".") + 8 + len(".tmp")  # `.<name>.XXXXXXXX.tmp` (mkstemp: 8 chars)
+
+
+def check_name_lengths(path: Path, *, what: str = "output file") -> None:
+    """ValueError if `path` or its temporary name is longer than the file system allows: a name
+    over NAME_MAX (255 bytes on most) or a path over PATH_MAX (4096) fails only when written."""
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    name_max, path_max = _limit(folder, "PC_NAME_MAX", 255), _limit(folder, "PC_PATH_MAX", 4096)
+    name = len(os.fsencode(path.name)) + TEMPORARY_EXTRA
+    if name > name_max:
+        raise ValueError(f"{what} {path.name[:40]}…: the name is {name - TEMPORARY_EXTRA} bytes and "
+                         f"its temporary name {name}, over this file system's {name_max}; "
+                         f"give a shorter name.")
+    full = len(os.fsencode(os.path.abspath(path))) + TEMPORARY_EXTRA
+    if full >= path_max:
+        raise ValueError(f"{what} {str(path)[:40]}…: the path (with its temporary name) is {full} "
+                         f"bytes, over this system's {path_max - 1}; give a shorter path.")
+
+
+def _limit(folder: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(folder, name)
+    except (OSError, ValueError):
+        return default
+
+
+def check_distinct(outputs) -> None:
+    """ValueError if two of `outputs` — `(label, path)` pairs, None paths skipped — are the same
+    file after symlinks, `..` and hard links: the second write would replace the first. The
+    null device may repeat (nothing is kept there)."""
+    seen = {}
+    for label, path in outputs:
+        if path is None or str(path).strip() == "":
+            continue
+        real = Path(os.path.realpath(Path(path).expanduser()))
+        try:
+            st = os.stat(real)
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == _null_device():
+                continue
+            key = (st.st_dev, st.st_ino)
+        except OSError:
+            key = str(real)
+        if key in seen:
+            first_label, first = seen[key]
+            raise ValueError(f"{first_label} and {label} are the same file ({first} and {path}); "
+                             f"the second would overwrite the first: give each its own file.")
+        seen[key] = (label, path)
 
 
 def _try_creating_a_file(folder: Path, path: Path, what: str) -> None:
@@ -106,27 +225,36 @@ def describe_os_error(e: BaseException) -> str:
 def atomic_path(path: str | os.PathLike, *, what: str = "file") -> Iterator[Path]:
     """Yield a temporary path next to `path`; when the block ends without error it replaces
     `path` in one rename (after an fsync), else it is deleted and `path` is left untouched.
+    A symlink's target is replaced, not the link; the null device is yielded itself (written
+    through); anything else that is not a regular file is refused (`output_target`).
     An OSError on the way (the block's own writes included) becomes an `OutputError` naming
     `what` and `path`."""
     ignore_file_size_limit()  # a write past `ulimit -f` fails instead of killing us mid-file
     path = Path(path).expanduser()
+    try:
+        target, kind = output_target(path, what=what)  # a link is followed; a device refused
+    except ValueError as e:
+        raise OutputError(f"{e} {path.name} is left as it was.", path=path) from None
+    if kind == NULL_DEVICE:  # written through: a rename would replace the device node
+        yield target
+        return
     tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         os.close(fd)
         tmp = Path(name)
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        if path.exists():  # keep the permissions a user gave the file it replaces
-            os.chmod(tmp, path.stat().st_mode & 0o777)
+        if target.exists():  # keep the permissions a user gave the file it replaces
+            os.chmod(tmp, target.stat().st_mode & 0o777)
         else:
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        os.replace(tmp, target)
+        _fsync_dir(target.parent)
     except OutputError:
         raise
     except OSError as e:

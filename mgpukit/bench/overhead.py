@@ -40,7 +40,7 @@ from mgpukit.bench import bench
 from mgpukit.config import RunConfig
 from mgpukit.data import get_batch, load_tokens
 from mgpukit.experiment import prepare, run_rank
-from mgpukit.lessons import warm_parent
+from mgpukit.studies.warm import warm_parent
 from mgpukit.measure.spread import summarize
 from mgpukit.models.gpt import lm_loss
 from mgpukit.runtime.context import current

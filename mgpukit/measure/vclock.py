@@ -301,6 +301,8 @@ def collective_time(name: str, nbytes: int, ranks: list[int], profile: HardwareP
         return cost.allgather_time(nbytes, n, link)
     if name == "broadcast":
         return cost.broadcast_time(nbytes, n, link)
+    if name == "all_to_all":
+        return cost.alltoall_time(nbytes, n, link)
     if name == "barrier":
         return cost.allreduce_time(0, n, link)
     raise ValueError(f"no cost formula for collective {name!r}")

@@ -10,6 +10,8 @@ A strategy is a recipe for the one trainer, not a training loop of its own:
   (`"ours"`: the kit's executor; `"native"`: torch.distributed.pipelining);
 - `tensor` — with tp > 1, who splits the layers (`"ours"`: Megatron-style layers,
   `mgpukit.strategies.tensor_parallel`; `"native"`: DTensor's `parallelize_module`);
+- `split` — context / expert parallelism (`cp`, `ep`): rewrites the model in place for a group
+  cut inside the dp axis (the sequence, or the experts, split);
 - `knobs` — its typed options (`layout_knobs`: the layout fields some of them set).
 
 `mgpukit.parallelize` applies these to an unmodified model and `mgpukit.training.train` runs
@@ -42,6 +44,8 @@ class Strategy:
     schedule: str | None = None  # pipeline strategies: the schedule their name promises
     pipeline: str = "ours"  # "ours" | "native": who runs a pipeline schedule
     tensor: str = "ours"  # "ours" | "native": who splits the layers when tp > 1
+    split: Callable | None = None  # (model, ctx, rec, cfg) -> training.parts.Split: context or
+    # expert parallelism, cut inside the dp axis (`runtime.dims`), rewriting the model in place
     worker: Callable | None = None  # own topology: run(ctx, rec, cfg) -> {"weights": ...}
     knobs: tuple[Knob, ...] = ()
     trainer_knobs: bool = True  # accepts the shared knobs (the loop's, the hooks', the model's)

@@ -56,7 +56,8 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, hooks: Sequence[Hook] = (),
     hooks, loop = Hooks(hooks), Loop(ctx=ctx, rec=rec, cfg=cfg, parts=parts, optimizer=optimizer)
     reset_device_peak(ctx.device)  # a GPU's high-water mark would outlive the previous run
     hooks.on_train_start(loop)  # a straggler slows this rank; a resumed run starts later …
-    loader = loader or BatchLoader(cfg, ctx.coords["dp"], ctx.size("dp"), rec, start_step=loop.start_step)
+    # the batch slice: the dp index (a context-parallel group reads one slice together)
+    loader = loader or BatchLoader(cfg, *ctx.batch_coords, rec, start_step=loop.start_step)
     # emulated: follow every allocation, for the caching allocator's high-water mark
     allocator = start_meter(rec, parts.module, optimizer)
     # gradients in no buffer of the strategy's own (one replica, torch DDP): zero_grad frees
