@@ -40,6 +40,7 @@ TORCH_ATTRS = {
     "is_view": "an aten OpOverload's schema flag (not every op packet has it)",
     "failures": "torch.distributed.checkpoint's CheckpointException (other errors have none)",
     "storage_meta": "DCP's Metadata (absent in older torch)",
+    "relative_path": "DCP's _StorageInfo, unpickled from a checkpoint that may be malformed",
     # a torch Parameter cannot declare a field of ours: tensor_parallel/layers.py tags the ones it
     # cuts, as torch's own FSDP and DTensor tag theirs
     "tp_dim": "the dimension tensor_parallel/layers.py cut a Parameter along",
