@@ -86,13 +86,10 @@ class Recorder(Messages):
         return self.clock.now()
 
     def _mark(self):
-        mark = getattr(self.clock, "mark", None)  # the virtual clock's time is already in order
-        return mark() if mark is not None else self.clock.now()
+        return self.clock.mark()
 
     def _sync(self):
-        sync = getattr(self.clock, "sync", None)
-        if sync is not None:
-            sync()
+        self.clock.sync()
 
     def event(self, stream: str, kind: str, start, end, **fields):
         """A timeline event; `ranks=` (the global ranks of a communication) marks it
@@ -113,7 +110,7 @@ class Recorder(Messages):
         """CUDA marks -> seconds (after a sync: every recorded event has happened)."""
         for ev in self._unresolved:
             for k in ("start", "end"):
-                if hasattr(ev[k], "seconds"):
+                if not isinstance(ev[k], float | int):  # a CUDA mark (`WallClock.mark`)
                     ev[k] = ev[k].seconds()
         self._unresolved = []
 
@@ -127,9 +124,9 @@ class Recorder(Messages):
         "host" stream as a "launch" event."""
         where = dict(microbatch=microbatch, stage=stage)
         start = self._mark()
-        waits = getattr(self.clock, "waits", None)
+        waits = self.clock.waits
         first = len(waits) if waits is not None else 0
-        host = self.clock.host if getattr(self.clock, "launches", False) else None
+        host = self.clock.host if self.clock.launches else None
         with self.clock.counting():
             yield
         end = self._mark()
@@ -156,7 +153,7 @@ class Recorder(Messages):
         self._step = index
         self._sync()
         start = self.clock.now()
-        split = dict(getattr(self.clock, "split", None) or {})  # emulated: where the time goes
+        split = dict(self.clock.split or {})  # emulated: where the time goes
         yield
         self.wait_all()
         self._sync()
@@ -205,23 +202,26 @@ class Recorder(Messages):
         """Count one operation someone else issued (a library's), as the recorder counts its own."""
         self._count(name, payload, sent, received)
 
-    def _count(self, name: str, payload: int, sent: float, received: float, ranks=None):
+    def _count(self, name: str, payload: int, sent: float, received: float, ranks=None, axis=None):
         self.collectives[name] += 1
         self.payload_bytes += payload
         self.bytes_sent += sent
         self.bytes_received += received
         if ranks is not None and sent:
-            self.by_axis[self._axis_of(ranks)] += sent
+            self.by_axis[axis or self._axis_of(ranks)] += sent
 
     def _axis_of(self, ranks) -> str:
-        """The mesh axis a group of global ranks (or a message's two ends) lies on."""
+        """The mesh axis a group of global ranks (or a message's two ends) lies on: the smallest
+        axis group that holds them all (ties in the order tp, dp, cp, ep, dp_outer, pp). cp and
+        ep are cut inside dp, so when one of them *is* the whole dp axis their own traffic
+        cannot be told apart by its ranks: it passes `axis=` itself."""
         key = tuple(sorted(ranks))
         if key not in self._axes:
             ctx, members = self.ctx, set(key)
             inner = ("cp", "ep", "dp_outer") if ctx.size("cp") * ctx.size("ep") > 1 else ()
-            axes = [a for a in ("tp", *inner, "dp", "pp")
+            axes = [a for a in ("tp", "dp", *inner, "pp")
                     if ctx.size(a) > 1 and members <= set(ctx.axis_ranks(a))]
-            self._axes[key] = (axes[0] if axes else
+            self._axes[key] = (min(axes, key=ctx.size) if axes else
                                "world" if len(members) == ctx.world_size else "other")
         return self._axes[key]
 
@@ -239,9 +239,9 @@ class Recorder(Messages):
                                    f"rank's device is {want}{hint}. Create it with device=ctx.device.")
 
     def _collective(self, name, run, nbytes: int, group, async_op: bool, factor: float,
-                    written=None):
+                    written=None, axis=None):
         ranks = group_ranks(group)
-        self._count(name, nbytes, factor * nbytes, factor * nbytes, ranks)
+        self._count(name, nbytes, factor * nbytes, factor * nbytes, ranks, axis)
         if self.clock.emulated:
             with self._off_clock():
                 start, end = self.clock.collective(name, nbytes, ranks, group)
@@ -296,7 +296,7 @@ class Recorder(Messages):
             "broadcast", lambda a: dist.broadcast(tensor, src, group=group, async_op=a),
             _nbytes(tensor), group, async_op, bus_factor("broadcast", n), written=tensor)
 
-    def all_to_all_single(self, output, input, *, group=None, async_op=False):
+    def all_to_all_single(self, output, input, *, group=None, async_op=False, axis=None):
         """Equal splits: chunk j of `input` (dim 0) goes to the group's rank j, chunk i of
         `output` comes from rank i (expert parallelism's dispatch and combine). Each rank sends
         (n-1)/n of its buffer — its own chunk stays — so it is counted like an all-gather."""
@@ -305,7 +305,7 @@ class Recorder(Messages):
         return self._collective(
             "all_to_all",
             lambda a: dist.all_to_all_single(output, input, group=group, async_op=a),
-            _nbytes(input), group, async_op, bus_factor("all_to_all", n), written=output)
+            _nbytes(input), group, async_op, bus_factor("all_to_all", n), written=output, axis=axis)
 
     def barrier(self, *, group=None):
         return self._collective("barrier", lambda a: dist.barrier(group=group, async_op=a),
