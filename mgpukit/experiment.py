@@ -55,7 +55,8 @@ from mgpukit.threads import policy as thread_policy
 from mgpukit.training.building import build_model, build_optimizer
 from mgpukit.training.checkpoint import checkpointing, has_checkpoint
 from mgpukit.training.backup import DropSlowest
-from mgpukit.training.checkpoint_files import FolderLock, check_folder
+from mgpukit.training.checkpoint_data import check_folder
+from mgpukit.training.checkpoint_files import FolderLock
 from mgpukit.training.hetero import RankProfiles, parse_profiles, parse_split
 from mgpukit.training.hooks import Hook, Progress
 from mgpukit.training.lr_scaling import LrSchedule

@@ -62,6 +62,8 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
     cfg = (config or RunConfig()).replace(**overrides) if overrides else (config or RunConfig())
     check_shape(shape, mode, cfg.model, strat, cfg.options)
     cfg = cfg.replace(options=strat.check_options(cfg.options))
+    if cfg.model == RunConfig.model and cfg.model not in strat.models:  # the default model is dense:
+        cfg = cfg.replace(model=strat.models[0])  # a strategy for MoE models runs its own (ep: gpt-moe)
     check_model_options(cfg)
     if cfg.model not in strat.models:
         raise ValueError(f"strategy {strategy!r} runs on models {strat.models}, not {cfg.model!r}.")

@@ -126,3 +126,21 @@ def test_fp8_keeps_the_linears_inputs_as_fp8_copies():
     fp8 = dataclasses.replace(bf16, dtype="fp8")
     assert memory_per_rank(shape, fp8)["activations"] < memory_per_rank(shape, bf16)["activations"]
     assert memory_per_rank(shape, fp8)["params"] == memory_per_rank(shape, bf16)["params"]
+
+
+def test_hidden_tp_collectives_slow_the_gemms_they_hide_behind():
+    """With tp overlap the collectives hidden behind the GEMMs are charged OVERLAP_SLOWDOWN of their
+    seconds, as the dp sync's (arXiv:2507.03114 measures both kinds of overlap): overlap still wins."""
+    from mgpukit.costmodel.steptime import OVERLAP_SLOWDOWN, step_time
+    from mgpukit.costmodel.shapes import get_shape
+    from mgpukit.costmodel.hardware import load_profile
+
+    shape, hw = get_shape("70b"), load_profile("h100-ib")
+    off = Layout.from_global_batch(global_batch=64, dp=8, tp=8, sp=True, zero=1)
+    on = dataclasses.replace(off, tp_overlap=True)
+    t_off, t_on = (step_time(shape, lay, hw, interference=OVERLAP_SLOWDOWN) for lay in (off, on))
+    hidden_tp = t_off["comm_tp_s"] - t_on["comm_tp_s"]
+    assert hidden_tp > 0
+    extra = t_on["interference_s"] - t_off["interference_s"]
+    assert extra == pytest.approx(OVERLAP_SLOWDOWN * hidden_tp, rel=1e-6)
+    assert t_on["total_s"] < t_off["total_s"]

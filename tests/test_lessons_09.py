@@ -1,8 +1,7 @@
 """Notebook 09's sentences, held true here instead of by `assert`s in its teaching cells (issue 35):
 the markdown states each claim once, these tests compute the same rows the notebook prints and
-fail when a claim stops being true. Plus the two rules `lessons.plan_views` adds to a ranking —
-ties inside the error band, layouts near the memory limit — checked on hand-made rows and on the
-70B/64-GPU ranking the notebook shows. All closed-form (milliseconds) but the last test, which
+fail when a claim stops being true. Plus the planner's two rules as `lessons.plan_views` shows
+them — ties inside the error band, layouts near the memory limit — on the 70B/64-GPU ranking. All closed-form (milliseconds) but the last test, which
 runs the emulator on two workers for three steps."""
 from __future__ import annotations
 
@@ -12,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from mgpukit.lessons import measured, mfu_gap, planning, plan_views
+from mgpukit.plots.planning import plot_ranked
+from mgpukit.costmodel.planner import ties_with_best
 from mgpukit.lessons.published_checks import llama3_memory_rows, published_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,43 +70,18 @@ def test_mfu_gap_sentences(rules):
     assert all(s > 0 for s in gap["slower_for_megatron"].values())
 
 
-def _row(step, band=(-0.1, 0.05), memory_gb=50.0, limit_gb=77.0):
-    class _Plan:  # the two fields ranked_rows reads, plus a layout for its name
-        memory_limit = limit_gb * 1e9
-
-        class layout:
-            checkpointing, micro_batch = "none", 1
-
-            @staticmethod
-            def describe():
-                return f"dp 1 × tp 1 × pp 1, step {step}, micro-batch 1"
-    return {"plan": _Plan, "memory_gb": memory_gb, "step_time_s": step, "mfu": 0.5,
-            "ranges": {"step_time_s": (step * (1 + band[0]), step * (1 + band[1]))}}
-
-
-def test_tie_rule_is_range_overlap():
-    """low(i) ≤ high(1) is a tie; one just beyond #1's slow end is not."""
-    high1 = 10 * 1.05
-    rows = [_row(10.0), _row(high1 / 0.9 - 1e-9), _row(high1 / 0.9 + 1e-6)]
-    ties = [r["tie"] for r in plan_views.ranked_rows(rows, gap=0.07)]
-    assert ties == [False, True, False]
-
-
-def test_near_limit_rule():
-    """memory ≥ usable × (1 − gap) is flagged, just below is not."""
-    rows = [_row(10.0, memory_gb=77.0 * 0.93), _row(11.0, memory_gb=77.0 * 0.93 - 0.01)]
-    assert [r["near_limit"] for r in plan_views.ranked_rows(rows, gap=0.07)] == [True, False]
-
-
-def test_the_ranking_09_shows_says_ties_and_flags_the_first():
-    """70B on 64 H100s: the six fastest layouts lie within the band (ties), and #1 sits within the
-    memory model's gap of the usable memory (issue 35: #1 at 75.9 of 77.0 GB)."""
+def test_the_ranking_09_shows_reads_the_planners_rules():
+    """70B on 64 H100s: the table's ties are `ties_with_best`'s and its flags `memory_verdict`'s;
+    #1 (75.9 of 77.0 GB) is flagged near the limit and the others tie with it (issue 35)."""
     rows = planning.ranked("70b", 64, "h100-ib", global_batch=512, tokens=2e12, price_per_gpu_hour=2.0, top=6)
     ranked = plan_views.ranked_rows(rows)
+    assert [r["tie"] for r in ranked][1:] == ties_with_best([r["plan"] for r in rows])[1:]
+    assert [r["near_limit"] for r in ranked] == [r["plan"].memory_verdict == "near the limit" for r in rows]
     assert ranked[0]["near_limit"] and sum(r["tie"] for r in ranked) >= 1
-    assert 0 < plan_views.memory_gap()["gap"] < 0.2
-    fig = plan_views.plot_ranked(ranked, rows[0]["error_bar"])
+    fig = plot_ranked(ranked, rows[0]["error_bar"])
     assert sum(len(t.x) for t in fig.data) == len(ranked)
+    table = plan_views.ranked_markdown(ranked)
+    assert "| tie |" in table and "near limit" in table
 
 
 def test_notebook_09_teaching_cells_are_short_and_assert_free():

@@ -280,3 +280,36 @@ def test_hidden_collectives_slow_the_compute_they_hide_behind():
     assert twice["interference_s"] == pytest.approx(2 * pl.time["interference_s"])
     flushed = plan(shape, 256, H100, lay, framework=get_framework("fsdp").with_(dp_sync="after-flush"))
     assert flushed.time["interference_s"] == 0.0
+
+
+# ------------------------------------------------------------------- the wider search (issue 37)
+
+
+def test_search_tries_every_micro_batch_dividing_a_replicas_batch():
+    layouts = list(candidate_layouts(get_shape("70b"), 64, H100, global_batch=384, tp=8, pp=1))
+    assert {lay.micro_batch for lay in layouts if lay.dp == 8} == {1, 2, 3, 4, 6, 8, 12, 16}  # 48 per replica
+
+
+def test_search_tries_one_layer_per_chunk_as_llama3():
+    """Llama 3 405B ran v = 8 chunks on 16 stages: 128 slots for 126 layers and the two ends."""
+    layouts = list(candidate_layouts(get_shape("405b"), 2048, H100, global_batch=2048, tp=8, pp=16))
+    vs = {lay.v for lay in layouts if lay.schedule == "interleaved"}
+    assert 8 in vs and max(vs) == (126 + 2) // 16
+
+
+def test_search_tries_tp_overlap_where_the_framework_offers_it():
+    core = list(candidate_layouts(get_shape("70b"), 64, H100, global_batch=64, pp=1))
+    assert all(lay.tp_overlap == (lay.tp > 1) for lay in core)  # Megatron-Core: --tp-comm-overlap
+    old = list(candidate_layouts(get_shape("70b"), 64, H100, global_batch=64, pp=1, framework="megatron-lm-2021"))
+    assert not any(lay.tp_overlap for lay in old)
+    lay = next(lay for lay in core if lay.tp == 8)
+    off = dataclasses.replace(lay, tp_overlap=False)
+    assert plan("70b", 64, H100, lay).step_time_s <= plan("70b", 64, H100, off).step_time_s  # never slower
+
+
+def test_search_tries_context_parallelism_on_long_sequences():
+    long = get_shape("70b").with_(seq_len=32768)
+    cps = {lay.cp for lay in candidate_layouts(long, 512, H100, global_batch=64, tp=8, pp=8)}
+    assert cps == {1, 2, 4, 8}
+    short = {lay.cp for lay in candidate_layouts(get_shape("70b"), 512, H100, global_batch=64, tp=8, pp=8)}
+    assert short == {1, 2}  # 4,096 tokens: at least 2,048 per rank (planner.MIN_CP_TOKENS)

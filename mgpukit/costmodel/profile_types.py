@@ -1,78 +1,55 @@
-"""The type of every value a hardware profile's TOML may hold, checked before it is used.
+"""What every value of a hardware profile's TOML may be: its kind and its sane range.
 
-`HardwareProfile.from_dict` converts what it reads (`int(...)`, `float(...)`, `bool(...)`), and a
-conversion hides mistakes: ``gpus_per_node = 1.5`` became 1, ``async = "no"`` became True (a
-non-empty string), and ``peak_flops = 5`` or ``intra_node = [1, 2]`` ended in a traceback from
-deep inside. So each known key is checked first, without coercion, and a wrong one is refused
-in one sentence naming the key and the type it needs. Keys a profile leaves out are not this
-module's business (`from_dict` names a missing required key); unknown keys are ignored.
+`HardwareProfile.from_dict` converts what it reads (`int(...)`, `float(...)`), and a conversion
+hides mistakes: ``gpus_per_node = 1.5`` became 1, ``async = "no"`` became True (a non-empty
+string), ``peak_flops = 5`` ended in a traceback from deep inside. So the whole file is checked
+first against `SCHEMA` (`mgpukit.costmodel.file_schema`, the schema model files use too):
+kinds without coercion, finite values inside ranges wide enough for any real machine — a link
+latency of 1e300 s or a memory of 1e-300 bytes is a typo, not hardware — no unknown keys (a
+misspelt key used to be ignored and its default used), and the keys `[attention]` needs.
+Which top-level keys a profile must have is `from_dict`'s to say (it names the missing one).
 """
 from __future__ import annotations
 
-NUMBER, INTEGER, BOOLEAN, STRING, TABLE, TILES = "number", "integer", "boolean", "string", "table", "tiles"
+from mgpukit.costmodel.file_schema import BOOLEAN, INTEGER, NUMBER, STRING, TILES, Field, check_table
 
-_GEMM = {"efficiency": NUMBER, "sms": INTEGER, "tiles": TILES, "k_half": NUMBER, "latency": NUMBER,
-         "sustained": NUMBER}
+SECOND = Field(NUMBER, 0, 1.0)  # a host or kernel time per op: microseconds, never a second
+FRACTION = Field(NUMBER, 0, 1.0, low_open=True)  # an efficiency: (0, 1]
+SHARE = Field(NUMBER, 0, 1.0)  # [0, 1]
+FLOPS = Field(NUMBER, 1e6, 1e18)  # a slow CPU core .. 1,000x the largest GPU
+BYTES_PER_S = Field(NUMBER, 1e3, 1e16)  # a modem .. 10,000x HBM3e
+LINK = {"alpha": Field(NUMBER, 0, 1.0, required=True),  # seconds per hop: a second is no link
+        "beta": Field(NUMBER, 1e3, 1e16, required=True)}
+
+_GEMM = {"efficiency": FRACTION, "sms": Field(INTEGER, 1, 1_000_000), "tiles": Field(TILES, high=65536),
+         "k_half": Field(NUMBER, 0, 1e6), "latency": SECOND, "sustained": SHARE}
 
 SCHEMA: dict = {
-    "name": STRING,
-    "description": STRING,
-    "gpus_per_node": INTEGER,
-    "memory_bytes": NUMBER,
-    "memory_bandwidth": NUMBER,
-    "peak_flops": {"fp32": NUMBER, "tf32": NUMBER, "bf16": NUMBER, "fp16": NUMBER, "fp8": NUMBER},
-    "intra_node": {"alpha": NUMBER, "beta": NUMBER},
-    "inter_node": {"alpha": NUMBER, "beta": NUMBER},
-    "efficiency": {"compute": NUMBER, "usable_memory": NUMBER, "op_overhead": NUMBER,
-                   "op_overhead_forward": NUMBER, "op_overhead_backward": NUMBER,
-                   "op_overhead_no_grad": NUMBER, "model_code_factor": NUMBER},
+    "name": Field(STRING, 1, 200),
+    "description": Field(STRING, 0, 10_000),
+    "gpus_per_node": Field(INTEGER, 1, 1024),
+    "memory_bytes": Field(NUMBER, 2**20, 2**50),  # 1 MiB .. 1 PiB per device
+    "memory_bandwidth": BYTES_PER_S,
+    "peak_flops": {"fp32": FLOPS, "tf32": FLOPS, "bf16": FLOPS, "fp16": FLOPS, "fp8": FLOPS},
+    "intra_node": LINK,
+    "inter_node": LINK,
+    "efficiency": {"compute": FRACTION, "usable_memory": FRACTION, "op_overhead": SECOND,
+                   "op_overhead_forward": SECOND, "op_overhead_backward": SECOND,
+                   "op_overhead_no_grad": SECOND, "model_code_factor": Field(NUMBER, 0, 100)},
     "gemm": {**_GEMM, "fp32": dict(_GEMM), "fp8": dict(_GEMM)},
-    "attention": {"forward": NUMBER, "backward": NUMBER, "fp32_forward": NUMBER,
-                  "fp32_backward": NUMBER, "causal_skip": BOOLEAN, "head_dim_half": NUMBER,
-                  "block_overhead": NUMBER, "block_overhead_backward": NUMBER, "tail": NUMBER,
-                  "tail_backward": NUMBER},
-    "launch": {"async": BOOLEAN, "min_kernel": NUMBER, "collective": NUMBER, "host_op": NUMBER},
-    "memory": {"blas_workspace": NUMBER},
-    "scale": {"gpu_spread": NUMBER},
+    "attention": {"forward": Field(NUMBER, 0, 1.0, low_open=True, required=True),
+                  "backward": Field(NUMBER, 0, 1.0, low_open=True, required=True),
+                  "fp32_forward": Field(NUMBER, 0, 1.0, low_open=True, required=True),
+                  "fp32_backward": Field(NUMBER, 0, 1.0, low_open=True, required=True),
+                  "causal_skip": Field(BOOLEAN), "head_dim_half": Field(NUMBER, 0, 1e5),
+                  "block_overhead": Field(NUMBER, 0, 1e4), "block_overhead_backward": Field(NUMBER, 0, 1e4),
+                  "tail": Field(NUMBER, 0, 100), "tail_backward": Field(NUMBER, 0, 100)},
+    "launch": {"async": Field(BOOLEAN), "min_kernel": SECOND, "collective": SECOND, "host_op": SECOND},
+    "memory": {"blas_workspace": Field(NUMBER, 0, 2**40)},
+    "scale": {"gpu_spread": SHARE},
 }
 
-_WHAT = {NUMBER: "a number", INTEGER: "a whole number (no decimal point)", BOOLEAN: "true or false",
-         STRING: "a quoted string", TABLE: "a table ([name] with keys under it)",
-         TILES: "a list of [rows, columns] pairs of whole numbers, e.g. [[256, 128], [128, 128]]"}
 
-
-def _is(kind: str, value) -> bool:
-    if kind == NUMBER:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == INTEGER:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == BOOLEAN:
-        return isinstance(value, bool)
-    if kind == STRING:
-        return isinstance(value, str)
-    if kind == TILES:
-        return (isinstance(value, list) and len(value) > 0
-                and all(isinstance(t, list) and len(t) == 2 and all(_is(INTEGER, x) and x > 0 for x in t)
-                        for t in value))
-    raise AssertionError(kind)
-
-
-def _toml_type(value) -> str:
-    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "array",
-            dict: "table"}.get(type(value), type(value).__name__)
-
-
-def check_profile_types(d, schema: dict = SCHEMA, where: str = "") -> None:
-    """Raise ValueError naming the first key of `d` whose value has the wrong type."""
-    if not isinstance(d, dict):
-        raise ValueError(f"{where or 'the profile'} must be {_WHAT[TABLE]}, got {_toml_type(d)} {d!r}")
-    for key, kind in schema.items():
-        if key not in d:
-            continue
-        name, value = f"{where}.{key}" if where else key, d[key]
-        if isinstance(kind, dict):
-            if not isinstance(value, dict):
-                raise ValueError(f"{name} must be {_WHAT[TABLE]}, got {_toml_type(value)} {value!r}")
-            check_profile_types(value, kind, name)
-        elif not _is(kind, value):
-            raise ValueError(f"{name} must be {_WHAT[kind]}, got {_toml_type(value)} {value!r}")
+def check_profile_types(d) -> None:
+    """Raise ValueError naming the first key of the profile `d` that `SCHEMA` refuses."""
+    check_table(d, SCHEMA, what="the profile")

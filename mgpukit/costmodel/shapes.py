@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
+from mgpukit.costmodel.file_schema import BOOLEAN, INTEGER, STRING, Field, check_table
+
 NORMS = ("layernorm", "rmsnorm")
 
 
@@ -59,6 +61,8 @@ class ModelShape:
                 raise ValueError(f"{f}={getattr(self, f)} must be a positive integer")
         if self.d_model % self.n_head:
             raise ValueError(f"d_model={self.d_model} must be a multiple of n_head={self.n_head}")
+        if self.n_kv_head is not None and not (isinstance(self.n_kv_head, int) and 1 <= self.n_kv_head):
+            raise ValueError(f"n_kv_head={self.n_kv_head!r} must be a whole number >= 1 (or None: = n_head)")
         if self.n_head % self.kv_heads:
             raise ValueError(f"n_head={self.n_head} must be a multiple of n_kv_head={self.kv_heads}")
         if self.norm not in NORMS:
@@ -175,8 +179,20 @@ FILE_KEYS = {  # file key -> ModelShape field
 }
 POSITIONS = ("learned", "rotary", "alibi")  # only "learned" has a (seq_len, d_model) table
 REQUIRED = ("layers", "hidden", "heads", "vocab", "seq")
-_INTS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
+# Sane maxima (`file_schema`): about 30x the largest published model's (1T GPT: 128 layers,
+# hidden 25,600, ffn 102,400; Llama 3: vocab 128K; context windows of 10M tokens), wide
+# enough for any experiment and narrow enough that `plan --search` answers in seconds (2^63
+# layers used to search for hours)
+MAX_LAYERS, MAX_HIDDEN, MAX_FFN, MAX_VOCAB, MAX_SEQ = 4096, 2**17, 2**19, 2**24, 2**24
+_SIZE = {"layers": MAX_LAYERS, "hidden": MAX_HIDDEN, "heads": MAX_HIDDEN, "kv_heads": MAX_HIDDEN,
+         "ffn": MAX_FFN, "vocab": MAX_VOCAB, "seq": MAX_SEQ}
 _BOOLS = ("gated_mlp", "bias", "tied_embeddings", "lm_head_bias", "dropout", "fused_qkv")
+SCHEMA = {
+    "name": Field(STRING, 1, 200), "description": Field(STRING, 0, 10_000), "source": Field(STRING, 0, 10_000),
+    **{k: Field(INTEGER, 1, high, required=k in REQUIRED) for k, high in _SIZE.items()},
+    **{k: Field(BOOLEAN) for k in _BOOLS},
+    "norm": Field(STRING, choices=NORMS), "positions": Field(STRING, choices=POSITIONS),
+}
 
 
 def models_dir() -> Path:
@@ -188,22 +204,15 @@ def shape_from_dict(d: dict, *, where: str = "model") -> ModelShape:
     """A :class:`ModelShape` from a model file's keys (``FILE_KEYS``, plus ``positions``:
     learned | rotary | alibi). ``ffn`` defaults to ``4·hidden``. Raises ValueError with one line
     saying which key is wrong and what to write."""
-    unknown = sorted(set(d) - set(FILE_KEYS) - {"positions"})
-    if unknown:
-        raise ValueError(f"{where}: unknown key {unknown[0]!r}; use {', '.join(list(FILE_KEYS) + ['positions'])}")
     missing = [k for k in REQUIRED if k not in d]
     if missing:
         raise ValueError(f"{where}: missing {', '.join(missing)} (a model needs {', '.join(REQUIRED)}; ffn "
                          f"defaults to 4 × hidden)")
-    for k in _INTS:
-        if k in d and (isinstance(d[k], bool) or not isinstance(d[k], int)):
-            raise ValueError(f"{where}: {k} = {d[k]!r} must be a whole number")
-    for k in _BOOLS:
-        if k in d and not isinstance(d[k], bool):
-            raise ValueError(f"{where}: {k} = {d[k]!r} must be true or false")
+    try:
+        check_table(d, SCHEMA, what="a model file")  # kinds, ranges, unknown keys: one line naming the key
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
     positions = d.get("positions", "learned")
-    if positions not in POSITIONS:
-        raise ValueError(f"{where}: positions = {positions!r}; choose one of {', '.join(POSITIONS)}")
     kw = {FILE_KEYS[k]: v for k, v in d.items() if k in FILE_KEYS}
     kw.setdefault("d_ff", 4 * d["hidden"])
     kw.setdefault("name", "custom")

@@ -1,45 +1,30 @@
 """Notebook 09's tables and figures: the planner's answers as a learner reads them.
 
 Every figure here is *predicted* (the closed-form cost model), drawn with the planner's error
-band: the spread of its errors on published runs whose layouts are known
-(`mgpukit.costmodel.validation`), never a confidence interval. Two rules turn a ranking into
-something a learner can act on:
+band: a prediction interval from its errors on published runs whose layouts are known, for the
+framework and GPU generation at hand (`mgpukit.costmodel.validation.error_bar`). Two rules of the
+planner turn a ranking into something a learner can act on, shown here, computed there:
 
-- **Ties.** Two layouts are tied when their predicted step times' ranges overlap:
-  ``low_i ≤ high_1`` with ``(low, high) = step × (1 + band)``. Inside the band the planner cannot
-  say which is faster, so the ranking says "tie", not "#2".
-- **Near the memory limit.** A layout is flagged when its predicted memory per GPU is within the
-  memory model's own gap of the usable memory: ``memory ≥ usable × (1 − gap)``, where ``gap`` is
-  how far the model is off on the one published layout it can check (Llama 3 405B on 8,192
-  H100s trained; the model predicts more than the usable memory, `published_checks`).
+- **Ties** (`costmodel.planner.ties_with_best`): layout *i* ties with the best when its predicted
+  step sits inside the best one's range, ``T_i ≤ T_1 · (1 + high)``.
+- **Near the memory limit** (`Plan.memory_verdict`): it fits as predicted, but not at the top of
+  the memory bar (the planner's memory errors on the reference GPUs' measured peaks).
 
-- `markdown_table(header, rows)`   a list of rows as a Markdown table (what `display(Markdown())` shows)
-- `memory_gap()`                   the memory model's gap on Llama 3 405B at 8,192 H100s
-- `ranked_rows(rows)` / `plot_ranked(rows)`   `planning.ranked`'s layouts with ties and flags
-- `plot_cluster_sizes(sizes)`      days vs dollars by cluster size, with the band
-- `error_rows()` / `plot_errors()` the planner's error on every published run, beside its band
+- `ranked_rows(rows)` / `ranked_markdown`   `planning.ranked`'s layouts with both
+- `cluster_markdown(sizes)`       days, GPU-hours and cost by cluster size
+- `error_rows()`                  the planner's error on every published run
+- tables of the rules of thumb, Llama 3's memory, the H100 reference kernels, the MFU gap
+
+The figures of these rows are in `mgpukit.plots.planning`.
 """
 from __future__ import annotations
 
-from mgpukit.costmodel.validation import error_bar, validation_table
+from mgpukit.costmodel.planner import ties_with_best
+from mgpukit.costmodel.validation import validation_table
 from mgpukit.costmodel.training_cost import format_money
 from mgpukit.lessons import mfu_gap as mg
-from mgpukit.lessons.published_checks import llama3_memory_rows, published_rows
-from mgpukit.plots.planning import plot_cluster_sizes, plot_ranked  # noqa: F401 (09 reads them here)
-from mgpukit.plots.planning import plot_planner_errors
-
-
-def markdown_table(header: list[str], rows: list[list]) -> str:
-    """``header`` and ``rows`` (already formatted cells) as a Markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
-
-
-def memory_gap() -> dict:
-    """The memory model on Llama 3 405B's published 8,192-GPU layout, which trained: the planner's
-    GB per GPU over the usable GB, minus one (positive: the model is that much too high there)."""
-    row = [r for r in llama3_memory_rows() if r["gpus"] == 8192][-1]
-    return {"planned_gb": row["gb"], "usable_gb": row["usable_gb"], "gap": row["gb"] / row["usable_gb"] - 1}
+from mgpukit.lessons.tables import markdown_table
+from mgpukit.lessons.published_checks import published_rows
 
 
 def short_layout(layout) -> str:
@@ -49,21 +34,15 @@ def short_layout(layout) -> str:
     return f"{head}, mb {layout.micro_batch}{ckpt}"
 
 
-def ranked_rows(rows: list[dict], gap: float | None = None) -> list[dict]:
-    """`planning.ranked`'s rows with ``tie`` (its step range overlaps #1's) and ``near_limit``
-    (memory within ``gap`` of the usable memory; default: :func:`memory_gap`)."""
-    gap = memory_gap()["gap"] if gap is None else gap
-    best_high = rows[0]["ranges"]["step_time_s"][1]
-    out = []
-    for i, r in enumerate(rows, 1):
-        pl = r["plan"]
-        low, high = r["ranges"]["step_time_s"]
-        out.append({"rank": i, "layout": short_layout(pl.layout), "memory_gb": r["memory_gb"],
-                    "usable_gb": pl.memory_limit / 1e9, "step_s": r["step_time_s"], "step_range": (low, high),
-                    "mfu": r["mfu"], "days": r.get("days"), "cost": r.get("cost"),
-                    "tie": i > 1 and low <= best_high,
-                    "near_limit": r["memory_gb"] >= pl.memory_limit / 1e9 * (1 - gap)})
-    return out
+def ranked_rows(rows: list[dict]) -> list[dict]:
+    """`planning.ranked`'s rows with ``tie`` (:func:`ties_with_best`, the best itself excluded) and
+    ``near_limit`` (``Plan.memory_verdict``)."""
+    ties = ties_with_best([r["plan"] for r in rows])
+    return [{"rank": i, "layout": short_layout(r["plan"].layout), "memory_gb": r["memory_gb"],
+             "step_s": r["step_time_s"], "step_range": r["ranges"]["step_time_s"], "mfu": r["mfu"],
+             "days": r.get("days"), "cost": r.get("cost"), "tie": i > 1 and tie,
+             "near_limit": r["plan"].memory_verdict == "near the limit"}
+            for i, (r, tie) in enumerate(zip(rows, ties), 1)]
 
 
 def ranked_markdown(ranked: list[dict]) -> str:
@@ -90,12 +69,6 @@ def error_rows() -> list[dict]:
                      "layout_published": False, "note": r["note"][:120]})
     return rows
 
-
-
-def plot_errors(rows: list[dict], framework: str | None = None):
-    """The planner's error on each published run, the band of ``framework`` shaded (`plots.planning`)."""
-    bar = error_bar(framework)
-    return plot_planner_errors(rows, bar, mg.error_bar_profiles(bar))
 
 def cluster_markdown(sizes: list[dict]) -> str:
     """`planning.cluster_sizes` as a table: GPUs, days, GPU-hours with their band, cost, MFU, layout."""

@@ -218,7 +218,8 @@ class Recorder(Messages):
         key = tuple(sorted(ranks))
         if key not in self._axes:
             ctx, members = self.ctx, set(key)
-            axes = [a for a in ("tp", "cp", "ep", "dp", "pp")
+            inner = ("cp", "ep", "dp_outer") if ctx.size("cp") * ctx.size("ep") > 1 else ()
+            axes = [a for a in ("tp", *inner, "dp", "pp")
                     if ctx.size(a) > 1 and members <= set(ctx.axis_ranks(a))]
             self._axes[key] = (axes[0] if axes else
                                "world" if len(members) == ctx.world_size else "other")

@@ -22,11 +22,11 @@ def plot_ranked(ranked: list[dict], band: str) -> go.Figure:
                         error_x=dict(type="data", symmetric=False,
                                      array=[r["step_range"][1] - r["step_s"] for r in pick],
                                      arrayminus=[r["step_s"] - r["step_range"][0] for r in pick]))
-    fig.add_vline(x=ranked[0]["step_range"][1], line_dash="dot", line_color="grey")
+    fig.add_vline(x=ranked[0]["step_range"][1], line_dash="dot", line_color="grey")  # T_1 · (1 + high)
     fig.update_layout(xaxis_title="step time, s (predicted)", yaxis=dict(categoryorder="array", categoryarray=names))
     ties = sum(r["tie"] for r in ranked)
     return finish(fig, title="Ranked layouts: predicted step with the planner's error band",
-                  subtitle=f"dotted: #1's slowest end — {ties} of the {len(ranked) - 1} others overlap it (a tie); "
+                  subtitle=f"dotted: #1's slowest end — {ties} of the {len(ranked) - 1} others predict a step left of it (a tie); "
                            f"band: {band}", legend="below", plot_height=40 * len(ranked) + 80)
 
 

@@ -13,9 +13,10 @@ mean over the cp ranks is the sequence's mean — and the data-parallel sync alr
 the gradients over them (cp is cut inside the dp axis, as torchtitan reduces over
 `dp_shard_cp`). No weight is split: the parameters are replicated, as in data parallelism.
 
-PyTorch's own `torch.distributed.tensor.experimental.context_parallel` (torchtitan's) is not
-run beside it: on this CPU build its ring dispatches SDPA to the flash/efficient/cuDNN kernels,
-which CPU tensors do not take (see `native_context_parallel`).
+PyTorch's own `torch.distributed.tensor.experimental.context_parallel` (torchtitan's) does not
+run beside it on CPU workers: under it, SDPA on CPU tensors fails with "Operator
+aten._scaled_dot_product_flash_attention_for_cpu.default does not have a sharding strategy
+registered" (torch 2.13.0+cpu, gloo, 2 ranks; checked) — its ring covers the CUDA kernels only.
 """
 from __future__ import annotations
 
