@@ -8,17 +8,18 @@ every notebook.
 
 A test is **slow** (marker ``slow``, registered in pyproject.toml) when it launches workers or a
 subprocess, runs a study, a benchmark, a calibration, a notebook or the CLI's ``run``. That is
-read from the test's source, not kept in a list: a test whose body — or a fixture or helper of its
-module it uses, followed through — calls one of `LAUNCHES` (or a name shaped like a measurement,
-`STUDY_SHAPES`) is marked slow at collection, so a new test lands on the right side by itself.
-``@pytest.mark.slow`` marks one by hand. A test left fast that takes more than `FAST_BUDGET_S`
-is named at the end of the run, so the split cannot rot silently.
+read from the test's source: a test whose body — or a fixture or helper of its module it uses,
+followed through — calls one of `LAUNCHES` (or a name shaped like a measurement, `STUDY_SHAPES`)
+is marked slow at collection, so a new test lands on the right side by itself. The few that are
+slow without launching anything (a real-scale emulation, a search over every layout) are listed
+in `MEASURED_SLOW`; ``@pytest.mark.slow`` marks a new one by hand. A test left fast that takes
+more than `FAST_BUDGET_S` is named at the end of the run (under pytest-xdist too), so the split
+cannot rot silently.
 """
 from __future__ import annotations
 
 import ast
 import functools
-import time
 from pathlib import Path
 
 import pytest
@@ -120,15 +121,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 _over_budget: list[tuple[str, float]] = []
+_took: dict[str, float] = {}
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    start = time.perf_counter()
-    yield
-    took = time.perf_counter() - start
-    if took > FAST_BUDGET_S and item.get_closest_marker("slow") is None:
-        _over_budget.append((item.nodeid, took))
+def pytest_runtest_logreport(report):
+    """Setup + call + teardown of each test; on the controller too under pytest-xdist (the
+    workers send their reports there)."""
+    _took[report.nodeid] = _took.get(report.nodeid, 0.0) + report.duration
+    if report.when == "teardown":
+        took = _took.pop(report.nodeid)
+        if took > FAST_BUDGET_S and "slow" not in report.keywords:
+            _over_budget.append((report.nodeid, took))
 
 
 def pytest_terminal_summary(terminalreporter):
