@@ -12,9 +12,10 @@ import json
 import sys
 import warnings
 
-from mgpukit.argtypes import key_value, nonnegative_int, positive_float, positive_int
+from mgpukit.argtypes import key_value, nonnegative_int, positive_int, seconds
 from mgpukit.config import MODELS, SHAPE_MODELS  # torch-free: the model names
 from mgpukit.costmodel import plan_cli
+from mgpukit.environment import check_environment
 from mgpukit.files import OutputError, check_output, describe_os_error
 from mgpukit.signals import Terminated, ignore_file_size_limit, raise_on_termination, restore
 
@@ -98,9 +99,9 @@ def add_run_arguments(p):
                         help="activation checkpointing: every block (full) or the attention core (selective)")
     layout.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
                         help="bf16 / fp16: autocast with fp32 master weights (fp16 with dynamic loss scaling)")
-    p.add_argument("--timeout", type=positive_float, default=600.0,
+    p.add_argument("--timeout", type=seconds, default=600.0,
                    help="seconds the whole run may take (default 600)")
-    p.add_argument("--collective-timeout", type=positive_float, default=None, metavar="SECONDS",
+    p.add_argument("--collective-timeout", type=seconds, default=None, metavar="SECONDS",
                    help="seconds one collective may wait for its peers before its rank fails "
                         "(default: 60 for the tiny models, 180 for gpt-small, 300 on GPUs)")
     p.add_argument("--debug-collectives", action="store_true",
@@ -132,7 +133,23 @@ def config_from_args(args):
                                 "global_batch": args.global_batch, "lr": args.lr,
                                 "micro_batches": args.micro_batches,
                                 "optimizer": args.optimizer}.items() if v is not None}
-    return RunConfig(**fields, options=checkpoint_options(args, dict(args.option or [])))
+    return RunConfig(**fields, options=checkpoint_options(args, options_from_args(args)))
+
+
+def options_from_args(args) -> dict:
+    """The `-o KEY=VALUE` knobs as a dict; a key given twice is refused (the last one used to
+    win, silently), and so is a layout knob that disagrees with its own flag (`-o v=3 --v 2`)."""
+    options = {}
+    for key, value in args.option or []:
+        if key in options:
+            raise ValueError(f"-o {key} is given twice ({key}={options[key]!r} and {key}={value!r}); "
+                             f"give it once.")
+        options[key] = value
+    for key, flag in layout_from_args(args).items():
+        if flag is not None and key in options and options[key] != flag:
+            raise ValueError(f"--{key.replace('_', '-')} {flag} and -o {key}={options[key]!r} disagree; "
+                             f"give one of them.")
+    return options
 
 
 def checkpoint_options(args, options: dict) -> dict:
@@ -234,6 +251,7 @@ def _bench(args):
     for name in names:
         if name not in BENCHES:
             raise ValueError(f"unknown benchmark {name!r}; choose from: all, {', '.join(sorted(BENCHES))}")
+    check_bench_args(args, names)
     results = {}
     for name in names:
         print(f"== bench {name} ==")
@@ -243,6 +261,26 @@ def _bench(args):
 
         save_record(results, args.json)
     return 0
+
+
+def check_bench_args(args, names) -> None:
+    """What `bench` is given, checked before the first benchmark runs: `--profile` names a
+    profile and is for `emulation --real`; `--real` needs a GPU (it was refused only after 18 s
+    of other benchmarks)."""
+    from mgpukit.costmodel.hardware import load_profile  # lazy: start-up
+    from mgpukit.runtime.hardware import cuda_device_count  # lazy: start-up
+
+    if args.real and "emulation" not in names:
+        raise ValueError(f"--real is for `bench emulation` (it runs models on this GPU); "
+                         f"`bench {args.name}` does not take it.")
+    if args.profile is not None:
+        if not args.real:
+            raise ValueError(f"--profile {args.profile} is the profile `bench emulation --real` "
+                             f"emulates with; without --real nothing reads it.")
+        load_profile(args.profile)  # an unknown name fails now, listing the known ones
+    if args.real and cuda_device_count() < 1:
+        raise ValueError("--real runs models on this machine's GPU, and none is visible here; "
+                         "drop --real (the emulated benchmarks need no GPU).")
 
 
 def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
@@ -325,6 +363,14 @@ def main(argv=None) -> int:
     warnings.simplefilter("default")
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
+    if command != "plan":  # before the first torch import: torch.distributed rejects a bad
+        try:  # TORCH_DISTRIBUTED_DEBUG when it is imported (`mgpukit.environment`)
+            check_environment(warn=False)  # the launch warns about gloo off loopback
+        except ValueError as e:
+            if "--debug" in argv:
+                raise
+            print(f"mgpukit: error: {' '.join(str(e).split())}", file=sys.stderr)
+            return 2
     args = build_parser(only="plan" if command == "plan" else None).parse_args(argv)
     handlers = raise_on_termination()  # SIGTERM / SIGHUP end the run as Ctrl-C does
     ignore_file_size_limit()  # `ulimit -f`: a failed write, not a process killed mid-file

@@ -24,7 +24,8 @@ class Knob:
 
 
 TRAINER_KNOBS = (
-    Knob("loader_delay_s", float, 0.0, "seconds each batch takes to load", minimum=0),
+    # at most a minute a batch: the slow-loader lesson uses tenths of a second; 1e9 was accepted
+    Knob("loader_delay_s", float, 0.0, "seconds each batch takes to load", minimum=0, maximum=60),
     Knob("prefetch", int, 0, "batches a background thread keeps ready (true = 2)", minimum=0),
     Knob("straggler", dict, None, 'one slow rank: {"rank": 1, "factor": 3}'),
     Knob("show_idle", bool, False, "record the wait for the slowest rank as idle"),
