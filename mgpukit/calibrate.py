@@ -71,7 +71,7 @@ def measure_matmul(dtype: torch.dtype = torch.float32, *, n: int = 512, repeats:
     return 2 * n**3 / _median_time(lambda: a @ b, repeats)
 
 
-def measure_bandwidth(*, numel: int = 2**23, repeats: int = 5) -> float:
+def measure_memory_bandwidth(*, numel: int = 2**23, repeats: int = 5) -> float:
     """Bytes/s of ``x.add_(y)`` over two arrays of ``numel`` fp32 (32 MiB each by default)."""
     x, y = torch.ones(numel), torch.ones(numel)
     return 3 * 4 * numel / _median_time(lambda: x.add_(y), repeats)
@@ -198,7 +198,7 @@ def _measure(sizes, quick: bool) -> dict:
     flops["bf16"] = measure_matmul(torch.bfloat16, n=256, repeats=reps)
     flops["fp16"] = measure_matmul(torch.float16, n=256, repeats=2 if quick else 3)
     dist.barrier()
-    streaming = measure_bandwidth(repeats=reps)
+    streaming = measure_memory_bandwidth(repeats=reps)
     dist.barrier()
     overhead = measure_op_overhead(repeats=5 if quick else 15)
     dist.barrier()

@@ -14,7 +14,7 @@ import warnings
 
 from mgpukit.argtypes import key_value, nonnegative_int, positive_int, seconds
 from mgpukit.config import MODELS, SHAPE_MODELS  # torch-free: the model names
-from mgpukit.costmodel import plan_cli
+from mgpukit.commands import plan as plan_cli
 from mgpukit.environment import check_environment
 from mgpukit.files import OutputError, check_output, describe_os_error
 from mgpukit.signals import Terminated, ignore_file_size_limit, raise_on_termination, restore
@@ -92,6 +92,10 @@ def add_run_arguments(p):
     layout.add_argument("--sp", action="store_true", default=None,
                         help="sequence parallelism in the tensor-parallel group (with --tp)")
     layout.add_argument("--pp", type=positive_int, default=None, help="pipeline-parallel degree")
+    layout.add_argument("--cp", type=positive_int, default=None,
+                        help="context-parallel degree (run cp: each sequence split, ring attention)")
+    layout.add_argument("--ep", type=positive_int, default=None,
+                        help="expert-parallel degree (run ep: the MoE experts split, all-to-all)")
     layout.add_argument("--schedule", default=None,
                         help="pipeline schedule with --pp: naive | gpipe | 1f1b | interleaved | zb-h1")
     layout.add_argument("--v", type=positive_int, default=None, help="model chunks per pipeline rank")
@@ -122,7 +126,7 @@ def add_run_arguments(p):
 
 
 def layout_from_args(args) -> dict:
-    return {k: getattr(args, k, None) for k in ("dp", "tp", "sp", "pp", "schedule", "v", "checkpointing",
+    return {k: getattr(args, k, None) for k in ("dp", "tp", "sp", "pp", "cp", "ep", "schedule", "v", "checkpointing",
                                                 "dtype")}
 
 

@@ -20,13 +20,17 @@ import math
 from mgpukit.costmodel.layout import Layout
 
 
-MODELS = ("gpt-tiny", "gpt-small", "mlp-tiny", "mlp-wide",
-          "gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")
+MODELS = ("gpt-tiny", "gpt-small", "gpt-moe", "mlp-tiny", "mlp-wide",
+          "gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b", "mixtral-8x7b")
 # real-scale models: fake tensors in shape mode (`mgpukit.measure.shape`), or real ones after the
 # memory check (`mgpukit.fits`; data: the shipped data/tinytext.txt)
-SHAPE_MODELS = ("gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b")
+SHAPE_MODELS = ("gpt2-124m", "gpt2-350m", "gpt2-1.3b", "llama-7b", "mixtral-8x7b")
 # the GPTs (and the Llama-sized GPT): what tensor parallelism splits (heads, MLP columns)
 GPT_MODELS = tuple(m for m in MODELS if not m.startswith("mlp"))
+# mixture-of-experts GPTs (`models.moe`): their MLPs are routed experts
+MOE_MODELS = ("gpt-moe", "mixtral-8x7b")
+# the GPTs whose every block is dense (what tensor and context parallelism split)
+DENSE_GPT_MODELS = tuple(m for m in GPT_MODELS if m not in MOE_MODELS)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -42,13 +42,15 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
                          "carries: launch with layout=prepared.layout (`mgpukit.prepare`).")
     # 1. tensor parallel
     tp = _tensor_parallel(model, cfg, ctx, rec, strat, layout) if ctx.size("tp") > 1 else None
+    # 1b. context / expert parallel: the sequence or the experts split inside the dp axis
+    split = strat.split(model, ctx, rec, cfg) if strat.split is not None else None
     # 2. the policies: mixed precision (autocast per piece, fp32 master weights), then
     #    activation checkpointing (its recomputation replays the autocast state)
     apply_mixed_precision(model, layout.dtype, ctx.device.type)
     apply_checkpointing(model, layout.checkpointing)
     scaler = (LossScaler(rec, _world(ctx), init_scale=float(cfg.options.get("loss_scale_init", 2.0 ** 16)))
               if layout.dtype == "fp16" else None)
-    loss = tp.loss if tp is not None else loss_fn(cfg)
+    loss = tp.loss if tp is not None else split.loss if split is not None else loss_fn(cfg)
     # unequal batches per dp rank: each loss weighted n·b_i/B, so the plain average is exact
     loss = weighted(loss, loss_weight(cfg, ctx.coords["dp"], ctx.size("dp")))
     loss = scaler.scaled(loss) if scaler is not None else loss
@@ -64,6 +66,11 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
     if tp is None:
         engine = LocalEngine(rec, module, sync=sync, loss_fn=loss, micro_batches=layout.num_micro_batches,
                              params=params)
+        if split is not None:
+            return _sharded(Parts(
+                module=module, engine=engine, sync=sync, params=params, scaler=scaler, extra=split.extra,
+                state_dict=lambda: (split.state_dict or full_state_dict)(module),
+                grad_sq=(lambda: split.grad_sq(params)) if split.grad_sq is not None else None))
         return _sharded(Parts(module=module, engine=engine, sync=sync, params=params, scaler=scaler,
                               state_dict=lambda: full_state_dict(module)))
     sync = tp.wrap_sync(sync)

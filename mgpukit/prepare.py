@@ -72,13 +72,15 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
     cfg = (config or RunConfig()).replace(**overrides) if overrides else (config or RunConfig())
     check_shape(shape, mode, cfg.model, strat, cfg.options)
     cfg = cfg.replace(options=strat.check_options(cfg.options))
+    if cfg.model == RunConfig.model and cfg.model not in strat.models:  # the default model is dense:
+        cfg = cfg.replace(model=strat.models[0])  # a strategy for MoE models runs its own (ep: gpt-moe)
     check_model_options(cfg)
     if cfg.model not in strat.models:
         raise ValueError(f"strategy {strategy!r} runs on models {strat.models}, not {cfg.model!r}.")
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers={workers!r}: use a positive number of workers.")
     if cfg.layout is not None:  # a full layout given: its fields are the overrides
-        layout = {**{k: getattr(cfg.layout, k) for k in ("dp", "tp", "pp", "schedule", "v",
+        layout = {**{k: getattr(cfg.layout, k) for k in ("dp", "tp", "pp", "cp", "ep", "schedule", "v",
                                                          "checkpointing", "dtype", "stage_layers")},
                   **(layout or {})}
     resolved, dims = resolve_layout(strat, cfg, workers, layout)
@@ -87,7 +89,7 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
                          f"got {dims.world_size}.")
     cfg = cfg.replace(layout=resolved)
     if resolved.pp == 1 and not cfg.options.get("batch_split"):
-        check_batch(cfg, strat.batch_ranks(dims.world_size) if strat.batch_ranks else dims.dp)
+        check_batch(cfg, strat.batch_ranks(dims.world_size) if strat.batch_ranks else dims.batch_coords(0)[1])
     if strat.validate:
         strat.validate(cfg, dims)
     Straggler.from_options(cfg.options, dims.world_size)  # the slow rank is one of this run's
@@ -180,7 +182,7 @@ def check_batch(cfg: RunConfig, ranks: int) -> None:
             f"(e.g. {good}), or change the number of workers or micro-batches.")
 
 
-LAYOUT_FIELDS = ("dp", "tp", "pp", "schedule", "v", "zero", "sp", "checkpointing", "dtype", "stage_layers",
+LAYOUT_FIELDS = ("dp", "tp", "pp", "cp", "ep", "schedule", "v", "zero", "sp", "checkpointing", "dtype", "stage_layers",
                  "num_micro_batches")
 
 
@@ -200,22 +202,26 @@ def resolve_layout(strat: Strategy, cfg: RunConfig, workers: int | None,
         raise ValueError(f"zero={overrides['zero']!r} is not available as a layout override: the ZeRO "
                          f"stage comes with its strategy — run zero1, zero2, zero3 or fsdp2.")
     if workers is None:
-        dims = {k: overrides.get(k, 1) for k in ("dp", "tp", "pp")}
-        workers = (dims["dp"] * dims["tp"] * dims["pp"] if {"dp", "tp", "pp"} & set(overrides)
+        dims = {k: overrides.get(k, 1) for k in AXES}
+        workers = (math.prod(dims.values()) if set(AXES) & set(overrides)
                    else strat.default_workers)
     base = strat.layout(workers)
-    degrees = {k: overrides.get(k, getattr(base, k)) for k in ("dp", "tp", "pp")}
+    degrees = {k: overrides.get(k, getattr(base, k)) for k in AXES}
     # the strategy's own degree, if left out, is inferred from the worker count
     # (pp-1f1b --dp 2 on 4 workers: pp=2; dp-naive --tp 2 on 4: dp=2; tp --dp 2 on 4: tp=2)
-    if degrees["dp"] * degrees["tp"] * degrees["pp"] != workers:
-        free = [k for k in ("dp", "tp", "pp") if k not in overrides]
+    if math.prod(degrees.values()) != workers:
+        free = [k for k in AXES if k not in overrides]
         own = [k for k in free if getattr(base, k) > 1]
         pick = (own if len(own) == 1 else free if len(free) == 1
                 else ["dp"] if "dp" in free and "dp" in own else [])  # hybrid: dp takes the rest
         if pick:
             others = math.prod(d for k, d in degrees.items() if k != pick[0])
             degrees[pick[0]] = max(1, workers // others)
-    dims = ParallelDims(**degrees, world_size=workers)  # raises with what to change
+    check_inner_axes(strat, cfg, degrees, workers)
+    # cp and ep are cut inside the mesh's dp axis: it counts every data rank (`runtime.dims`)
+    dims = ParallelDims(dp=degrees["dp"] * degrees["cp"] * degrees["ep"], tp=degrees["tp"],
+                        pp=degrees["pp"], cp=degrees["cp"], ep=degrees["ep"],
+                        world_size=workers)  # raises with what to change
     if base.tp > 1 and degrees["tp"] == 1 and "tp" not in strat.composes:
         raise ValueError(f"{strat.name} splits layers over tensor-parallel ranks; it needs tp >= 2 "
                          f"(got tp=1 on {workers} workers). Give --tp 2 (or more workers).")
@@ -273,7 +279,7 @@ def resolve_layout(strat: Strategy, cfg: RunConfig, workers: int | None,
                              f"(--pp); drop it, or add --pp.")
         m, v = (cfg.micro_batches if m is None else m), 1
     # rows per micro-batch (whether they divide evenly is checked with the batch, in `prepare`)
-    rows = max(1, cfg.global_batch // (degrees["dp"] * m))
+    rows = max(1, cfg.global_batch // (degrees["dp"] * degrees["ep"] * m))
     policies = {k: overrides[k] for k in ("checkpointing", "dtype") if k in overrides}
     knobs = strat.layout_knobs(cfg.options) if strat.layout_knobs else {}
     layout = dataclasses.replace(base, **degrees, schedule=schedule if pp > 1 else base.schedule, v=v,
@@ -285,6 +291,24 @@ def resolve_layout(strat: Strategy, cfg: RunConfig, workers: int | None,
         raise ValueError(f"{strat.name} runs its own worker loop, outside the appliers; it cannot take "
                          f"dtype={layout.dtype!r}. Use dtype='fp32'.")
     return layout, dims
+
+
+AXES = ("dp", "tp", "pp", "cp", "ep")  # the layout's degrees; their product is the world
+
+
+def check_inner_axes(strat: Strategy, cfg: RunConfig, degrees: dict, workers: int) -> None:
+    """cp and ep come with their strategies (`run cp`, `run ep`), each beside dp only; the
+    strategy checks its own sizes (`Strategy.validate`)."""
+    for axis, name in (("cp", "cp"), ("ep", "ep")):
+        if degrees[axis] > 1 and getattr(strat.layout(strat.default_workers), axis) == 1:
+            raise ValueError(f"{axis}={degrees[axis]} comes with its strategy: run `mgpukit run {name} "
+                             f"--{axis} {degrees[axis]}` (with --dp for data parallelism beside it).")
+    own = [a for a in ("cp", "ep") if getattr(strat.layout(strat.default_workers), a) > 1]
+    if own and (degrees["tp"] > 1 or degrees["pp"] > 1):
+        raise ValueError(f"{strat.name} composes with data parallelism only (--dp); drop --tp/--pp.")
+    if own and degrees[own[0]] == 1:
+        raise ValueError(f"{strat.name} needs {own[0]} >= 2 (got {own[0]}=1 on {workers} workers); "
+                         f"give --{own[0]} 2 or more workers.")
 
 
 def combinable(axis: str) -> str:

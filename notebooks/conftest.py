@@ -8,6 +8,13 @@ Hidden answers: the notebook nbmake has just executed (outputs and all, kept in 
 by `mgpukit.exercises.leaks.find_leaks` — no exercise's answer may be on screen before its
 check cell, no debugging quiz's table may single out its broken variant — and no cell may show a
 raw library warning on stderr. The notebook runs once; the reading costs milliseconds.
+
+Across the course (issue 35): each executed notebook is kept for the session, so a later one's
+exercises are checked against what the earlier ones showed (`mgpukit.exercises.readouts`: run
+the notebooks in one session, as `make test` does, to check that); a notebook whose legibility
+checks are on (not in `mgpukit.exercises.legibility.PENDING`) prints a few lines or a table per
+cell, and its claims — what its cells used to `assert` — are checked on its executed outputs
+(`mgpukit.exercises.claims`).
 """
 from __future__ import annotations
 
@@ -17,7 +24,10 @@ from pathlib import Path
 import pytest
 from nbmake.nb_run import NotebookRun
 
+from mgpukit.exercises.claims import claim_problems
 from mgpukit.exercises.leaks import find_leaks
+from mgpukit.exercises.legibility import PENDING, output_problems
+from mgpukit.exercises.readouts import course_leaks, notebook_seen
 
 REPO = Path(__file__).resolve().parents[1]
 _SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".git", ".venv", "venv",
@@ -62,9 +72,24 @@ def raw_warnings(nb) -> list[str]:
     return found
 
 
-def reader_report(name: str, nb) -> str | None:
-    """What a reader of executed notebook `name` should not see, or None."""
+_READ: list[tuple[str, dict]] = []  # the notebooks executed so far this session, in order
+
+
+def reader_report(name: str, nb, earlier=()) -> str | None:
+    """What a reader of executed notebook `name` should not see, or None (`earlier`: the
+    (stem, executed notebook) pairs read before it)."""
     parts = []
+    stem = Path(name).stem
+    if stem not in PENDING:
+        seen = [s for e_stem, e_nb in earlier if e_stem < stem for s in notebook_seen(e_stem, e_nb)]
+        course = course_leaks(nb, seen)
+        if course:
+            parts.append(f"{name} asks what an earlier notebook already showed (mgpukit.exercises.readouts):\n  "
+                         + "\n  ".join(course))
+        wordy = output_problems(stem, nb) + claim_problems(stem, nb)
+        if wordy:
+            parts.append(f"{name} breaks the lesson rules (mgpukit.exercises.legibility, claims):\n  "
+                         + "\n  ".join(wordy))
     leaks = find_leaks(nb)
     if leaks:
         parts.append(f"{name} shows exercise answers before they are asked (mgpukit.exercises.leaks):\n  "
@@ -97,7 +122,9 @@ def pytest_runtest_call(item):
     if left:
         raise AssertionError(f"{item.path.name} left files behind (a notebook writes only under a "
                              "temporary directory):\n  " + "\n  ".join(left[:20]))
-    wrong = reader_report(item.path.name, executed[-1].nb) if executed else None
+    wrong = reader_report(item.path.name, executed[-1].nb, list(_READ)) if executed else None
+    if executed:
+        _READ.append((item.path.stem, executed[-1].nb))
     if wrong:
         raise AssertionError(wrong)
     return result

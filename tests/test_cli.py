@@ -103,15 +103,16 @@ def test_debug_shows_the_traceback(where):
 def test_a_failing_rank_shows_its_traceback_not_ours(tmp_path):
     """A rank that raised is not a usage error: its traceback is the message, exit code 1; the
     parent's own frames (cli.py, launcher's raise) are left out. The rank fails on a checkpoint
-    whose metadata was replaced by garbage *and* re-checksummed — what only a rank can find
-    (every other bad input is refused before launch)."""
+    whose tensor data was replaced by zeros *and* re-checksummed — what only a rank can find
+    (every other bad input, the metadata included, is refused before launch)."""
     from mgpukit.training.checkpoint_files import latest, read_manifest, write_manifest
 
     ck = tmp_path / "ck"
     first = _cli(["run", "ddp", "--workers", "2", "--steps", "1", "--no-parity", "--checkpoint-dir", str(ck)])
     assert first.returncode == 0, first.stderr
     step = latest(ck)
-    (step / ".metadata").write_bytes(b"not a pickle")
+    data = step / "__0_0.distcp"
+    data.write_bytes(bytes(data.stat().st_size))
     write_manifest(step, {k: v for k, v in read_manifest(step).items() if k not in ("format", "files")})
     proc = _cli(["run", "ddp", "--workers", "2", "--steps", "2", "--no-parity", "--checkpoint-dir", str(ck),
                  "--resume"])

@@ -11,7 +11,7 @@ from mgpukit.experiment import run
 from mgpukit.strategies.data_parallel import naive
 from mgpukit.strategies.data_parallel.bucketed import build_buckets
 from mgpukit.training.lr_scaling import lr_schedule
-from mgpukit.lessons import warm_parent
+from mgpukit.studies.warm import warm_parent
 from mgpukit.config import RunConfig
 from mgpukit.training.building import build_model
 

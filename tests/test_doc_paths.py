@@ -5,7 +5,7 @@ Method: read (never import) every docstring of `mgpukit/` with `ast`, every cell
 
 - paths with a file extension (`training/hetero.py`, `data/hardware/h100-nvlink.toml`,
   `docs/ARCHITECTURE.md`): some file of the repository must end with that path;
-- dotted module names (`mgpukit.measure.idle`, `mgpukit.lessons.hybrid.placements`): the
+- dotted module names (`mgpukit.measure.idle`, `mgpukit.lessons.hybrid.node_placements`): the
   longest prefix that is a module must exist, and the next name must appear in it;
 - the bullet list of a package's docstring (`- \\`stages\\`  cut a GPT into stages`): each name
   before the description must be a module or sub-package of that package.

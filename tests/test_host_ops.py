@@ -150,5 +150,5 @@ def test_the_planners_host_is_the_emulated_kits_at_one_and_two_tp_ranks():
     link = list(tpl.LINKS)[0]
     for tp, band in ((1, (0.98, 1.02)), (2, (0.90, 1.0))):
         emulated = tpl.steady_step(tpl.emulated_run(tp, link, kernels_only=False))
-        predicted = tpl.predicted_step("gpt-tiny", tp, link, kernels_only=False)["total_s"]
+        predicted = tpl.predicted_tp_step("gpt-tiny", tp, link, kernels_only=False)["total_s"]
         assert band[0] < predicted / emulated < band[1], (tp, predicted, emulated)

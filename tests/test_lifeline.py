@@ -94,22 +94,35 @@ def _pids_when_ready(path: str, proc, limit_s: float = 120) -> list[int]:
     return [int(open(n).read()) for n in names]
 
 
+def _launch_folders(tmp: str, within_s: float = 5.0) -> list[str]:
+    """The launch folders (`mgpukit-launch-*`, the workers' logs) left in `tmp` after up to `within_s`."""
+    end = time.monotonic() + within_s
+    while (left := [n for n in os.listdir(tmp) if n.startswith("mgpukit-launch-")]) and time.monotonic() < end:
+        time.sleep(0.05)
+    return left
+
+
 def test_workers_and_their_children_die_with_the_parent_however_it_dies(tmp_path):
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    """... and its launch folder under the temp dir goes with them (the reaper removes it)."""
     sigs = [signal.SIGTERM, signal.SIGKILL, signal.SIGHUP]
     procs = {}
     for sig in sigs:  # started together: their start-ups overlap
         path = str(tmp_path / sig.name)
+        os.mkdir(tmp := path + ".tmp")
+        env = {**os.environ, "PYTHONPATH": ROOT, "TMPDIR": tmp}
         code = PARENT.format(tests=os.path.join(ROOT, "tests"), path=path)
         procs[sig] = (path, subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env,
                                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-    left = {}
+    left, folders = {}, {}
     for sig, (path, proc) in procs.items():
         pids = _pids_when_ready(path, proc)
+        assert _launch_folders(path + ".tmp", within_s=0), "the launch made no folder under TMPDIR"
         proc.send_signal(sig)
         proc.wait(timeout=30)
         left[sig.name] = _gone(pids)
+        folders[sig.name] = _launch_folders(path + ".tmp")
     assert left == {s.name: [] for s in sigs}, f"processes left 5 s after the parent died: {left}"
+    assert folders == {s.name: [] for s in sigs}, f"launch folders left after the parent died: {folders}"
 
 
 def _rank_1_freezes():

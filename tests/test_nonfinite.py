@@ -49,7 +49,7 @@ def test_a_poisoned_gradient_stops_before_the_step_and_leaves_the_weights(poison
         step_now["step"] = step + 1
         saved[step] = [p.detach().clone() for p in parts.params]
     with pytest.raises(NonFiniteError, match=r"non-finite gradient .* at step 2 on rank 0"):
-        train(ctx, Recorder(ctx), cfg, parts, opt, checkpoint=Checkpointing(on_step_end=after))
+        train(ctx, Recorder(ctx), cfg, parts, opt, hooks=[Checkpointing(on_step_end=after)])
     assert sorted(saved) == [0, 1]
     for p, before in zip(parts.params, saved[1]):
         assert torch.equal(p.detach(), before)

@@ -273,9 +273,9 @@ def test_uneven_stages_train_as_one_process_and_are_refused_before_launch(monkey
 def test_the_balanced_split_unloads_the_last_stage_and_the_closed_form_agrees_on_even():
     from mgpukit.costmodel.gpt_step import pipeline_step_time
     from mgpukit.costmodel.hardware import load_profile
-    from mgpukit.lessons import balanced_split
+    from mgpukit.lessons import fastest_split
 
-    cure = balanced_split("gpt2-124m", stages=4, global_batch=8, micro_batches=8, profile="h100-nvlink")
+    cure = fastest_split("gpt2-124m", stages=4, global_batch=8, micro_batches=8, profile="h100-nvlink")
     best, even = cure["best"], cure["even"]
     assert cure["tried"] == 165 and even["stage_layers"] == (3, 3, 3, 3)  # C(11, 3) splits of 12 blocks
     assert best["stage_layers"][-1] < 3 and best["slowest_stage_s"] < even["slowest_stage_s"]

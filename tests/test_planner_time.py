@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from mgpukit.costmodel import Layout, LayoutError, check_layout, get_shape, load_profile, memory_per_rank, plan, step_time
-from mgpukit.costmodel import comm_bytes_per_step, plan_cli
+from mgpukit.commands import plan as plan_cli
+from mgpukit.costmodel import comm_bytes_per_step
 from mgpukit.costmodel.comm import allgather_time, group_link, reduce_scatter_time
 from mgpukit.costmodel.memory import stage_memory
 from mgpukit.costmodel.kernels import depth_efficiency, gemm_seconds, wave_efficiency

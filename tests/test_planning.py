@@ -12,6 +12,7 @@ import pytest
 
 from mgpukit.costmodel import Layout, load_profile, plan
 from mgpukit.lessons import planning
+from mgpukit.plots.planner import plot_plan_memory
 from mgpukit.lessons.published_checks import (LLAMA3_STAGE_LAYERS, format_rows, llama3_405b_layout,
                                               parameter_rows, published_rows, throughput_rows,
                                               zero_memory_rows)
@@ -146,7 +147,7 @@ def test_planner_widget_redraws_on_every_control_without_a_browser(in_place):
     after = bars()
     if ex.figure_widget is not None:
         assert all(ex.state["figures"][k] is first[k] for k in first)  # the same widgets, restyled
-        fresh = planner.plot_memory(ex.state["plan"])  # ... into exactly what a new figure would draw
+        fresh = plot_plan_memory(ex.state["plan"])  # ... into exactly what a new figure would draw
         assert [t.y for t in first["memory"].data] == [t.y for t in fresh.data]
         assert first["memory"].layout.title.text == fresh.layout.title.text
     assert after[2] == pytest.approx(8 * before[2], rel=0.01) and after[0] == pytest.approx(before[0])

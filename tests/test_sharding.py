@@ -12,7 +12,7 @@ import pytest
 from mgpukit.config import RunConfig
 from mgpukit.experiment import run
 from mgpukit.prepare import prepare
-from mgpukit.lessons import warm_parent
+from mgpukit.studies.warm import warm_parent
 from mgpukit.strategies.sharding.theory import predicted_model_states
 from mgpukit.strategies.sharding.zero1 import Zero1
 from mgpukit.training.building import build_model
@@ -171,7 +171,7 @@ def test_bench_memory_prints_measured_next_to_the_formulas(capsys):
 def test_the_formulas_reproduce_the_zero_papers_figure_1():
     """Rajbhandari et al. 2020, Figure 1: Ψ = 7.5B, K = 12 (mixed-precision Adam), N_d = 64:
     120 GB, 31.4 GB, 16.6 GB and 1.9 GB per GPU for DDP, P_os, P_os+g, P_os+g+p."""
-    from mgpukit.lessons.sharding import model_state_table
+    from mgpukit.studies.sharding import model_state_table
     totals = [row["total"] / 1e9 for row in model_state_table(7.5e9, dp=64, dtype="bf16")]
     assert totals == pytest.approx([120, 31.4, 16.6, 1.9], abs=0.05)
 

@@ -9,7 +9,7 @@ time ratio (one more forward: expect about 1.3×; a forward is ~1/3 of a step).
 from __future__ import annotations
 
 from mgpukit.bench import bench
-from mgpukit.lessons.memory import measure_checkpointing
+from mgpukit.studies.checkpointing import measure_checkpointing
 
 
 @bench("checkpointing", help="activation peak and step time: none vs selective vs full checkpointing")

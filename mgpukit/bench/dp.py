@@ -23,7 +23,7 @@ import torch.distributed as dist
 from mgpukit.bench import bench
 from mgpukit.costmodel.comm import bus_factor
 from mgpukit.experiment import run
-from mgpukit.lessons import warm_parent
+from mgpukit.studies.warm import warm_parent
 from mgpukit.measure.recorder import Recorder
 from mgpukit.runtime.context import current
 from mgpukit.runtime.launcher import launch

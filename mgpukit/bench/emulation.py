@@ -8,7 +8,7 @@ docs/ARCHITECTURE.md ("Four clocks"), both links, measured in one run:
    same things — kernels, messages *and* the host's launches, overlapped with the device the
    way the clock does (`gpt_ops.Stream`; one convention, issue 24) — so agreement checks the
    clock's plumbing: start times of collectives, joins, overlap, p2p arrival, the host running
-   ahead. Target: within 5%. `analytic_vs_emulated(kernels_only=True)` compares kernels alone
+   ahead. Target: within 5%. `strategies_analytic_vs_emulated(kernels_only=True)` compares kernels alone
    (`profile.kernels_only()` on both sides), labelled so.
 1b. **launch-bound**: the same gpt-tiny DDP job on one emulated H100 *with* the host's
    dispatch and launch costs (the shipped profile): its step, and the launch-bound fraction
@@ -35,7 +35,7 @@ from mgpukit.config import RunConfig
 from mgpukit.costmodel.gpt_step import ddp_buckets, ddp_step_time, pipeline_step_time
 from mgpukit.costmodel.hardware import THIS_MACHINE, list_profiles, load_profile, user_profile_dir
 from mgpukit.experiment import run
-from mgpukit.lessons.launch import launch_bound_study
+from mgpukit.studies.launch import launch_bound_study
 from mgpukit.runtime.launcher import OversubscribedWarning
 from mgpukit.strategies import available
 
@@ -61,7 +61,7 @@ def _row(strategy: str, model: str, workers: int, analytic: float, emulated: flo
             "emulated_s": emulated, "ratio": ratio, "within_5pct": abs(ratio - 1) <= 0.05, "note": note}
 
 
-def analytic_vs_emulated(*, quick: bool = False, kernels_only: bool = False) -> list[dict]:
+def strategies_analytic_vs_emulated(*, quick: bool = False, kernels_only: bool = False) -> list[dict]:
     """DDP on 2/4/8 workers (gpt-tiny; gpt-small too unless quick) and, when registered,
     GPipe and 1F1B on 4 stages (gpt-small, 8 micro-batches): analytic vs emulated seconds, both
     with the host's launches (`kernels_only`: both without)."""
@@ -136,7 +136,7 @@ def bench_emulation(args=None) -> dict:
     quick = bool(getattr(args, "quick", False))
     print(f"1. analytic (closed form, costmodel.gpt_step) vs emulated (virtual clock) — same profile "
           f"{PROFILE}, host launches included on both sides, global batch {GLOBAL_BATCH}")
-    rows = analytic_vs_emulated(quick=quick)
+    rows = strategies_analytic_vs_emulated(quick=quick)
     _print_rows(rows)
     print("   DDP: a bucket is all-reduced once every gradient in it exists; gpt-tiny's gradients "
           "are one bucket, ready only when backward ends, so its all-reduce is fully exposed.")

@@ -31,7 +31,7 @@ from mgpukit.bench import bench
 from mgpukit.bench.overhead import measure_overhead
 from mgpukit.experiment import prepare, run
 from mgpukit.export import exportable
-from mgpukit.lessons import warm_parent
+from mgpukit.studies.warm import warm_parent
 from mgpukit.measure.spread import summarize
 from mgpukit.runtime.hardware import cuda_device_count
 from mgpukit.runtime.launcher import OversubscribedWarning
@@ -90,7 +90,7 @@ EMULATION_CASES = (  # (model, global batch, optimizer, dtype, shape mode for th
 )
 
 
-def real_vs_emulated(mode: str, cases) -> list[dict]:
+def device_vs_profile(mode: str, cases) -> list[dict]:
     """Plain-loop step measured on this device vs the h100-nvlink profile's emulated step."""
     rows = []
     for model, batch, optimizer, dtype, shape in cases:
@@ -185,7 +185,7 @@ def bench_gpu(args=None) -> dict:
         print(f"  {model:<9} {optimizer:<5} {dtype}: kit single / plain {o['rows']['single']['ratio']:.2f}, "
               f"kit ddp / plain {o['rows']['ddp']['ratio']:.2f}", flush=True)
     _stamp(t0, "3. real vs emulated (h100-nvlink) at one device")
-    result["emulation"] = real_vs_emulated(mode, EMULATION_CASES[:1] if quick else EMULATION_CASES)
+    result["emulation"] = device_vs_profile(mode, EMULATION_CASES[:1] if quick else EMULATION_CASES)
     _stamp(t0, "4. real-scale models for real, after the memory check")
     result["real_scale"] = real_scale(mode, quick=quick)
     if not quick:

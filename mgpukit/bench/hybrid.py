@@ -14,13 +14,13 @@ launches).
 from __future__ import annotations
 
 from mgpukit.bench import bench
-from mgpukit.lessons.hybrid import LAYOUTS, analytic_vs_emulated
+from mgpukit.studies.hybrid import LAYOUTS, analytic_vs_emulated
 
 _SETTING = {"model": "gpt2-350m", "profile": "h100-nvlink", "global_batch": 8, "shape": True}
 _QUICK = {"model": "gpt-tiny", "profile": "h100-nvlink", "global_batch": 8, "shape": False}
 
 
-def table(rows: list[dict]) -> str:
+def hybrid_table(rows: list[dict]) -> str:
     head = f"{'dp':>3} {'tp':>3} {'pp':>3} {'m':>3} {'analytic':>12} {'emulated':>12} {'ratio':>7}  within 10%"
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -39,5 +39,5 @@ def bench_hybrid(args=None) -> dict:
     print(f"hybrid on {setting['model']}, global batch {setting['global_batch']}, fp32: analytic "
           f"(cost model) vs emulated (virtual clock, {setting['profile']}, {how}, 8 CPU workers)")
     rows = analytic_vs_emulated(layouts, **setting)
-    print(table(rows))
+    print(hybrid_table(rows))
     return {**setting, "mode": "emulated", "rows": rows, "all_within_10pct": all(r["within_10pct"] for r in rows)}

@@ -15,8 +15,8 @@ Measured in this one run on CPU workers (gloo), gpt-tiny with AdamW (fp32: the p
 from __future__ import annotations
 
 from mgpukit.bench import bench
-from mgpukit.lessons import warm_parent
-from mgpukit.lessons.sharding import sharding_study, step_time_ratio
+from mgpukit.studies.warm import warm_parent
+from mgpukit.studies.sharding import sharding_study, step_time_ratio
 
 TOLERANCE = 0.05
 

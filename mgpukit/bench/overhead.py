@@ -43,7 +43,7 @@ from mgpukit.costmodel.hardware import THIS_MACHINE, load_profile
 from mgpukit.costmodel.shapes import ModelShape, param_count
 from mgpukit.experiment import prepare, run_rank
 from mgpukit.fits import check_fits
-from mgpukit.lessons import warm_parent
+from mgpukit.studies.warm import warm_parent
 from mgpukit.measure.spread import summarize
 from mgpukit.models.gpt import lm_loss
 from mgpukit.runtime.context import current

@@ -5,7 +5,7 @@ Setting (say it with every figure):
 
 - **emulated** runs, virtual clock of profile ``h100-nvlink`` with **point-to-point made
   free** (alpha = 0, unlimited bandwidth — the theory then has no p2p term either), on the
-  lab's *square MLP* whose stages cost exactly the same (``mgpukit.lessons.pipeline_lab``),
+  lab's *square MLP* whose stages cost exactly the same (``mgpukit.studies.pipeline_lab``),
   p = 4 ranks, m = 8 micro-batches of 8 rows;
 - the executor's overhead: **measured** wall clock, CPU workers (gloo), ``gpt-tiny``,
   ``pp-1f1b`` vs ``pp-native-1f1b`` with the same split, schedule and micro-batches
@@ -18,7 +18,7 @@ import warnings
 
 from mgpukit.bench import bench
 from mgpukit.experiment import run
-from mgpukit.lessons import run_lab
+from mgpukit.studies.pipeline_lab import run_lab
 from mgpukit.measure.idle import predicted_from_costs
 from mgpukit.runtime.launcher import OversubscribedWarning
 

@@ -60,7 +60,7 @@ def fit_parameters(reference: dict | None = None) -> dict:
     return fit_reference(reference or load_reference(), peak=PEAK, sms=SMS)
 
 
-def fit_model_code_factor(profile="h200", *, reference: dict | None = None, row: str = FIT_ROW,
+def fit_shipped_code_factor(profile="h200", *, reference: dict | None = None, row: str = FIT_ROW,
                           tolerance: float = 0.002) -> float:
     """`measure.plainstep.fit_model_code_factor` on the shipped reference by default."""
     return plainstep_fit(profile, reference=reference or load_reference(), row=row, tolerance=tolerance)
@@ -184,7 +184,7 @@ def bench_reference(args=None) -> dict:
     h200 = load_profile("h200")
     fit = fit_parameters(reference)
     _print_fit(fit, h200)
-    factor = None if quick else fit_model_code_factor(reference=reference)
+    factor = None if quick else fit_shipped_code_factor(reference=reference)
     if factor is not None:
         print(f"   model_code_factor fitted on '{FIT_ROW}' (the one step-fitted figure): {factor:.3f} "
               f"(profile {h200.model_code_factor:.3f})")

@@ -20,7 +20,7 @@ import warnings
 
 from mgpukit.bench import bench
 from mgpukit.experiment import run
-from mgpukit.lessons.tensor_parallel import PCIE, link_profile, predicted_step
+from mgpukit.studies.tp_links import PCIE, link_profile, predicted_tp_step
 from mgpukit.runtime.launcher import OversubscribedWarning
 
 
@@ -46,9 +46,9 @@ def _links(quick: bool) -> dict:
     for profile, link in (("h100-nvlink", "NVLink (h100-nvlink)"), ("h100-pcie", PCIE)):  # PCIe: the link alone
         rec = run("tp", workers=tp, mode="emulated", profile=link_profile(link), model=model, steps=3, parity=False)
         out["profiles"][profile] = {"emulated_s": _median(rec),
-                                    "analytic_s": predicted_step(model, tp, link)["total_s"]}
+                                    "analytic_s": predicted_tp_step(model, tp, link)["total_s"]}
     ib = "InfiniBand across nodes (h100-ib, 1 GPU/node)"
-    out["profiles"]["h100-ib"] = {"emulated_s": None, "analytic_s": predicted_step(model, tp, ib)["total_s"]}
+    out["profiles"]["h100-ib"] = {"emulated_s": None, "analytic_s": predicted_tp_step(model, tp, ib)["total_s"]}
     nv, pcie = out["profiles"]["h100-nvlink"], out["profiles"]["h100-pcie"]
     out["pcie_over_nvlink"] = {"emulated": pcie["emulated_s"] / nv["emulated_s"],
                                "analytic": pcie["analytic_s"] / nv["analytic_s"]}

@@ -15,10 +15,9 @@ parameter counts; the models themselves are files in ``data/models/``), ``flops`
 memory-bound kernels), ``frameworks`` (the implementation: dp-sync convention, pipeline sends,
 kernels; files in ``data/frameworks/``), ``steptime``, ``balance`` (pipeline stages balanced by
 cost), ``planner`` (plan + search), ``published`` (Megatron-LM's Table 1), ``validation`` (every
-published run beside its prediction, and the error bars they give), ``plan_cli``
-(``mgpukit plan``: ``plan_args`` turns its flags into a model and a layout, ``plan_format``
-prints its tables); ``schedules`` and ``simulate`` hold pipeline schedule tables and their
-event simulation.
+published run beside its prediction, and the error bars they give); ``schedules`` and
+``simulate`` hold pipeline schedule tables and their event simulation. The command line on top
+of them (``mgpukit plan``) is `mgpukit.commands.plan`, outside this package: formulas only here.
 """
 
 from mgpukit.costmodel.comm import (

@@ -12,6 +12,7 @@ all-reduce          ``2(n-1)/n · nbytes/beta + 2(n-1)·alpha``
 reduce-scatter      ``(n-1)/n · nbytes/beta + (n-1)·alpha``
 all-gather          ``(n-1)/n · nbytes/beta + (n-1)·alpha``  (nbytes = gathered size)
 broadcast           ``nbytes/beta + (n-1)·alpha``  (pipelined chain, as NCCL runs it)
+all-to-all          ``(n-1)/n · nbytes/beta + (n-1)·alpha``  (pairwise exchange; nbytes = one rank's buffer)
 send / recv         ``alpha + nbytes/beta``
 ==================  =============================================
 
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 
 from mgpukit.costmodel.profile import HardwareProfile, Link
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 
 
 def _check(n: int) -> None:
@@ -50,7 +51,7 @@ def bus_factor(collective: str, n: int) -> float:
     _check(n)
     if collective == "all_reduce":
         return 2 * (n - 1) / n
-    if collective in ("reduce_scatter", "all_gather", "broadcast"):
+    if collective in ("reduce_scatter", "all_gather", "broadcast", "all_to_all"):
         return (n - 1) / n
     raise ValueError(f"no bus factor for {collective!r}; choose one of {', '.join(COLLECTIVES)}")
 
@@ -69,6 +70,13 @@ def reduce_scatter_time(nbytes: float, n: int, link) -> float:
     if n == 1:
         return 0.0
     return bus_factor("reduce_scatter", n) * nbytes / link.beta + (n - 1) * link.alpha
+
+
+def alltoall_time(nbytes: float, n: int, link) -> float:
+    """All-to-all of an ``nbytes`` buffer per rank with equal splits: each rank keeps ``1/n`` and
+    sends the other ``n-1`` pieces, one per peer (pairwise exchange, ``n-1`` steps, as NCCL's
+    send/recv-based all-to-all). Same bandwidth term as an all-gather of the same buffer."""
+    return reduce_scatter_time(nbytes, n, link)
 
 
 def allgather_time(nbytes: float, n: int, link) -> float:

@@ -13,6 +13,9 @@ The same layout runs at different speeds in different frameworks. What differs i
   and ``torch.distributed.pipelining`` send the whole tensor from every tp rank.
 * ``schedules``: the pipeline schedules it offers (DeepSpeed's engine: 1F1B only; Megatron:
   1F1B and interleaved); the search keeps to them.
+* ``tp_overlap``: whether it can hide tensor-parallel collectives behind the layer's GEMMs
+  (Megatron-Core with Transformer Engine's userbuffers, ``--tp-comm-overlap``; Wang et al. 2022,
+  "Overlap Communication with Dependent Computation via Decomposition"); the search tries it.
 * ``kernel_efficiency``: how fast its kernels run relative to Megatron-LM's fused kernels, on
   which the profiles' GEMM tables were fitted (Megatron-LM Table 1: 1.0 by construction). Where
   no measurement isolates it, the value is a *fit* over the framework's published runs, said so
@@ -43,6 +46,7 @@ class Framework:
     pp_scatter_gather: bool = True
     schedules: tuple[str, ...] = ("1f1b", "gpipe", "zb-h1", "interleaved")
     kernel_efficiency: float = 1.0
+    tp_overlap: bool = False  # offers tp collectives overlapped with the GEMMs (the search tries it)
     validated_by: tuple[str, ...] = ()  # frameworks whose published runs give this one's error bar (default: itself)
     sources: tuple[str, ...] = ()
 

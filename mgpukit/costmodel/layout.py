@@ -8,7 +8,10 @@ so a tp group is ``tp`` consecutive ranks (one node when tp ≤ GPUs per node). 
 parallelism (``cp``, ring attention: Liu et al. 2023, "Ring Attention with Blockwise
 Transformers"; Megatron-Core's ``context_parallel_size``) splits every sequence over ``cp``
 ranks and sits between tp and dp in the rank order (tp, cp, dp, pp), so the world is
-``dp × cp × tp × pp``.
+``dp × cp × tp × pp``. Expert parallelism (``ep``: Lepikhin et al. 2020, GShard; Fedus et al.
+2021, Switch) splits each MoE layer's experts over ``ep`` ranks that are data-parallel for
+every other weight, so the world is ``dp × ep × …`` with ``dp`` counting the copies of each
+expert (DeepSpeed-MoE's expert-data-parallel degree).
 
 Pipeline stages hold ``n_layer / pp`` layers each unless ``stage_layers`` lists them (uneven
 stages, e.g. one layer fewer on the first and last stage, which also hold the embedding and
@@ -66,6 +69,7 @@ class Layout:
     checkpointing: str = "none"  # none | selective | full
     dtype: str = "bf16"  # bf16 / fp16: mixed precision with fp32 master weights; fp8: + fp8 GEMMs; fp32: plain
     cp: int = 1  # context parallelism: each sequence split over cp ranks (ring attention)
+    ep: int = 1  # expert parallelism: each MoE layer's experts split over ep ranks (all-to-all)
     stage_layers: tuple[int, ...] | None = None  # layers per pipeline stage; None: n_layer / pp each
     tp_overlap: bool = False  # tp collectives overlapped with the layer's GEMMs (comm/compute overlap)
     # Fused attention (FlashAttention, Dao et al. 2022; PyTorch's SDPA): no s×s scores in HBM, so
@@ -73,7 +77,7 @@ class Layout:
     flash_attention: bool = True
 
     def __post_init__(self) -> None:
-        for f in ("dp", "tp", "pp", "cp", "v", "micro_batch", "num_micro_batches"):
+        for f in ("dp", "tp", "pp", "cp", "ep", "v", "micro_batch", "num_micro_batches"):
             value = getattr(self, f)
             if not isinstance(value, int) or value < 1:
                 raise LayoutError(f"{f}={value!r} must be a positive integer")
@@ -100,7 +104,7 @@ class Layout:
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.cp * self.tp * self.pp
+        return self.dp * self.cp * self.ep * self.tp * self.pp
 
     def layers_of_stage(self, n_layer: int, stage: int) -> int:
         """Transformer layers on pipeline ``stage``: ``stage_layers[stage]``, or ``n_layer / pp``."""
@@ -125,8 +129,9 @@ class Layout:
 
     @property
     def global_batch(self) -> int:
-        """Sequences per optimizer step over all replicas."""
-        return self.dp * self.micro_batch * self.num_micro_batches
+        """Sequences per optimizer step over all replicas (with ep, its ranks read their own
+        sequences: they are data-parallel outside the experts)."""
+        return self.dp * self.ep * self.micro_batch * self.num_micro_batches
 
     @property
     def dtype_bytes(self) -> int:
@@ -147,6 +152,7 @@ class Layout:
         """One line: ``dp 8 × tp 8 × pp 1, ZeRO-1, SP, micro-batch 1 × 64 micro-batches × dp 8 =
         global batch 512, ckpt selective, bf16`` (teacher4: the product left out dp)."""
         cp = f" × cp {self.cp}" if self.cp > 1 else ""
+        cp += f" × ep {self.ep}" if self.ep > 1 else ""
         parts = [f"dp {self.dp}{cp} × tp {self.tp} × pp {self.pp}", f"ZeRO-{self.zero}"]
         if self.sp and self.tp > 1:
             parts.append("SP")
@@ -156,7 +162,8 @@ class Layout:
                 parts.append("stages " + "/".join(map(str, self.stage_layers)))
         if self.tp_overlap and self.tp > 1:
             parts.append("tp overlap")
-        parts.append(f"micro-batch {self.micro_batch} × {self.num_micro_batches} micro-batches × dp {self.dp}"
+        ep = f" × ep {self.ep}" if self.ep > 1 else ""
+        parts.append(f"micro-batch {self.micro_batch} × {self.num_micro_batches} micro-batches × dp {self.dp}{ep}"
                      f" = global batch {self.global_batch}")
         parts.append(f"ckpt {self.checkpointing}")
         if not self.flash_attention:

@@ -61,11 +61,19 @@ CATEGORIES = ("params", "grads", "optimizer", "activations")
 
 def activation_bytes_per_layer(
     shape: ModelShape, *, micro_batch: int, tp: int = 1, sp: bool = False,
-    checkpointing: str = "none", dtype_bytes: int = 2, flash_attention: bool = True,
+    checkpointing: str = "none", dtype_bytes: int = 2, flash_attention: bool = True, fp8: bool = False,
 ) -> float:
     """Bytes one transformer layer keeps for backward, for one micro-batch (module docstring).
     ``flash_attention``: the attention core keeps one fp32 log-sum-exp per row and head (fused
-    kernel, Dao et al. 2022) instead of the ``s×s`` softmax, dropout output and mask."""
+    kernel, Dao et al. 2022) instead of the ``s×s`` softmax, dropout output and mask.
+
+    ``fp8``: FP8 GEMMs through Transformer Engine, which keeps each linear's input for the weight
+    gradient as the **FP8 copy** it cast for the forward GEMM (``te.Linear`` /
+    ``LayerNormLinear`` / ``LayerNormMLP``: ``saved_inputmat = inputmat``, the FP8 tensor, when
+    the wgrad runs in FP8), 1 byte instead of 2: the q/k/v input and the MLP input (the norms'
+    outputs) and the second MLP linear's input. The out-projection's input is the attention
+    output, which a fused attention kernel keeps in 16 bits for its own backward: there the FP8
+    copy is one byte *more* (without fused attention, one byte less)."""
     s, b, h, e = shape.seq_len, micro_batch, shape.d_model, dtype_bytes
     sbh = s * b * h
     if checkpointing == "full":  # only the layer's input survives the forward
@@ -83,6 +91,10 @@ def activation_bytes_per_layer(
         core = s * s * b * shape.n_head * (e * (2 if shape.dropout else 1) + mask)
     if checkpointing == "selective":
         core = 0.0
+    if fp8:  # TE keeps the linears' inputs as FP8 copies (docstring)
+        replicated -= (e - 1) * 2 * sbh  # q/k/v input, MLP input
+        act_out = s * b * shape.d_ff  # the second MLP linear's input
+        split -= (e - 1) * act_out + (-sbh if flash_attention else (e - 1) * sbh)
     return (replicated / (tp if sp else 1)) + (split + core) / tp
 
 
@@ -148,7 +160,8 @@ def stage_memory(shape: ModelShape, layout: Layout, stage: int, *, micro_batch: 
     gather = 2 * (split / layout.tp + replicated) * e  # ZeRO-3: current + prefetched layer
     mem = model_state_bytes(psi, layout, gather_bytes=gather)
 
-    kw = dict(micro_batch=b, tp=layout.tp, sp=layout.sp, dtype_bytes=e, flash_attention=layout.flash_attention)
+    kw = dict(micro_batch=b, tp=layout.tp, sp=layout.sp, dtype_bytes=e, flash_attention=layout.flash_attention,
+              fp8=layout.dtype == "fp8")
     per_layer = activation_bytes_per_layer(shape, checkpointing=layout.checkpointing, **kw)
     layers = layout.layers_of_stage(shape.n_layer, stage)
     in_flight = microbatches_in_flight(layout.schedule, layout.pp, layout.num_micro_batches, layout.v, stage)

@@ -7,21 +7,31 @@ a second or two. The search follows the usual recipe (Narayanan et al. 2021, §3
 parallelism for the rest; then it keeps the layouts that fit in memory and sorts them by
 predicted step time.
 
-What it tries: every tp within a node that divides the heads; every pp up to the layer count
-that divides the rest, its stages **balanced by cost** (:mod:`~mgpukit.costmodel.balance`: the
-embedding and the head counted, so 70 layers go on 12 stages as 5 + 6 × 10 + 5); the
-framework's schedules (interleaved with ``v ≤ max_v`` chunks); ZeRO 0-3, with pipelining too
+What it tries: every tp within a node that divides the heads; context parallelism ``cp`` of 1,
+2, 4, 8 where each rank keeps at least :data:`MIN_CP_TOKENS` of a sequence; every pp up to the
+layer count that divides the rest, its stages **balanced by cost**
+(:mod:`~mgpukit.costmodel.balance`: the embedding and the head counted, so 70 layers go on 12
+stages as 5 + 6 × 10 + 5); the framework's schedules (interleaved with up to one layer per
+chunk, ``v · pp ≤ layers + 2``, as Llama 3's v = 8 on 16 stages); ZeRO 0-3, with pipelining too
 (Llama 3 shards gradients and optimizer states beside 16 pipeline stages; ZeRO-2/3 then
-re-communicate every micro-batch, which the time model charges); no, full and — only where
-it differs, i.e. without fused attention — selective checkpointing; micro-batches of 1-8. The
-dtype (bf16, fp16, fp8) and the framework (:mod:`~mgpukit.costmodel.frameworks`: dp-sync
-convention, kernels) are inputs, not searched. Layouts whose predictions coincide (the same
-step time and memory) are listed once.
+re-communicate every micro-batch, which the time model charges); no, full and — only where it
+differs, i.e. without fused attention — selective checkpointing; every micro-batch that divides
+a replica's batch up to :data:`MAX_MICRO_BATCH` (3, 6, 12 where they divide); tp collectives
+overlapped with the GEMMs where the framework offers it (Megatron-Core's ``--tp-comm-overlap``;
+the layout without it is never faster in the time model, so it is not tried). The dtype (bf16,
+fp16, fp8) and the framework (:mod:`~mgpukit.costmodel.frameworks`: dp-sync convention,
+kernels) are inputs, not searched. Layouts whose predictions coincide (the same step time and
+memory) are listed once. The 70B / 1,024-GPU search times ~9,300 layouts in 1.3-1.7 s of CPU
+(a layer's kernels are computed once per (tp, cp, micro-batch): ``steptime._memo``).
 
-Every :class:`Plan` carries its **error bar**: the spread of the planner's errors on published
-runs of the same framework (:mod:`~mgpukit.costmodel.validation`), applied to step time, MFU
-and throughput (``Plan.ranges``) and, through :func:`~mgpukit.costmodel.training_cost.time_to_train`,
-to days, GPU-hours and cost.
+Every :class:`Plan` carries its **error bar**: a prediction interval from the planner's errors on
+published runs of the same framework on the same GPU generation, widened for few runs and for a
+generation with none (:mod:`~mgpukit.costmodel.validation`, :mod:`~mgpukit.costmodel.bands`),
+applied to step time, MFU and throughput (``Plan.ranges``) and, through
+:func:`~mgpukit.costmodel.training_cost.time_to_train`, to days, GPU-hours and cost; and its
+**memory bar** (``Plan.memory_range``, ``Plan.memory_verdict``: near the limit when the top of
+the bar does not fit). :func:`ties_with_best` marks the layouts of a search whose predicted step
+sits inside the best one's range.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from mgpukit.costmodel.layout import Layout, LayoutError, check_layout, divisors
 from mgpukit.costmodel.memory import memory_per_rank
 from mgpukit.costmodel.shapes import ModelShape, get_shape, param_count
 from mgpukit.costmodel.steptime import OVERLAP_SLOWDOWN, step_time
-from mgpukit.costmodel.validation import ErrorBar, error_bar, unchecked
+from mgpukit.costmodel.validation import ErrorBar, error_bar, memory_error_bar, unchecked
 from mgpukit.costmodel.volume import comm_bytes_per_step
 
 
@@ -60,10 +70,25 @@ class Plan:
     comm_bytes: dict
     framework: Framework
     error_bar: ErrorBar
+    memory_bar: ErrorBar
 
     @property
     def fits(self) -> bool:
         return self.memory["total"] <= self.memory_limit
+
+    @property
+    def memory_range(self) -> tuple[float, float]:
+        """The real peak per GPU the memory bar allows around the predicted ``memory["total"]``."""
+        return self.memory_bar.held(self.memory["total"])
+
+    @property
+    def memory_verdict(self) -> str:
+        """``fits``, ``near the limit`` (fits as predicted, not at the top of the memory bar),
+        ``may fit`` (does not as predicted, does at the bottom) or ``does not fit``."""
+        low, high = self.memory_range
+        if self.fits:
+            return "fits" if high <= self.memory_limit else "near the limit"
+        return "may fit" if low <= self.memory_limit else "does not fit"
 
     @property
     def step_time_s(self) -> float:
@@ -109,12 +134,15 @@ class Plan:
             "ranges": {k: list(v) for k, v in self.ranges.items()},
             "error_bar": asdict(self.error_bar),
             "error_bar_unchecked": list(self.unchecked),
+            "memory_bar": asdict(self.memory_bar),
+            "memory_range": list(self.memory_range),
+            "memory_verdict": self.memory_verdict,
             "comm_bytes": dict(self.comm_bytes),
         }
 
 
 def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile", layout: Layout, *,
-         framework: "str | Framework | None" = None, stragglers: bool = True) -> Plan:
+         framework: "str | Framework | None" = None, stragglers: bool = True, memory: dict | None = None) -> Plan:
     """Predict memory, step time, MFU and bubble of ``layout``; raises :class:`LayoutError`
     (saying what to change) when the layout cannot run at all — an fp8 layout on a GPU without
     fp8, a pipeline schedule the framework does not offer included. A layout that runs but does
@@ -122,7 +150,8 @@ def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile",
 
     ``stragglers``: the step waits for the slowest of the ``gpus`` GPUs (``time["straggler_s"]``,
     from the profile's ``gpu_spread``; :mod:`~mgpukit.costmodel.fleet`); False: every GPU at the
-    profile's rate. A100 profiles carry no spread (their rate already holds it): 0 either way."""
+    profile's rate. A100 profiles carry no spread (their rate already holds it): 0 either way.
+    ``memory``: :func:`memory_per_rank`'s dict when the caller has it (the search)."""
     shape = get_shape(model)
     hw = load_profile(profile) if isinstance(profile, str) else profile
     fw = get_framework(framework)
@@ -131,11 +160,11 @@ def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile",
     check_schedule(fw, layout)
     return Plan(
         model=shape, profile=hw, gpus=gpus, layout=layout, params=param_count(shape),
-        memory=memory_per_rank(shape, layout), memory_limit=hw.usable_memory_bytes,
+        memory=memory or memory_per_rank(shape, layout), memory_limit=hw.usable_memory_bytes,
         time=step_time(shape, layout, hw, framework=fw, interference=OVERLAP_SLOWDOWN,
                        gpu_spread=hw.gpu_spread if stragglers else 0.0, sustained=True),
         comm_bytes=comm_bytes_per_step(shape, layout),
-        framework=fw, error_bar=error_bar(fw),
+        framework=fw, error_bar=error_bar(fw, hw.name), memory_bar=memory_error_bar(),
     )
 
 
@@ -157,16 +186,31 @@ def check_schedule(framework: Framework, layout: Layout) -> None:
                           f"or another framework")
 
 
+MAX_MICRO_BATCH = 16  # sequences per micro-batch the search tries at most
+MAX_CP = 8  # context-parallel degrees the search tries at most
+# ... and only where each rank keeps at least this many tokens of a sequence: ring attention hides each
+# step's K/V exchange behind a 1/cp share of the attention core, which shrinks with the chunk; Llama 3
+# ran CP only at 128K context (16 ranks of 8,192 tokens), none at 8K (Dubey et al. 2024, §3.3.2). A search
+# bound, not physics: `plan --cp` prices any degree; the search leaves the rest out to stay under 2 s.
+MIN_CP_TOKENS = 2048
+
+
 def candidate_layouts(shape: ModelShape, gpus: int, profile: HardwareProfile, *, global_batch: int,
-                      micro_batches=(1, 2, 4, 8), max_v: int = 8, dtype: str = "bf16",
+                      micro_batches=None, max_v: int | None = None, dtype: str = "bf16",
                       framework: "str | Framework | None" = None, flash_attention: bool = True,
-                      tp: int | None = None, pp: int | None = None):
-    """Every layout the search considers (module docstring); ``tp`` / ``pp`` keep only that
-    degree. Pipelined layouts carry their cost-balanced ``stage_layers`` (None when that is the
-    even split)."""
+                      tp: int | None = None, pp: int | None = None, cp: int | None = None):
+    """Every layout the search considers (module docstring); ``tp`` / ``pp`` / ``cp`` keep only that
+    degree. ``micro_batches``: the sizes tried (default: every divisor of a replica's batch up to
+    :data:`MAX_MICRO_BATCH`, 3, 5 or 6 included where they divide); ``max_v``: most interleaved
+    chunks per stage (default: one layer per chunk, ``v · pp ≤ layers + 2`` — the two ends may
+    hold only the embedding and the head, as Llama 3). Pipelined layouts carry their
+    cost-balanced ``stage_layers`` (None when that is the even split)."""
     fw = get_framework(framework)
     ckpts = ("none", "full") if flash_attention else ("none", "selective", "full")
-    balanced: dict = {}  # (tp, pp, mb, ckpt, v) -> stage layers: the split ignores ZeRO and dp
+    # tp overlap only hides collectives (steptime: exposed = max(0, comm - GEMMs)), at the same memory:
+    # where the framework offers it, the layout without it is never faster, so only the overlapped one is tried
+    overlap = fw.tp_overlap
+    balanced: dict = {}  # (tp, pp, mb, ckpt, v) -> stage layers: the split ignores ZeRO, dp and cp
 
     def stages(tp, pp, mb, ckpt, schedule, v, m):
         key = (tp, pp, mb, ckpt, v)
@@ -179,39 +223,47 @@ def candidate_layouts(shape: ModelShape, gpus: int, profile: HardwareProfile, *,
             balanced[key, "ok"] = split is not None
         return balanced[key], balanced[key, "ok"]
 
-    only_tp, only_pp = tp, pp
+    only_tp, only_pp, only_cp = tp, pp, cp
     for tp in divisors(gpus):
         if tp > profile.gpus_per_node or shape.n_head % tp or shape.kv_heads % tp or only_tp not in (None, tp):
             continue
-        for pp in divisors(gpus // tp):
-            if pp > shape.n_layer:
-                break
-            if only_pp not in (None, pp):
+        for cp in divisors(gpus // tp):
+            if cp > 1 and (cp > MAX_CP or shape.seq_len % cp or shape.seq_len // cp < MIN_CP_TOKENS):
                 continue
-            dp = gpus // (tp * pp)
-            if global_batch % dp:
+            if only_cp not in (None, cp):
                 continue
-            for mb in micro_batches:
-                if (global_batch // dp) % mb:
+            for pp in divisors(gpus // (tp * cp)):
+                if pp > shape.n_layer:
+                    break
+                if only_pp not in (None, pp):
                     continue
-                m = global_batch // (dp * mb)
-                if pp == 1:
-                    schedules = [("1f1b", 1)]
-                else:
-                    schedules = [(s, 1) for s in ("1f1b", "gpipe", "zb-h1") if s in fw.schedules]
-                    if "interleaved" in fw.schedules and m % pp == 0:
-                        schedules += [("interleaved", v) for v in range(2, max_v + 1) if 2 * v * pp <= shape.n_layer + 2]
-                for ckpt in ckpts:
-                    for schedule, v in schedules:
-                        split, ok = stages(tp, pp, mb, ckpt, schedule, v, m) if pp > 1 else (None, True)
-                        if not ok:
-                            continue
-                        for zero in range(4):
-                            if dp == 1 and zero:
+                dp = gpus // (tp * cp * pp)
+                if global_batch % dp:
+                    continue
+                per_replica = global_batch // dp
+                for mb in (micro_batches or [d for d in divisors(per_replica) if d <= MAX_MICRO_BATCH]):
+                    if per_replica % mb:
+                        continue
+                    m = per_replica // mb
+                    if pp == 1:
+                        schedules = [("1f1b", 1)]
+                    else:
+                        schedules = [(s, 1) for s in ("1f1b", "gpipe", "zb-h1") if s in fw.schedules]
+                        if "interleaved" in fw.schedules and m % pp == 0:
+                            top_v = (shape.n_layer + 2) // pp if max_v is None else max_v
+                            schedules += [("interleaved", v) for v in range(2, top_v + 1) if v * pp <= shape.n_layer + 2]
+                    for ckpt in ckpts:
+                        for schedule, v in schedules:
+                            split, ok = stages(tp, pp, mb, ckpt, schedule, v, m) if pp > 1 else (None, True)
+                            if not ok:
                                 continue
-                            yield Layout(dp=dp, tp=tp, pp=pp, zero=zero, sp=tp > 1, schedule=schedule, v=v,
-                                         micro_batch=mb, num_micro_batches=m, checkpointing=ckpt, dtype=dtype,
-                                         flash_attention=flash_attention, stage_layers=split)
+                            for zero in range(4):
+                                if dp == 1 and zero:
+                                    continue
+                                yield Layout(dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, sp=tp > 1, schedule=schedule, v=v,
+                                             micro_batch=mb, num_micro_batches=m, checkpointing=ckpt, dtype=dtype,
+                                             flash_attention=flash_attention, stage_layers=split,
+                                             tp_overlap=overlap and tp > 1)
 
 
 def search(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile", *, global_batch: int,
@@ -239,7 +291,7 @@ def search(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile
             if include_unfit:
                 unfit.append((memory["total"], layout))
             continue
-        fitting.append(plan(shape, gpus, hw, layout, framework=fw, stragglers=stragglers))
+        fitting.append(plan(shape, gpus, hw, layout, framework=fw, stragglers=stragglers, memory=memory))
     fitting.sort(key=lambda pl: (pl.step_time_s, pl.memory["total"]))
     result = _distinct(fitting, top)
     if include_unfit and len(result) < top:
@@ -248,6 +300,18 @@ def search(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile
                              for _, lay in unfit[: 4 * top]],
                             top - len(result))
     return result
+
+
+def ties_with_best(plans: list[Plan]) -> list[bool]:
+    """For each plan, whether its predicted step time sits inside the first (best) plan's range
+    from the error bar, ``T ≤ T_best · (1 + high)``: the planner cannot tell the two apart, so
+    the ranking between them is not a prediction. The best plan ties with itself; plans that do
+    not fit never tie."""
+    if not plans:
+        return []
+    best = plans[0]
+    top = best.ranges["step_time_s"][1]
+    return [pl.fits and best.fits and pl.step_time_s <= top for pl in plans]
 
 
 def _distinct(plans: list[Plan], top: int) -> list[Plan]:

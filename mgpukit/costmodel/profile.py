@@ -238,10 +238,6 @@ class HardwareProfile:
         return getattr(self.peak_flops, dtype)
 
     @property
-    def has_fp8(self) -> bool:
-        return self.peak_flops.fp8 is not None
-
-    @property
     def usable_memory_bytes(self) -> float:
         """Memory the cost model lets tensors use: ``memory_bytes * usable_memory``."""
         return self.memory_bytes * self.usable_memory

@@ -56,7 +56,9 @@ The model, per GPU of each pipeline stage, for one micro-batch of ``b`` sequence
 11. **Interference** (the planner's convention, off for comparisons with the emulator): a hidden
     collective is not free — its kernels share the SMs and HBM with the compute it hides behind,
     which slows by :data:`OVERLAP_SLOWDOWN` (18.9 %, a measured average, arXiv:2507.03114) for
-    the hidden seconds of the data-parallel sync. Not charged for tp/cp overlap (not measured).
+    the hidden seconds of the data-parallel sync and, with ``tp_overlap``, of the tensor-parallel
+    collectives (the paper's steps overlap both kinds). Not charged for cp's ring (its p2p sends
+    use copy engines or few SMs; not measured).
 
 Communication times come from :mod:`mgpukit.costmodel.comm`, on the link each group spans
 (rank order tp, cp, dp, pp). MFU = model FLOPs (no recomputation) / (step · GPUs · peak)
@@ -93,7 +95,34 @@ DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb=25
 FILL_FACTOR = {"gpipe": 1.0, "1f1b": 1.0, "zb-h1": 1.0 / 3}  # interleaved: 1/v; naive: m
 
 
+_MEMO: dict = {}  # (what a layer's kernels depend on, id(profile)) -> (profile, kernels): the search's
+# thousands of layouts share a few hundred (tp, cp, micro-batch) kernel sets; the profile is kept in the
+# value so its id cannot be reused while the entry lives
+
+
+def _memo(key: tuple, profile, compute):
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is profile:
+        return hit[1]
+    if len(_MEMO) > 4096:
+        _MEMO.clear()
+    value = compute()
+    _MEMO[key] = (profile, value)
+    return value
+
+
+def _sustained(profile: HardwareProfile) -> HardwareProfile:
+    return _memo(("sustained", id(profile)), profile, lambda: at_sustained_power(profile))
+
+
 def _layer_kernels(shape: ModelShape, layout: Layout, profile: HardwareProfile) -> dict[str, float]:
+    """:func:`_layer_kernels_of`, remembered: it reads only the fields in the key."""
+    key = ("layer", id(profile), shape, layout.tp, layout.cp, layout.sp, layout.micro_batch, layout.dtype,
+           layout.flash_attention)
+    return dict(_memo(key, profile, lambda: _layer_kernels_of(shape, layout, profile)))
+
+
+def _layer_kernels_of(shape: ModelShape, layout: Layout, profile: HardwareProfile) -> dict[str, float]:
     """Seconds of one layer, one micro-batch, one GPU: ``gemm_fwd, gemm_bwd, mem_fwd, mem_bwd``;
     ``attn_*`` are the attention core's share of them (its GEMMs, its memory kernels)."""
     t, dt, e = layout.tp, layout.dtype, layout.dtype_bytes
@@ -225,6 +254,7 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
     activation = tokens * shape.d_model * e
     tp_link = group_link(profile, t)
     tp_layer = tp_allreduces_per_layer(layout.checkpointing) * allreduce_time(activation, t, tp_link)
+    tp_raw = layers * tp_layer  # before any overlap: what is hidden is interference's to charge
     if layout.tp_overlap:
         tp_layer = max(0.0, tp_layer - (k["gemm_fwd"] + k["gemm_bwd"] + recompute_gemm))
     tp_s = layers * tp_layer
@@ -233,6 +263,7 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
         tp_ends = (int(stage == 0) + int(stage == p - 1)) * allreduce_time(activation, t, tp_link)
         if stage == p - 1:
             tp_ends += sum(allreduce_time(n * tokens * e, t, tp_link) for n in (1, 2))
+        tp_raw += tp_ends
         if layout.tp_overlap:  # behind the embedding's and the head's own GEMMs
             tp_ends = max(0.0, tp_ends - (ends["gemm_fwd"] + ends["gemm_bwd"]))
         tp_s += tp_ends
@@ -256,7 +287,7 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
         else:  # the framework sends the whole activation from every tp rank (frameworks.Framework)
             hop = p2p_time(activation, pp_link)
         pp_s = 2 * layout.v * hop
-    return {"gemm": gemm, "mem": mem, "tp": tp_s, "cp": cp_s, "pp": pp_s, "layers": layers,
+    return {"gemm": gemm, "mem": mem, "tp": tp_s, "tp_hidden": tp_raw - tp_s, "cp": cp_s, "pp": pp_s, "layers": layers,
             "fwd": layers * (k["gemm_fwd"] + k["mem_fwd"]) + ends["gemm_fwd"] + ends["mem_fwd"],
             "bwd": layers * (k["gemm_bwd"] + k["mem_bwd"] + recompute_gemm + recompute_mem)
                    + ends["gemm_bwd"] + ends["mem_bwd"]}
@@ -301,7 +332,7 @@ def step_time(
     overlap_dp = fw.overlap_dp if overlap_dp is None else overlap_dp
     profile = fw.on(profile)
     if sustained:
-        profile = at_sustained_power(profile)
+        profile = _sustained(profile)
     peak = profile.flops("bf16" if layout.dtype == "fp8" else layout.dtype)
     p, m = layout.pp, layout.num_micro_batches
     kernels = _layer_kernels(shape, layout, profile)
@@ -351,7 +382,7 @@ def step_time(
             if profile.async_launch else [0.0])
     straggler_s = max(0.0, pipeline - max(pipeline - straggler_s, max(host)))  # what a host-bound step leaves of it
     pipeline = max(pipeline, max(host))
-    interference_s = interference * hidden_dp
+    interference_s = interference * (hidden_dp + m * slow["tp_hidden"])  # dp sync and tp collectives hidden
     total = pipeline + dp_end + optimizer_s + interference_s
     flops = flops_per_step(shape, layout.global_batch, checkpointing=layout.checkpointing)
     gpus = layout.world_size

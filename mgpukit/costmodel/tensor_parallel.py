@@ -22,9 +22,7 @@ buffer for a reduce-scatter or all-gather (`comm.bus_factor`).
 """
 from __future__ import annotations
 
-import dataclasses
-
-from mgpukit.costmodel.comm import allgather_time, allreduce_time, bus_factor, reduce_scatter_time
+from mgpukit.costmodel.comm import bus_factor
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.shapes import ModelShape, layer_param_split
 
@@ -67,21 +65,3 @@ def tp_block_bytes_per_step(shape: ModelShape, layout: Layout) -> float:
     return layout.num_micro_batches * 4 * shape.n_layer * bus_factor("all_reduce", layout.tp) * act
 
 
-_TIME = {"all_reduce": allreduce_time, "all_gather": allgather_time, "reduce_scatter": reduce_scatter_time}
-
-
-def tp_seconds_per_microbatch(shape: ModelShape, layout: Layout, link, *, stage: int | None = None) -> float:
-    """Seconds of tensor-parallel collectives one micro-batch costs a rank of ``stage`` over
-    ``link`` — every collective of `tp_collectives` (the blocks' and the vocabulary-parallel
-    ends'), alpha-beta each, none overlapped (they sit between matmuls); full recomputation
-    repeats the blocks' two forward ones."""
-    if layout.tp == 1:
-        return 0.0
-    one = dataclasses.replace(layout, num_micro_batches=1)
-    seconds = sum(count * _TIME[kind](nbytes, layout.tp, link)
-                  for kind, items in tp_collectives(shape, one, stage=stage).items() for count, nbytes in items)
-    if layout.checkpointing == "full":
-        layers = shape.n_layer // layout.pp if stage is not None else shape.n_layer
-        act = layout.micro_batch * shape.seq_len * shape.d_model * layout.dtype_bytes
-        seconds += 2 * layers * allreduce_time(act, layout.tp, link)
-    return seconds

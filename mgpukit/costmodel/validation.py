@@ -66,21 +66,28 @@ Communication kernels slowing the compute they
 overlap *is* modelled (``interference_s``). The residuals show what is left: MT-NLG's error
 rises by about 4 points from 2,240 to 3,360 GPUs after the fit.
 
-**Error bars.** A prediction's error bar is the spread (lowest to highest error) of the rows
-validated for its framework (``Framework.validated_by``; all rows when fewer than
-:data:`MIN_ROWS`): if the planner was 6% optimistic at worst and 7% pessimistic at worst on
-those runs, a predicted step time ``T`` reads as ``T·(1 − 0.07) … T·(1 + 0.06)``, and MFU,
-days and cost follow. It is the spread of past errors, not a confidence interval — and only of
-the configurations those runs used: :func:`unchecked` names what a layout uses that none of them
-did (fp8 GEMMs, flash attention, no recompute, a schedule, ZeRO-3, ...), where the error may be
-larger; plans carry it (``Plan.unchecked``) and the CLI prints it beside the error bar.
+**Error bars.** A prediction's error bar is a *prediction interval* for the planner's error on
+a run it has not seen (:mod:`~mgpukit.costmodel.bands`): from the rows validated for its
+framework (``Framework.validated_by``; all rows when fewer than :data:`MIN_ROWS`) on the GPU
+generation at hand (A100; H100/H200), ``mean ± t · sqrt(s_w²(1 + 1/n) + s_b²)`` — the spread
+within a (framework, generation) group pooled over the table, Student's ``t`` and ``1/n`` for
+few runs, and, where the generation at hand has no run of the framework, the spread across
+generations (or frameworks) ``s_b`` — widened to hold every observed error. If the planner was
+optimistic (error > 0), a predicted step time ``T`` reads as up to ``T·(1 + high)`` and a
+predicted MFU as down to ``MFU / (1 + high)``; days and cost follow. It covers errors of the
+kind the table holds, no more: :func:`unchecked` names what a layout uses that none of its
+runs did (fp8 GEMMs, flash attention, no recompute, a schedule, ZeRO-3, ...), where the error
+may be larger; plans carry it (``Plan.unchecked``) and the CLI prints it beside the error bar.
+The memory bar (:func:`memory_error_bar`) is the same interval over the planner's peak against
+the allocator peaks measured on one H200 and one H100.
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
-from mgpukit.costmodel import published
+from mgpukit.costmodel import bands, published
 from mgpukit.costmodel.flops import megatron_flops
 from mgpukit.costmodel.frameworks import Framework, get_framework, list_frameworks
 from mgpukit.costmodel.hardware import load_profile
@@ -204,25 +211,43 @@ def validation_table() -> tuple[dict, ...]:
     return tuple(predict(r) for r in runs())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ErrorBar:
-    """The spread of the planner's throughput errors on ``rows`` published runs of ``kind``."""
+    """The planner's error on throughput that a new run of ``kind`` may show: ``low`` (most
+    pessimistic: predicted slower than real) … ``high`` (most optimistic), the prediction interval
+    of :mod:`~mgpukit.costmodel.bands` over the errors of the ``rows`` published runs named in
+    ``runs`` (``observed``: their lowest and highest error)."""
 
-    low: float  # most pessimistic error (negative: predicted slower than published)
-    high: float  # most optimistic
+    low: float
+    high: float
     rows: int
-    kind: str
+    kind: str  # the frameworks whose runs it rests on ("all frameworks: ..." when too few)
+    generation: str = ""  # the GPU generation it is for ("" : any)
+    runs: tuple[str, ...] = ()
+    observed: tuple[float, float] = (0.0, 0.0)
+    how: str = ""  # how the band was widened beyond the observed errors
+    of: str = "published runs"
+    plus: str = "optimistic"  # what a positive error means
 
     def time(self, seconds: float) -> tuple[float, float]:
-        """A predicted duration (step, days, GPU-hours, cost) as the range the errors allow."""
+        """A predicted duration (step, days, GPU-hours, cost) as the range the errors allow: an
+        optimistic planner (error > 0) means the real duration is longer."""
         return seconds * (1 + self.low), seconds * (1 + self.high)
 
     def rate(self, value: float) -> tuple[float, float]:
-        """A predicted rate (MFU, tokens/s) as the range the errors allow."""
+        """A predicted rate (MFU, tokens/s) as the range the errors allow: a predicted MFU above
+        the published runs' (error > 0) widens the range downward."""
         return value / (1 + self.high), value / (1 + self.low)
 
+    def held(self, predicted_bytes: float) -> tuple[float, float]:
+        """A predicted memory peak as the range of real peaks the memory errors allow (error > 0:
+        the planner charged more than the GPU held, so the real peak is lower)."""
+        return self.rate(predicted_bytes)
+
     def describe(self) -> str:
-        return f"errors {self.low:+.0%} … {self.high:+.0%} on {self.rows} published runs ({self.kind})"
+        on = f" on {self.generation}" if self.generation else ""
+        return (f"errors {self.low:+.0%} … {self.high:+.0%}{on} (+: {self.plus}) from {self.rows} {self.of} "
+                f"({self.kind}; observed {self.observed[0]:+.0%} … {self.observed[1]:+.0%}{self.how})")
 
 
 def _rows_of(framework: "str | Framework | None") -> tuple[list[dict], str]:
@@ -235,11 +260,70 @@ def _rows_of(framework: "str | Framework | None") -> tuple[list[dict], str]:
     return rows, ", ".join(kinds)
 
 
-def error_bar(framework: "str | Framework | None" = None) -> ErrorBar:
-    """The error bar of predictions made for ``framework`` (module docstring)."""
-    rows, kind = _rows_of(framework)
+def _groups(rows) -> dict[tuple[str, str], list[float]]:
+    """Errors by (framework, GPU generation)."""
+    out: dict = {}
+    for r in rows:
+        out.setdefault((r["run"].framework, bands.generation(r["run"].profile)), []).append(r["error"])
+    return out
+
+
+def error_bar(framework: "str | Framework | None" = None, profile=None) -> ErrorBar:
+    """The error bar of predictions made for ``framework`` on ``profile``'s GPU generation (any
+    generation when None): :mod:`~mgpukit.costmodel.bands`' prediction interval over the runs of
+    that framework on that generation; where the generation has none, over all its runs with the
+    spread across generations added; where the framework has fewer than :data:`MIN_ROWS` runs and
+    none on that generation, over every framework's runs with the spread across frameworks added
+    (module docstring)."""
+    name = profile if profile is None or isinstance(profile, str) else profile.name
+    return _error_bar(get_framework(framework), bands.generation(name) if name else "")
+
+
+@lru_cache(maxsize=None)  # the search asks once per layout
+def _error_bar(framework: Framework, gen: str) -> ErrorBar:
+    table = validation_table()
+    kinds = framework.validated_by or (framework.name,)
+    own = [r for r in table if r["run"].framework in kinds]
+    groups = _groups(table)
+    s_w, df = bands.pooled_within_sd(groups)
+    own_generations = {g for _, g in _groups(own)}
+    on_gen = [r for r in own if bands.generation(r["run"].profile) == gen]
+    kind, between, how = ", ".join(kinds), 0.0, ""
+    if gen and on_gen:  # the framework's own runs on this generation
+        used = on_gen
+    elif len(own) >= MIN_ROWS:  # its runs on other generations: their offset from this one is unknown
+        used = own
+        if gen or len(own_generations) > 1:
+            several = len(own_generations) > 1
+            spread = _groups(own) if several else groups
+            between = bands.between_sd([statistics.fmean(v) for v in spread.values()])
+            how = ((f"; no run on {gen}:" if gen else ";") + " + the spread across "
+                   f"{'generations' if several else 'frameworks and generations'} ±{between:.0%}")
+    else:  # too few runs of its own: every framework's (on this generation where there are some)
+        used = [r for r in table if bands.generation(r["run"].profile) == gen] or list(table)
+        kind = f"all frameworks: fewer than {MIN_ROWS} runs of {framework.name}"
+        between = bands.between_sd([statistics.fmean(v) for v in groups.values()])
+        how = f"; + the spread across frameworks and generations ±{between:.0%}"
+    errors = [r["error"] for r in used]
+    low, high = bands.prediction_band(errors, within_sd=s_w, df=df, between=between)
+    how = f", n = {len(used)}, t = {bands.t975(df):.2f} × pooled sd {s_w:.1%}" + how
+    return ErrorBar(low=low, high=high, rows=len(used), kind=kind, generation=gen,
+                    runs=tuple(r["run"].name for r in used), observed=(min(errors), max(errors)), how=how)
+
+
+@lru_cache(maxsize=1)
+def memory_error_bar() -> ErrorBar:
+    """The planner's memory error: predicted / measured peak − 1 (positive: it charges more than
+    the GPU held) as a prediction interval over the reference GPUs' peaks (:mod:`bands`)."""
+    rows = bands.memory_rows()
     errors = [r["error"] for r in rows]
-    return ErrorBar(low=min(errors), high=max(errors), rows=len(rows), kind=kind)
+    s = statistics.stdev(errors)
+    low, high = bands.prediction_band(errors, within_sd=s, df=len(errors) - 1)
+    devices = sorted({r["device"] for r in rows})
+    return ErrorBar(low=low, high=high, rows=len(rows), kind="single-GPU peaks on " + " and ".join(devices), of="measured steps",
+                    plus="the planner charges more",
+                    runs=tuple(f"{r['config']} ({r['device']})" for r in rows), observed=(min(errors), max(errors)),
+                    how=f", n = {len(rows)}, t = {bands.t975(len(rows) - 1):.2f} × sd {s:.1%}; tp/pp/ZeRO sharding unmeasured")
 
 
 def _features(layout: Layout) -> set[str]:
@@ -285,9 +369,13 @@ def error_bars() -> dict[str, ErrorBar]:
 
 
 def format_error_bars() -> str:
-    """One line per framework: the rows its error bar comes from and their spread."""
-    return "\n".join(["error bar of each framework's predictions (the spread of the errors above):"]
-                     + [f"  {name:<17} {eb.describe()}" for name, eb in error_bars().items()])
+    """One line per framework (all generations), one per framework and GPU generation (what a plan
+    on that GPU prints), and the memory bar."""
+    lines = ["error bar of each framework's predictions (a prediction interval from the errors above):"]
+    for name, eb in error_bars().items():
+        lines.append(f"  {name:<17} {eb.describe()}")
+        lines += [f"  {'':<17} {error_bar(name, p).describe()}" for p in ("a100-nvlink", "h100-ib")]
+    return "\n".join(lines + [f"memory: {memory_error_bar().describe()}"])
 
 
 def validation_report(rows=None) -> dict:
@@ -297,4 +385,6 @@ def validation_report(rows=None) -> dict:
              "measure": r["run"].measure, "published": r["published"], "predicted": r["predicted"],
              "error": r["error"], "source": r["run"].source, "assumed": r["run"].assumed}
             for r in (validation_table() if rows is None else rows)]
-    return {"predicted": True, "rows": rows, "error_bars": {k: asdict(v) for k, v in error_bars().items()}}
+    by_generation = {f"{k} on {p}": asdict(error_bar(k, p)) for k in list_frameworks() for p in ("a100-nvlink", "h100-ib")}
+    return {"predicted": True, "rows": rows, "error_bars": {k: asdict(v) for k, v in error_bars().items()},
+            "error_bars_by_generation": by_generation, "memory_bar": asdict(memory_error_bar())}

@@ -4,14 +4,19 @@ Notebooks import from here (and from `mgpukit` itself, `plots`, `widgets`, `exer
 from the layers underneath, so those can move without a notebook noticing
 (`tests/test_notebook_imports.py` holds every notebook to this).
 
-- `launch`         notebook 00: the tiny GPT launch-bound on one emulated H100
+A lesson composes: it runs studies and hands their data to a figure (`mgpukit.plots`) or a
+control (`mgpukit.widgets`, which notebooks import directly); it builds no figure and no widget
+itself, and its closed forms come from `mgpukit.costmodel` (`tests/test_imports.py`). The studies
+the benchmarks share with the notebooks live one layer down, in `mgpukit.studies` (the launch-bound
+GPT, the pipeline lab, the ZeRO stages measured, checkpointing's trade, tp's links, the hybrid
+runs), and are re-exported here: `launch_bound_study`, `run_lab` (`mgpukit.studies.pipeline_lab`),
+`sharding_study`.
+
 - `real_gpus`      notebook 00: that step held against the H200 and H100 measured (`data/reference/`)
 - `data_parallel`  notebook 01's studies: strategies compared, scaling, the learning-rate rule
 - `compression`    notebook 03: `run_compressed`, `fp32_reference`
-- `pipeline_lab`   notebook 04: equal-cost stages, several schedules in one launch
 - `pipeline_balance` notebook 04: the split of a GPT's blocks that balances its stages' costs
 - `tensor_parallel` notebook 05: the matmul by hand, bytes vs the table, SP's memory, links
-- `sharding`       notebook 06: ZeRO stages measured vs formulas, zero3 vs fsdp2, offload
 - `memory`         notebook 07: activations measured vs predicted, checkpointing's trade,
                    precision curves, what fits (and the exercises' answers)
 - `syllabus`       notebook 10's studies under one name, one module each: `local_sgd`,
@@ -21,16 +26,16 @@ from the layers underneath, so those can move without a notebook noticing
                    profile's prediction of the same kernels
 """
 from mgpukit.lessons.compression import fp32_reference, run_compressed
-from mgpukit.lessons.launch import gradient_tensors, launch_bound_study
+from mgpukit.studies.launch import gradient_tensors, launch_bound_study
 from mgpukit.lessons.real_gpus import h100_measured_step, held_against_real_gpus
-from mgpukit.lessons.data_parallel import (compare_strategies, lr_scaling_study, scaling_records,
-                                           warm_parent)
+from mgpukit.lessons.data_parallel import compare_strategies, lr_scaling_study, scaling_records
+from mgpukit.studies.warm import warm_parent
 from mgpukit.lessons import memory  # noqa: F401  (notebook 07 uses it as a module)
-from mgpukit.lessons.pipeline_balance import balanced_split
-from mgpukit.lessons.pipeline_lab import run_lab
+from mgpukit.lessons.pipeline_balance import fastest_split
+from mgpukit.studies.pipeline_lab import run_lab
 from mgpukit.lessons import stragglers, syllabus  # noqa: F401  (notebook 10 uses them as modules)
 from mgpukit.lessons import tensor_parallel
-from mgpukit.lessons.sharding import (model_state_table, offload_trade, sharding_study,
+from mgpukit.studies.sharding import (model_state_table, offload_trade, sharding_study,
                                       step_time_ratio)
 
 
@@ -66,7 +71,7 @@ from mgpukit.strategies.data_parallel.theory import dp_theory, predicted_speedup
 from mgpukit.strategies.sharding.theory import predicted_model_states  # 06
 from mgpukit.training.building import count_params  # 08
 
-__all__ = ["launch_bound_study", "held_against_real_gpus", "h100_measured_step", "gradient_tensors", "balanced_split", "run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
+__all__ = ["launch_bound_study", "held_against_real_gpus", "h100_measured_step", "gradient_tensors", "fastest_split", "run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
            "lr_scaling_study", "warm_parent", "run_lab", "tensor_parallel", "sharding_study",
            "step_time_ratio", "model_state_table", "offload_trade", "syllabus", "stragglers",
            # re-exported from the layers underneath

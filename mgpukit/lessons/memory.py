@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import statistics
 
 import torch
 
@@ -24,7 +23,7 @@ from mgpukit.measure.memory import ActivationMeter
 from mgpukit.models import GPT
 from mgpukit.models.gpt import lm_loss
 from mgpukit.strategies.policies.checkpointing import apply_checkpointing
-
+from mgpukit.studies.checkpointing import measure_checkpointing  # noqa: F401  (notebook 07: `lab.…`)
 
 
 def gpt_shape(cfg) -> ModelShape:
@@ -32,34 +31,6 @@ def gpt_shape(cfg) -> ModelShape:
     positions, untied head)."""
     return ModelShape(n_layer=cfg.n_layer, d_model=cfg.d_model, n_head=cfg.n_head, d_ff=cfg.d_ff,
                       vocab=cfg.vocab_size, seq_len=cfg.seq_len, dropout=cfg.dropout > 0)
-
-
-def _one_worker(layout: dict, *, steps: int, global_batch: int, model: str, **kw) -> dict:
-    return run("single", workers=1, mode="cpu", steps=steps, global_batch=global_batch, model=model,
-               layout=layout, parity=False, threads_per_worker=1, **kw)
-
-
-def measure_checkpointing(*, policies=("none", "selective", "full"), steps: int = 6,
-                          global_batch: int = 8, model: str = "gpt-tiny", repeats: int = 1) -> list[dict]:
-    """Per policy: measured peak activation bytes (forward and recomputation), median step time,
-    and both relative to "none". One worker, one thread (the recompute is the only difference).
-    `repeats` > 1 interleaves the policies and keeps each one's median step time."""
-    times: dict[str, list[float]] = {p: [] for p in policies}
-    recs: dict[str, dict] = {}
-    for _ in range(repeats):
-        for p in policies:
-            r = _one_worker({"checkpointing": p}, steps=steps, global_batch=global_batch, model=model)
-            times[p].extend(r["step_time_s"][1:] or r["step_time_s"])  # step 0 warms up
-            recs[p] = r
-    base = recs[policies[0]]
-    base_act, base_t = base["memory"]["0"]["activations"], statistics.median(times[policies[0]])
-    rows = []
-    for p in policies:
-        act, t = recs[p]["memory"]["0"]["activations"], statistics.median(times[p])
-        rows.append({"checkpointing": p, "activations_bytes": act, "step_time_s": t,
-                     "activations_vs_none": act / base_act, "time_vs_none": t / base_t,
-                     "losses": recs[p]["losses"], "step_time": recs[p].get("step_time")})
-    return rows
 
 
 def measure_activations(*, seq_len: int, batch: int, checkpointing: str = "none", dtype: str = "fp32",
@@ -115,7 +86,7 @@ def activation_sweep(*, seq_lens=(32, 64, 128), batches=(4, 8, 16), checkpointin
     return rows
 
 
-def candidate_layouts(gpus: int, *, checkpointing: str = "selective", dtype: str = "bf16",
+def memory_candidates(gpus: int, *, checkpointing: str = "selective", dtype: str = "bf16",
                       micro_batch: int = 1) -> dict[str, Layout]:
     """A handful of layouts of `gpus` GPUs to compare (name -> Layout): plain DP, the ZeRO
     stages, tensor parallelism inside an 8-GPU node, and tp × pp."""
@@ -142,7 +113,7 @@ def memory_table(model: str | ModelShape, gpus: int, *, profile: str = "h100-nvl
         shape = dataclasses.replace(shape, seq_len=seq_len)
     usable = load_profile(profile).usable_memory_bytes
     rows = []
-    for name, layout in candidate_layouts(gpus, **layout_kw).items():
+    for name, layout in memory_candidates(gpus, **layout_kw).items():
         try:
             check_layout(shape, layout, gpus=gpus)
         except LayoutError as e:

@@ -12,6 +12,7 @@ from mgpukit.config import RunConfig
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.experiment import run
 from mgpukit.training import hetero
+from mgpukit.lessons.tables import markdown_table
 
 
 def mixed_cluster_study(*, profiles=("a100-nvlink", "h100-nvlink"), links: str = "h100-nvlink",
@@ -45,3 +46,10 @@ def mixed_cluster_study(*, profiles=("a100-nvlink", "h100-nvlink"), links: str =
         r["rank_before_s"] = [x["before_s"] for x in t]  # each rank's compute before the all-reduce
     rows[1]["one_row_before_s"] = [x["before_s"] for x in hetero.rank_times(cfg, (1,) * n, profiles, links)]
     return rows
+
+
+def mixed_markdown(rows: list[dict]) -> str:
+    """:func:`mixed_cluster_study`'s rows as a table: split, rows per rank, emulated, predicted."""
+    body = [[r["split"], str(r["rows"]), f"{r['emulated_s'] * 1e6:,.0f}" if r["emulated_s"] else "—",
+             f"{r['predicted_s'] * 1e6:,.0f}"] for r in rows]
+    return markdown_table(["split", "rows per rank", "emulated µs", "predicted µs"], body)

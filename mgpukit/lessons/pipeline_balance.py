@@ -7,7 +7,7 @@ steady state every rank runs at the pace of the slowest (the bubble's "imbalance
 (`--pipeline-model-parallel-layout`), and Llama 3 gives its first and last stages one layer
 fewer (Dubey et al. 2024, §3.3.2).
 
-`balanced_split` tries every contiguous split of the blocks into positive counts and costs
+`fastest_split` tries every contiguous split of the blocks into positive counts and costs
 each stage with the closed form of one pipeline step (`costmodel.gpt_step.pipeline_step_time`,
 kernels only). The cure is the split whose slowest stage (forward + backward of one
 micro-batch) is fastest — 1F1B's steady state runs at that stage's pace — and, among those,
@@ -30,7 +30,7 @@ def splits(n_layers: int, stages: int):
         yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
 
 
-def balanced_split(model: str = "gpt2-124m", *, stages: int = 4, global_batch: int = 8,
+def fastest_split(model: str = "gpt2-124m", *, stages: int = 4, global_batch: int = 8,
                    micro_batches: int = 8, profile="h100-nvlink", schedule: str = "1f1b") -> dict:
     """The even split and the fastest split by the closed form: {"even", "best": {"stage_layers",
     "step_s", "stage_fwd_s", "stage_bwd_s"}, "tried": how many splits} (predicted, kernels only)."""

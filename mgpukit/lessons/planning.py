@@ -33,11 +33,6 @@ from mgpukit.experiment import run
 from mgpukit.runtime.launcher import OversubscribedWarning
 
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-TIME_PARTS = (("GEMMs", "compute_s"), ("memory-bound kernels", "memory_s"), ("tp comm (exposed)", "comm_tp_s"),
-              ("cp comm (exposed)", "comm_cp_s"), ("pp comm (exposed)", "comm_pp_s"),
-              ("dp comm (exposed)", "comm_dp_s"), ("bubble", "bubble_s"), ("optimizer", "optimizer_s"),
-              ("interference (hidden comm slowing compute)", "interference_s"),
-              ("straggler (the slowest of N GPUs)", "straggler_s"))
 CHINCHILLA_TOKENS_PER_PARAM = 20  # Hoffmann et al. 2022, "Training Compute-Optimal Large Language Models"
 
 

@@ -102,3 +102,4 @@ def max_rate_holding(grid: list[dict], discount: float, floor: float = 0.6) -> f
     (best checkpoint interval), or None."""
     ok = [r["preemptions_per_hour"] for r in best_savings(grid) if r["discount"] == discount and r["savings"] >= floor]
     return max(ok) if ok else None
+

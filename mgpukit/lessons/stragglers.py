@@ -26,6 +26,7 @@ from mgpukit.experiment import load_weights, run
 from mgpukit.training import hetero
 from mgpukit.training.backup import RETIME_EVERY, WARMUP_STEPS, runs_in_full  # noqa: F401  (notebook 10)
 from mgpukit.training.building import Batches, build_model, loss_fn
+from mgpukit.lessons.tables import markdown_table
 
 
 def per_rank_seconds(rec, kinds=("fwd", "bwd"), skip: int = 1) -> list[float | None]:
@@ -177,3 +178,11 @@ def drop_slowest_emulated(*, factor: float = 3.0, rank: int = 1, steps: int = 7,
             "held_out_gap": drop["held_out_loss"] / full["held_out_loss"] - 1,
             "rows_per_step": mean(kept), "rows_per_dropped_step": global_batch - per_rank,
             "rows_per_s_gain": (sum(kept) / sum(drop["step_time_s"][1:])) / (global_batch / full["emulated_s"])}
+
+
+def drop_markdown(emu: dict) -> str:
+    """:func:`drop_slowest_emulated`'s runs as a table: step time, last loss, held-out loss."""
+    body = [[r["run"], f"{r['emulated_s'] * 1e3:.2f}", f"{r['losses'][-1]:.4f}" if r["losses"] else "same numbers",
+             f"{r['held_out_loss']:.4f}" if r["held_out_loss"] is not None else "as the straggler's run"]
+            for r in emu["rows"]]
+    return markdown_table(["run (emulated)", "ms / step", "last loss, own rows", "held-out loss"], body)

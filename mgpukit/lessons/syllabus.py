@@ -5,7 +5,7 @@ and returning data (records, rows) for the notebook to plot and print, its figur
 measured (CPU workers), emulated (virtual clock on a profile) or predicted (closed-form cost
 model):
 
-- `lessons.local_sgd`       local SGD: bytes against loss, measured and emulated; its widget
+- `lessons.local_sgd`       local SGD: bytes against loss, measured and emulated (its widget: `widgets.local_sgd`)
 - `lessons.mixed_cluster`   two kinds of GPU in one DDP job, the even and the balanced split
 - `lessons.profiling`       torch.profiler's operators beside the kit's own trace
 - `lessons.spot_instances`  a preempted run restarted from checkpoints; the spot savings grid
@@ -17,11 +17,11 @@ This module only gathers them (``syllabus.local_sgd_study(...)``, ``syllabus.SPO
 from __future__ import annotations
 
 # Re-exported: notebook 10 calls every study through this module.
-from mgpukit.lessons.claims import claims  # noqa: F401
+from mgpukit.lessons.claims import claims, claims_markdown  # noqa: F401
 from mgpukit.lessons.frameworks import FRAMEWORKS, frameworks_markdown  # noqa: F401
-from mgpukit.lessons.local_sgd import (local_sgd_emulated, local_sgd_lab, local_sgd_study,  # noqa: F401
+from mgpukit.lessons.local_sgd import (local_sgd_emulated, local_sgd_study,  # noqa: F401
                                        one_gpu_per_node, rank_kernel_seconds)
-from mgpukit.lessons.mixed_cluster import mixed_cluster_study  # noqa: F401
+from mgpukit.lessons.mixed_cluster import mixed_cluster_study, mixed_markdown  # noqa: F401
 from mgpukit.lessons.profiling import profile_run  # noqa: F401
 from mgpukit.lessons.spot_instances import (SPOT, best_savings, max_rate_holding, preempted_run,  # noqa: F401
                                             spot_verdicts)

@@ -218,7 +218,9 @@ class Recorder(Messages):
         key = tuple(sorted(ranks))
         if key not in self._axes:
             ctx, members = self.ctx, set(key)
-            axes = [a for a in ("tp", "dp", "pp") if ctx.size(a) > 1 and members <= set(ctx.axis_ranks(a))]
+            inner = ("cp", "ep", "dp_outer") if ctx.size("cp") * ctx.size("ep") > 1 else ()
+            axes = [a for a in ("tp", *inner, "dp", "pp")
+                    if ctx.size(a) > 1 and members <= set(ctx.axis_ranks(a))]
             self._axes[key] = (axes[0] if axes else
                                "world" if len(members) == ctx.world_size else "other")
         return self._axes[key]
@@ -293,6 +295,17 @@ class Recorder(Messages):
         return self._collective(
             "broadcast", lambda a: dist.broadcast(tensor, src, group=group, async_op=a),
             _nbytes(tensor), group, async_op, bus_factor("broadcast", n), written=tensor)
+
+    def all_to_all_single(self, output, input, *, group=None, async_op=False):
+        """Equal splits: chunk j of `input` (dim 0) goes to the group's rank j, chunk i of
+        `output` comes from rank i (expert parallelism's dispatch and combine). Each rank sends
+        (n-1)/n of its buffer — its own chunk stays — so it is counted like an all-gather."""
+        self._check_device("all_to_all", output, input)
+        n = len(group_ranks(group))
+        return self._collective(
+            "all_to_all",
+            lambda a: dist.all_to_all_single(output, input, group=group, async_op=a),
+            _nbytes(input), group, async_op, bus_factor("all_to_all", n), written=output)
 
     def barrier(self, *, group=None):
         return self._collective("barrier", lambda a: dist.barrier(group=group, async_op=a),

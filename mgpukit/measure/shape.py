@@ -71,7 +71,12 @@ def fake_group():
     `torch.testing._internal.distributed.fake_pg`), for a library that would talk over its own
     group with the data — torch DDP's constructor checks and bucket rebuild. The timed
     traffic still goes through the recorder (DDP's comm hook), timestamps over the real group.
-    Collective: every rank calls it at the same point."""
+    Collective: every rank calls it at the same point.
+
+    The kit's one private torch import, and why: the backend's name is public
+    (`torch.distributed.Backend.FAKE`) but its creator is registered only when that testing
+    module is imported — without it, torch 2.13's ``new_group(backend="fake")`` raises "Unknown
+    c10d backend type FAKE" (checked 2026-12-07). `tests/test_imports.py` keeps it here alone."""
     import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers "fake"; lazy: shape mode only)
 
     return dist.new_group(backend="fake")

@@ -48,3 +48,12 @@ def format_spread(summary: dict | None, *, unit: str = "ms") -> str:
     label = "µs" if unit == "us" else unit
     return (f"{summary['median_s'] * scale:.3g} {label} (median of {summary['n']} steps, "
             f"IQR ±{50 * summary['spread']:.0f} %)")
+
+
+def beyond_spread(a: dict | None, b: dict | None) -> bool:
+    """The course's one noise rule: two measured runs differ only when their interquartile ranges
+    do not overlap (each a `summarize` record). On a shared CPU a timing inside that overlap is the
+    machine's noise, not the program's effect — show the emulated or predicted figure instead."""
+    if not a or not b:
+        return False
+    return a["p75_s"] < b["p25_s"] or b["p75_s"] < a["p25_s"]

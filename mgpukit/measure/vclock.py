@@ -62,6 +62,7 @@ What each op costs — its roofline, the bytes it moves, its context — is
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import torch
 import torch.distributed as dist
@@ -148,6 +149,18 @@ class VirtualClock:
     @classmethod
     def for_context(cls, ctx) -> "VirtualClock":
         return cls(load_profile(ctx.profile), ctx.rank)
+
+    # ---- the hardware this rank computes on (hooks a lesson installs: `training/straggler.py`,
+    # `training/hetero.py`); its links stay the launch profile's, so every rank prices a
+    # collective the same way
+
+    def slow_down(self, factor: float) -> None:
+        """This rank computes `factor`× slower from now on: a straggler (`slowed_profile`)."""
+        self.profile = slowed_profile(self.profile, factor)
+
+    def compute_as(self, compute: HardwareProfile) -> None:
+        """This rank computes as `compute` does (a mixed cluster), links unchanged (`compute_of`)."""
+        self.profile = compute_of(self.profile, compute)
 
     def now(self) -> float:
         return self.compute
@@ -282,6 +295,42 @@ def collective_time(name: str, nbytes: int, ranks: list[int], profile: HardwareP
         return cost.allgather_time(nbytes, n, link)
     if name == "broadcast":
         return cost.broadcast_time(nbytes, n, link)
+    if name == "all_to_all":
+        return cost.alltoall_time(nbytes, n, link)
     if name == "barrier":
         return cost.allreduce_time(0, n, link)
     raise ValueError(f"no cost formula for collective {name!r}")
+
+
+def slowed_profile(p: HardwareProfile, factor: float) -> HardwareProfile:
+    """`p` computing `factor`× slower: peak FLOP/s and memory bandwidth ÷ factor, and — the host
+    that issues its ops is as slow (a noisy neighbour, a throttled node) — the per-op dispatch,
+    the minimum kernel time and each GEMM's fixed latency × factor, so every op of the rank,
+    launch-bound or not, takes `factor`× longer. Links unchanged."""
+    peak = dataclasses.replace(p.peak_flops, **{d: getattr(p.peak_flops, d) / factor
+                                                for d in ("fp32", "tf32", "bf16", "fp16", "fp8")
+                                                if getattr(p.peak_flops, d) is not None})
+    return dataclasses.replace(
+        p, peak_flops=peak, memory_bandwidth=p.memory_bandwidth / factor,
+        op_overhead=p.op_overhead * factor, min_kernel_time=p.min_kernel_time * factor,
+        op_overhead_by_context={c: v * factor for c, v in p.op_overhead_by_context.items()}
+        if p.op_overhead_by_context else None, gemm=_slower_gemm(p.gemm, factor))
+
+
+def _slower_gemm(gemm, factor: float):
+    """The ``[gemm]`` table with its fixed per-kernel latency (and its fp32 and fp8 sub-tables') ×
+    ``factor``: a latency-bound GEMM or attention kernel — most of gpt-tiny's — is as slow as the
+    rest. Rates need no change: they scale with the peak FLOP/s already divided."""
+    if gemm is None:
+        return None
+    return dataclasses.replace(gemm, latency=gemm.latency * factor, fp32=_slower_gemm(gemm.fp32, factor),
+                               fp8=_slower_gemm(gemm.fp8, factor))
+
+
+def compute_of(base: HardwareProfile, compute: HardwareProfile) -> HardwareProfile:
+    """`base`'s links, node size and host (dispatch and launch costs: the same hosts drive
+    both kinds of GPU) with `compute`'s FLOP/s, GEMM table and memory bandwidth."""
+    return dataclasses.replace(
+        base, name=f"{compute.name} (links of {base.name})", peak_flops=compute.peak_flops,
+        memory_bandwidth=compute.memory_bandwidth, compute_efficiency=compute.compute_efficiency,
+        gemm=compute.gemm)

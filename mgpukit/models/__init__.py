@@ -20,8 +20,10 @@ from mgpukit.models.gpt import (
     lm_loss,
 )
 from mgpukit.models.mlp import MLP, MLPConfig, mlp_tiny, mlp_wide
+from mgpukit.models.moe import MoEConfig, MoEGPT, gpt_moe, mixtral_8x7b
 
 __all__ = [
     "GPT", "Block", "CausalSelfAttention", "FeedForward", "GPTConfig", "GPTEmbedding", "GPTHead",
     "gpt_small", "gpt_tiny", "gpt2_124m", "gpt2_350m", "gpt2_1_3b", "llama_7b", "lm_loss", "MLP", "MLPConfig", "mlp_tiny", "mlp_wide",
+    "MoEConfig", "MoEGPT", "gpt_moe", "mixtral_8x7b",
 ]

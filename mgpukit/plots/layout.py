@@ -151,12 +151,6 @@ def title_lines(fig: go.Figure) -> list[str]:
     return lines
 
 
-def title_text(fig: go.Figure) -> str:
-    """The title as one line (what `finish` was given)."""
-    meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
-    return meta.get("mgpukit_title") or html.unescape(fig.layout.title.text or "")
-
-
 def retitle(fig: go.Figure, title: str, subtitle: str | None = None) -> go.Figure:
     """Give a finished figure a new title (and subtitle), laid out again by `finish`."""
     meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}

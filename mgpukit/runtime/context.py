@@ -79,17 +79,26 @@ class WorkerContext:
         return self.dims.coords(self.rank)
 
     def size(self, axis: str) -> int:
-        return getattr(self.dims, axis)
+        return self.dims.size(axis)
+
+    @property
+    def batch_coords(self) -> tuple[int, int]:
+        """(which slice, of how many) of the global batch this rank reads: the dp index, except
+        that a context-parallel group reads one slice together (`ParallelDims.batch_coords`)."""
+        return self.dims.batch_coords(self.rank)
 
     def group(self, axis: str):
         """The process group of `axis` this rank belongs to (None when there is no group:
-        a single process, where collectives are never called)."""
+        a single process, where collectives are never called). "cp", "ep" and "dp_outer"
+        exist when cp or ep > 1 (cut inside dp: `runtime.dims`)."""
         if self.mesh is None:
             return None
         return self.mesh.get_group(axis)
 
     def axis_ranks(self, axis: str) -> list[int]:
         """Global ranks along `axis` through this rank, in axis order (pp: stage order)."""
+        if axis in ("cp", "ep", "dp_outer"):
+            return self.dims.sub_axis_ranks(self.rank, axis)
         c = self.coords
         return [self.dims.rank_of(**{**c, axis: i}) for i in range(self.size(axis))]
 

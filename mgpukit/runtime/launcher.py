@@ -236,7 +236,8 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
     worker_pids = list(pc.pids().values())
     for pid in worker_pids:
         own_group(pid)
-    reaper = Reaper(worker_pids)  # kills them if this process dies before the `finally` below
+    reaper = Reaper(worker_pids, remove=spec.log_dir)  # kills them (and removes the logs) if this
+    # process dies before the `finally` below
     os.close(port_read)
     store = listener = None
     try:

@@ -20,7 +20,9 @@ counted 5 s later) — each closes a gap the others leave:
 3. **A reaper** (`Reaper`): a tiny `/bin/sh` started by the parent in a session of its own,
    deaf to HUP/INT/TERM, blocked reading a pipe only the parent writes. When the parent dies
    — any way at all — the kernel closes the pipe, the read returns, and the reaper kills every
-   worker's group. On a normal end the parent writes a line and the reaper exits quietly.
+   worker's group, then removes the launch's temporary folder (the workers' logs), which the
+   parent's own clean-up never reached. On a normal end the parent writes a line and the
+   reaper exits quietly.
 
 Measured alone: (1) ends the workers but not their children; (2) needs a living parent to
 call `killpg`; (3) ends both, but only once the reaper is running (a few ms after the fork),
@@ -38,9 +40,10 @@ import sys
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
-_REAPER_SCRIPT = ('trap "" HUP INT TERM QUIT; '
+_REAPER_SCRIPT = ('trap "" HUP INT TERM QUIT; folder=$1; shift; '
                   'if read _; then exit 0; fi; '  # a line: the parent ended the launch itself
-                  'for g in "$@"; do kill -KILL "-$g" 2>/dev/null; done; exit 0')  # EOF: it died
+                  'for g in "$@"; do kill -KILL "-$g" 2>/dev/null; done; '  # EOF: it died
+                  'if [ -n "$folder" ]; then rm -rf -- "$folder"; fi; exit 0')  # and its launch folder
 
 
 def _prctl():
@@ -89,10 +92,11 @@ def kill_groups(pids) -> None:
 class Reaper:
     """A process that kills the workers' groups if this process dies before it disarms it (3.)."""
 
-    def __init__(self, pids):
+    def __init__(self, pids, *, remove: str | None = None):
+        """`remove`: a folder to delete after the kill (the launch's logs under the temp dir)."""
         self._proc = None
         try:
-            self._proc = subprocess.Popen(["/bin/sh", "-c", _REAPER_SCRIPT, "mgpukit-reaper",
+            self._proc = subprocess.Popen(["/bin/sh", "-c", _REAPER_SCRIPT, "mgpukit-reaper", remove or "",
                                            *map(str, pids)],
                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL, start_new_session=True,

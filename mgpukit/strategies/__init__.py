@@ -11,6 +11,8 @@ from mgpukit.strategies import pipeline  # noqa: F401
 from mgpukit.strategies import tensor_parallel  # noqa: F401
 from mgpukit.strategies import sharding  # noqa: F401
 from mgpukit.strategies import hybrid  # noqa: F401
+from mgpukit.strategies import context_parallel  # noqa: F401
+from mgpukit.strategies import expert_parallel  # noqa: F401
 from mgpukit.strategies.registry import Strategy, available, get, register  # noqa: F401
 
 __all__ = ["get", "available", "register", "Strategy"]

@@ -1,7 +1,9 @@
 """Typed strategy knobs: what `-o KEY=VALUE` (and `RunConfig.options`) may say, checked early.
 
-Every strategy declares its knobs; the trainer declares the ones every strategy shares (the
-input pipeline, a straggler, the learning-rate rule). An unknown key, or a value of the wrong
+Every strategy declares its knobs; the ones every strategy shares are declared here by who
+reads them: the loop (`TRAINER_KNOBS`: the input pipeline, fp16's scaler), the hooks an
+experiment installs around it (`HOOK_KNOBS`: a straggler, the learning-rate rule, checkpoints),
+the model builder (`MODEL_KNOBS`). An unknown key, or a value of the wrong
 type, is refused before anything launches, with the list of valid knobs.
 """
 from __future__ import annotations
@@ -23,13 +25,21 @@ class Knob:
     above: float | None = None  # exclusive lower bound (a fraction in (0, 1]: above=0, maximum=1)
 
 
+# what the loop itself reads (`training/trainer.py`, its loader and fp16's scaler)
 TRAINER_KNOBS = (
     # at most a minute a batch: the slow-loader lesson uses tenths of a second; 1e9 was accepted
     Knob("loader_delay_s", float, 0.0, "seconds each batch takes to load", minimum=0, maximum=60),
     Knob("prefetch", int, 0, "batches a background thread keeps ready (true = 2)", minimum=0),
+    Knob("batch_split", str, None, "rows per dp rank, e.g. '24,8': unequal batches, exact gradient (training/hetero.py)"),
+    Knob("loss_scale_init", float, 2.0 ** 16, "fp16: the loss scaler's starting scale S (policies/precision.py)",
+         minimum=1),
+)
+
+# what the hooks read that an experiment installs around the loop (`experiment.hooks_for`,
+# `training/hooks.py`; checkpoints: `training/checkpoint.py`): the loop never sees these
+HOOK_KNOBS = (
     Knob("straggler", dict, None, 'one slow rank: {"rank": 1, "factor": 3}'),
     Knob("show_idle", bool, False, "record the wait for the slowest rank as idle"),
-    Knob("batch_split", str, None, "rows per dp rank, e.g. '24,8': unequal batches, exact gradient (training/hetero.py)"),
     Knob("rank_profiles", str, None, "emulated: each rank's compute profile, e.g. 'a100-nvlink,h100-nvlink'"),
     Knob("drop_slowest", int, 0, "backup workers: the k dp ranks measured slowest skip their compute "
          "(full steps warm up, time and re-time every rank: training/backup.py)",
@@ -43,12 +53,14 @@ TRAINER_KNOBS = (
     Knob("resume", bool, False, "start from the latest checkpoint in checkpoint_dir"),
     Knob("keep_checkpoints", int, 3, "the newest k checkpoints kept in checkpoint_dir (older ones deleted)",
          minimum=1),
-    Knob("loss_scale_init", float, 2.0 ** 16, "fp16: the loss scaler's starting scale S (policies/precision.py)",
-         minimum=1),
+)
+
+# what the model builder reads (`RunConfig.model_config`, `training/building.py`)
+MODEL_KNOBS = (
     Knob("model_sizes", dict, None, '{"n_layers": 8, "d_hidden": 256}: the model\'s sizes, overriding its '
-         "config (notebook 04's square MLP: mgpukit.lessons.pipeline_lab)"),
+         "config (the builders take overrides: a square MLP for a pipeline's schedule)"),
     Knob("input_grad", bool, False, "the input batch requires a gradient (MLP models): a pipeline's first "
-         "stage computes dx like every other stage (mgpukit.lessons.pipeline_lab)"),
+         "stage computes dx like every other stage"),
 )
 
 

@@ -10,6 +10,8 @@ A strategy is a recipe for the one trainer, not a training loop of its own:
   (`"ours"`: the kit's executor; `"native"`: torch.distributed.pipelining);
 - `tensor` — with tp > 1, who splits the layers (`"ours"`: Megatron-style layers,
   `mgpukit.strategies.tensor_parallel`; `"native"`: DTensor's `parallelize_module`);
+- `split` — context / expert parallelism (`cp`, `ep`): rewrites the model in place for a group
+  cut inside the dp axis (the sequence, or the experts, split);
 - `knobs` — its typed options (`layout_knobs`: the layout fields some of them set).
 
 `mgpukit.parallelize` applies these to an unmodified model and `mgpukit.training.train` runs
@@ -23,7 +25,7 @@ from collections.abc import Callable
 
 from mgpukit.config import MODELS
 from mgpukit.costmodel.layout import Layout
-from mgpukit.strategies.knobs import TRAINER_KNOBS, Knob, check_options
+from mgpukit.strategies.knobs import HOOK_KNOBS, MODEL_KNOBS, TRAINER_KNOBS, Knob, check_options
 
 
 def data_parallel(n: int) -> Layout:
@@ -42,9 +44,11 @@ class Strategy:
     schedule: str | None = None  # pipeline strategies: the schedule their name promises
     pipeline: str = "ours"  # "ours" | "native": who runs a pipeline schedule
     tensor: str = "ours"  # "ours" | "native": who splits the layers when tp > 1
+    split: Callable | None = None  # (model, ctx, rec, cfg) -> training.parts.Split: context or
+    # expert parallelism, cut inside the dp axis (`runtime.dims`), rewriting the model in place
     worker: Callable | None = None  # own topology: run(ctx, rec, cfg) -> {"weights": ...}
     knobs: tuple[Knob, ...] = ()
-    trainer_knobs: bool = True  # accepts the trainer's knobs (loader, straggler, lr rule)
+    trainer_knobs: bool = True  # accepts the shared knobs (the loop's, the hooks', the model's)
     composes: tuple[str, ...] = ("dp",)  # axes besides its own it can be combined with
     min_workers: int = 1
     default_workers: int = 2
@@ -60,7 +64,7 @@ class Strategy:
     models: tuple[str, ...] = MODELS  # the kit's models (`config.SHAPE_MODELS`: real scale)
 
     def all_knobs(self) -> tuple[Knob, ...]:
-        return self.knobs + (TRAINER_KNOBS if self.trainer_knobs else ())
+        return self.knobs + (TRAINER_KNOBS + HOOK_KNOBS + MODEL_KNOBS if self.trainer_knobs else ())
 
     def check_options(self, options: dict) -> dict:
         return check_options(options, self.all_knobs(), strategy=self.name)

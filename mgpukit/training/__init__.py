@@ -5,9 +5,11 @@
 - `holding`   what a rank holds of the full model (replicated, tp-split, sharded), as declared
 - `checkpoint` save and resume through torch.distributed.checkpoint, any layout to any layout
 - `local`     the engine of a whole-model replica (gradient accumulation over micro-batches)
-- `trainer`   `train(ctx, rec, cfg, parts, optimizer)`: the loop, logging, memory, weights
-- `loader`, `straggler`, `hetero`, `backup`, `lr_scaling`  the knobs the loop reads from
-  `cfg.options` (`backup`: `drop_slowest`, the slowest ranks skip their compute)
+- `trainer`   `train(ctx, rec, cfg, parts, optimizer, hooks=...)`: the loop, logging, memory, weights
+- `hooks`     the `Hook` protocol: what an experiment adds around the loop, and `Checkpointing`
+- `loader`    the input pipeline the loop reads batches from
+- `straggler`, `hetero`, `backup`, `lr_scaling`  hooks an experiment installs from the run's knobs
+  (`experiment.hooks_for`; `backup`: `drop_slowest`, the slowest ranks skip their compute)
 """
 from mgpukit.training.parts import GradSync, NoSync, Parts
 from mgpukit.training.trainer import Checkpointing, train

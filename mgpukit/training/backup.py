@@ -5,7 +5,7 @@ step of synchronous SGD is set by the tail of the workers' times. Their answer, 
 workers**: run `n + b` workers, apply the first `n` gradients to arrive each step and drop the
 `b` slowest. The update is still an exact mean gradient — over the rows that were kept.
 
-Knob `drop_slowest=k` (trainer knob; `dp-naive`): every step the `k` data-parallel
+Knob `drop_slowest=k` (a hook the experiment installs; `dp-naive`): every step the `k` data-parallel
 ranks that were slowest the last time they computed skip forward and backward and contribute a
 zero gradient; each kept rank weights its loss by `n·b_i / B_kept` (instead of `hetero`'s
 `n·b_i / B`), so the unchanged average over all `n` ranks is
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import torch
 
-from mgpukit.training.hetero import parse_split
+from mgpukit.training.hooks import Hook
 
 # syncs that all-reduce whatever `.grad` holds, after backward. Not dp-bucketed: its kept ranks
 # launch buckets from backward's hooks, in the order gradients complete, and a dropped rank
@@ -79,20 +79,37 @@ def check(cfg, dims, strategy: str) -> None:
         raise ValueError(f"drop_slowest={k} would drop every one of the dp={dims.dp} ranks; keep at least one.")
 
 
-class DropSlowest:
-    """This rank's side of `drop_slowest` (module docstring): `computes(step)` at the start of
-    each step, `timed(seconds)` after its forward and backward."""
+class DropSlowest(Hook):
+    """Installed by `drop_slowest=k`: this rank's side of backup workers (module docstring) —
+    before forward it learns whether it computes this step (`computes`), after backward it
+    keeps the seconds its compute took (`timed`)."""
 
-    def __init__(self, rec, ctx, cfg, engine):
-        self.rec, self.k = rec, int(cfg.options["drop_slowest"])
-        self.n, self.me, self.group = ctx.size("dp"), ctx.coords["dp"], ctx.group("dp")
-        self.rows = parse_split(cfg.options.get("batch_split")) or (cfg.global_batch // self.n,) * self.n
+    no_parity = ("no reference: drop_slowest trains on the kept ranks' rows "
+                 "(tests/test_stragglers.py checks that gradient)")
+
+    def __init__(self, k: int, rows: tuple[int, ...] | None = None):
+        self.k, self.rows = k, rows  # rows per dp rank (None: an even split of the global batch)
         self.last = 0.0  # my forward + backward seconds the last time I computed after warm-up (0: never)
         self.step = 0
         self.scale = 1.0  # B / B_kept on a kept rank this step
+        self.start = 0.0
+
+    def on_train_start(self, loop):
+        ctx, self.rec = loop.ctx, loop.rec
+        self.n, self.me, self.group = ctx.size("dp"), ctx.coords["dp"], ctx.group("dp")
+        self.rows = self.rows or (loop.cfg.global_batch // self.n,) * self.n
+        engine = loop.parts.engine
         inner = engine.loss_fn
         engine.loss_fn = lambda *a, **kw: inner(*a, **kw) * self.scale  # LocalEngine's loss
-        rec.extra["dropped"] = []  # per step, the dp ranks that skipped their compute
+        self.rec.extra["dropped"] = []  # per step, the dp ranks that skipped their compute
+
+    def before_forward(self, loop, step):
+        loop.computes = self.computes(step)
+        self.start = self.rec.now()
+
+    def after_backward(self, loop, step):
+        if loop.computes:
+            self.timed(self.rec.now() - self.start)
 
     def computes(self, step: int) -> bool:
         """Exchange the last measured compute times, pick the `k` slowest; False if this rank is

@@ -12,7 +12,7 @@ import torch
 
 from mgpukit.config import RunConfig
 from mgpukit.data import get_batch, load_tokens, mlp_batch
-from mgpukit.models import GPT, MLP
+from mgpukit.models import GPT, MLP, MoEConfig, MoEGPT
 from mgpukit.models.gpt import lm_loss
 from mgpukit.training.hetero import parse_split
 
@@ -20,6 +20,8 @@ from mgpukit.training.hetero import parse_split
 def build_model(cfg: RunConfig) -> torch.nn.Module:
     """Identical weights on every rank (seeded init), no parallelism inside."""
     mcfg = cfg.model_config()
+    if isinstance(mcfg, MoEConfig):  # the GPT with routed experts for MLPs (models/moe.py)
+        return MoEGPT(mcfg, seed=cfg.seed)
     return GPT(mcfg, seed=cfg.seed) if cfg.is_gpt else MLP(mcfg, seed=cfg.seed)
 
 

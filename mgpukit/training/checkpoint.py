@@ -46,11 +46,9 @@ checkpoint, and `latest`, as they were; a save that fails (a full disk) removes 
 folder and says so in one line. How a folder of checkpoints is kept — checksums, one run at a
 time, the newest K, the checks made before a resume launches — is `checkpoint_files.py`.
 
-Loading is safe: DCP reads a checkpoint's ``.metadata`` with plain `pickle.load`, which runs
-whatever a crafted file tells it to. `SafeReader` unpickles it with an allow-list (DCP's own
-metadata classes, `torch.Size`, dtypes, layouts, paths) and refuses anything else before it
-runs; the tensors themselves DCP reads as raw bytes, and any pickled object with
-`torch.load(weights_only=True)`.
+Loading treats the checkpoint as data, never code (`checkpoint_data.py`): its ``.metadata`` is
+unpickled through an allow-list and checked before DCP plans a read — tensors only, stored in
+the files its manifest lists — and the load planner here refuses pickled bytes outright.
 
 Reference: PyTorch Distributed Checkpoint (torch.distributed.checkpoint), and torchtitan's
 checkpointing, which saves the same pieces through it; the flat-shard-to-parameter map is what
@@ -58,8 +56,8 @@ DeepSpeed's universal checkpoint computes to reshard ZeRO's partitions.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
-import pickle
 import shutil
 import warnings
 from collections import defaultdict
@@ -69,11 +67,12 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.metadata import (ChunkStorageMetadata, MetadataIndex, StorageMeta,
-                                                   TensorProperties, TensorStorageMetadata)
+from torch.distributed.checkpoint.metadata import (ChunkStorageMetadata, MetadataIndex, TensorProperties,
+                                                   TensorStorageMetadata)
 from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType
 
 from mgpukit.files import write_text
+from mgpukit.training.checkpoint_data import SafeReader
 from mgpukit.training.checkpoint_files import (DEFAULT_KEEP, LATEST, CheckpointError, has_checkpoint,  # noqa: F401
                                                latest, prune, remove_partials, verify, write_failure,
                                                write_manifest)
@@ -92,7 +91,8 @@ def checkpointing(ctx, rec, cfg, parts, optimizer) -> Checkpointing | None:
     every = cfg.options.get("checkpoint_every") or 0
     keep = cfg.options.get("keep_checkpoints") or DEFAULT_KEEP
     info = {"model": cfg.model, "optimizer": cfg.optimizer, "world_size": ctx.world_size,
-            "global_batch": cfg.global_batch, "seed": cfg.seed}  # with "step": its manifest
+            "global_batch": cfg.global_batch, "seed": cfg.seed,  # with "step": its manifest
+            "model_config": dataclasses.asdict(cfg.model_config())}
     ck = Checkpointing()
     if cfg.options.get("resume"):
         ck.start_step = load_checkpoint(root, ctx, rec, parts, optimizer, logs=ck.logs)
@@ -147,7 +147,8 @@ class _SavePlanner(dcp.DefaultSavePlanner):
 
 class _LoadPlanner(dcp.DefaultLoadPlanner):
     """DCP's planner, keeping `Chunks` (its set-up replaces objects it does not know by None)
-    and looking chunks up in them."""
+    and looking chunks up in them; reading only tensors of the shape asked for (what it plans
+    is checked before anything is read) and never unpickling bytes (`checkpoint_data`)."""
 
     def set_up_planner(self, state_dict, metadata=None, is_coordinator=False):
         chunks = {k: v for k, v in state_dict.items() if isinstance(v, Chunks)}
@@ -158,6 +159,40 @@ class _LoadPlanner(dcp.DefaultLoadPlanner):
     def lookup_tensor(self, index):
         obj = self.state_dict.get(index.fqn)
         return obj.__get_tensor_shard__(index) if isinstance(obj, Chunks) else super().lookup_tensor(index)
+
+    def create_local_plan(self):
+        for key, obj in self.state_dict.items():
+            meta = self.metadata.state_dict_metadata.get(key)
+            if not isinstance(meta, TensorStorageMetadata) or meta.size != obj.size():
+                raise CheckpointError(
+                    f"checkpoint entry {key!r} is {_described(meta)} where this run loads a tensor of shape "
+                    f"{tuple(obj.size())}: refusing to read it (another model's, or crafted).")
+        return super().create_local_plan()
+
+    def load_bytes(self, read_item, value):  # DCP's would torch.load(weights_only=False) them
+        raise CheckpointError(f"checkpoint entry {read_item.dest_index.fqn!r} is pickled bytes, which the kit "
+                              f"never saves and never unpickles (they could run code): refusing it.")
+
+
+def _described(meta) -> str:
+    if meta is None:
+        return "missing"
+    if isinstance(meta, TensorStorageMetadata):
+        return f"a tensor of shape {tuple(meta.size)}"
+    return f"a {type(meta).__name__}"
+
+
+def _dcp_load(state: dict, reader, **kw) -> None:
+    """`dcp.load` through `_LoadPlanner`, with a refusal raised as itself: DCP wraps what a
+    planner raises in its `CheckpointException` (per rank, with the traceback)."""
+    try:
+        dcp.load(state, storage_reader=reader, planner=_LoadPlanner(), **kw)
+    except CheckpointException as e:
+        for failure in (e.failures or {}).values():  # rank -> (exception, its traceback)
+            failure = failure[0] if isinstance(failure, tuple) else failure
+            if isinstance(failure, CheckpointError):
+                raise failure from None
+        raise
 
 
 def _put(state: dict, key: str, pieces: list[Piece], tensor: torch.Tensor) -> None:
@@ -269,7 +304,7 @@ def load_checkpoint(root, ctx, rec, parts, optimizer, *, logs: list | None = Non
         raise CheckpointError(f"checkpoint {path} lacks {missing[:3]}: it was saved by another "
                               f"model (or one whose layers do not split like this layout's).")
     with rec.untimed():
-        dcp.load(state, storage_reader=reader, planner=_LoadPlanner())
+        _dcp_load(state, reader)
     for p, held in optim_state.items():
         if held:
             optimizer.state[p] = held
@@ -312,7 +347,7 @@ def load_full(path) -> dict:
             state[key] = torch.empty(meta.size, dtype=meta.properties.dtype)
     with warnings.catch_warnings():  # "torch.distributed is ... uninitialized": that is the point
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load(state, storage_reader=reader, no_dist=True)
+        _dcp_load(state, reader, no_dist=True)
     out = {"step": int(state["step"]), "model": {}, "optim": defaultdict(dict)}
     for key, value in state.items():
         if key.startswith("model/"):
@@ -334,47 +369,6 @@ def load_into(path, model: torch.nn.Module, optimizer=None) -> int:
             if optimizer is not None and name in full["optim"]:
                 optimizer.state[p] = dict(full["optim"][name])
     return full["step"]
-
-
-_DCP_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
-_SAFE_GLOBALS = {("torch", "Size"), ("torch.serialization", "_get_layout"), ("collections", "OrderedDict"),
-                 ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"),
-                 ("pathlib", "PureWindowsPath"), ("pathlib", "Path")}
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    """Unpickles DCP metadata and nothing else: any other global (os.system, builtins.eval,
-    a class whose constructor does I/O) is refused before it can be called."""
-
-    def find_class(self, module, name):
-        if (module, name) in _SAFE_GLOBALS:
-            return super().find_class(module, name)
-        if module == "torch" and isinstance(getattr(torch, name, None), (torch.dtype, torch.layout,
-                                                                           torch.memory_format)):
-            return getattr(torch, name)
-        if module in _DCP_MODULES and not name.startswith("__"):
-            value = super().find_class(module, name)
-            if isinstance(value, type):  # DCP's dataclasses and enums, not its functions
-                return value
-        raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}, which a "
-                                     f"checkpoint never contains: refusing to load it (a crafted "
-                                     f"file can run code when unpickled).")
-
-
-class SafeReader(dcp.FileSystemReader):
-    """`FileSystemReader` whose metadata is unpickled through `_MetadataUnpickler`."""
-
-    def read_metadata(self, *args, **kwargs):
-        path = self._get_metadata_path(kwargs.get("rank"))
-        with self.fs.create_stream(path, "rb") as f:
-            try:
-                metadata = _MetadataUnpickler(f).load()
-            except pickle.UnpicklingError as e:
-                raise ValueError(f"{self.path}: {e}") from None
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
-        return metadata
 
 
 def _barrier() -> None:

@@ -23,7 +23,8 @@ Knobs (trainer knobs, every data-parallel strategy):
   the slices concatenated are still the single-process batch — parity comes free.
 - `rank_profiles="a100-nvlink,h100-nvlink"` (emulated only): the *compute* profile of each rank
   (peak FLOP/s, memory bandwidth, efficiency, dispatch overhead); links stay the launch
-  profile's, so every rank prices a collective the same way. A mixed cluster on one clock.
+  profile's, so every rank prices a collective the same way. A mixed cluster on one clock
+  (`RankProfiles`, a hook the experiment installs: `VirtualClock.compute_as`).
 
 `split_by_speed` picks a split from measured seconds per row (a throttled CPU rank, timed);
 `balanced_split` picks the split from the analytic step model (`costmodel.gpt_step`): rows
@@ -32,10 +33,10 @@ the slowest rank's time; `predicted_step` is that model's step time for a split.
 """
 from __future__ import annotations
 
-import dataclasses
-
 from mgpukit.costmodel.gpt_step import ddp_step_time
-from mgpukit.costmodel.hardware import HardwareProfile, load_profile
+from mgpukit.costmodel.hardware import load_profile
+from mgpukit.measure.vclock import compute_of
+from mgpukit.training.hooks import Hook
 
 
 def parse_split(spec) -> tuple[int, ...] | None:
@@ -111,22 +112,20 @@ def weighted(loss_fn, weight: float):
     return loss
 
 
-def compute_of(base: HardwareProfile, compute: HardwareProfile) -> HardwareProfile:
-    """`base`'s links, node size and host (dispatch and launch costs: the same hosts drive
-    both kinds of GPU) with `compute`'s FLOP/s, GEMM table and memory bandwidth."""
-    return dataclasses.replace(
-        base, name=f"{compute.name} (links of {base.name})", peak_flops=compute.peak_flops,
-        memory_bandwidth=compute.memory_bandwidth, compute_efficiency=compute.compute_efficiency,
-        gemm=compute.gemm)
+class RankProfiles(Hook):
+    """Installed by `rank_profiles` (emulated): this rank's clock computes as its entry of
+    `profiles` does, links unchanged (`VirtualClock.compute_as`)."""
 
+    def __init__(self, profiles: tuple[str, ...]):
+        self.profiles = profiles
 
-def apply_rank_profile(rec, ctx, options: dict) -> None:
-    """Emulated: this rank's clock computes at its `rank_profiles` entry (links unchanged)."""
-    profiles = parse_profiles(options.get("rank_profiles"))
-    if profiles is None or not rec.clock.emulated:
-        return
-    rec.clock.profile = compute_of(rec.clock.profile, load_profile(profiles[ctx.rank]))
-    rec.extra["compute_profile"] = profiles[ctx.rank]
+    def on_train_start(self, loop):
+        rec = loop.rec
+        if not rec.clock.emulated:
+            return
+        name = self.profiles[loop.ctx.rank]
+        rec.clock.compute_as(load_profile(name))
+        rec.extra["compute_profile"] = name
 
 
 # ---------------------------------------------------------------- the analytic side

@@ -9,7 +9,7 @@ the gradient changes little over those k steps. That fails early in training, wh
 move fast, so §2.2 ramps the rate linearly from the base value to k× over the first epochs
 ("gradual warmup").
 
-Knobs (in `RunConfig.options`):
+Knobs (in `RunConfig.options`; the experiment installs `LrSchedule` when one is set):
 
 - `lr_scaling`: `"linear"` to apply the rule (absent / None: the rate stays `cfg.lr`);
 - `warmup_steps`: steps of the linear ramp from `cfg.lr` to the scaled rate (0: none);
@@ -19,6 +19,8 @@ Knobs (in `RunConfig.options`):
 from __future__ import annotations
 
 from collections.abc import Callable
+
+from mgpukit.training.hooks import Hook
 
 
 def scaled_lr(cfg, world_size: int) -> float:
@@ -48,3 +50,19 @@ def lr_schedule(cfg, world_size: int) -> Callable[[int], float] | None:
 def set_lr(optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+class LrSchedule(Hook):
+    """Installed by `lr_scaling`: before each step's forward, the rate `lr_schedule` gives for
+    the step (the data-parallel degree sets k); the rates go to the record (`extra["lr"]`)."""
+
+    def on_train_start(self, loop):
+        self.lr_at = lr_schedule(loop.cfg, loop.ctx.size("dp"))
+        self.optimizer = loop.optimizer
+        if self.lr_at is not None:
+            self.rates = loop.rec.extra["lr"] = []
+
+    def before_forward(self, loop, step):
+        if self.lr_at is not None:
+            set_lr(self.optimizer, self.lr_at(step))
+            self.rates.append(self.lr_at(step))

@@ -86,3 +86,15 @@ class Parts:
     extra: dict = dataclasses.field(default_factory=dict)  # figures for rec.extra
     scaler: Any = None  # fp16's loss scaler (`policies.precision.LossScaler`), else None
     holding: Holding = dataclasses.field(default_factory=Holding)  # for checkpoints (holding.py)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Split:
+    """What a context- or expert-parallel applier (`Strategy.split`) hands to `parallelize`
+    besides the model it rewrote in place: both cut *inside* the dp axis (`runtime.dims`), so
+    the dp gradient sync, the batches and the logged loss need nothing else."""
+
+    loss: Callable  # (logits, targets) -> this rank's mean loss (cp: over its own tokens)
+    state_dict: Callable[[torch.nn.Module], dict] | None = None  # full weights (None: this rank's are)
+    grad_sq: Callable[[list], float] | None = None  # this rank's share of Σ‖g‖² × dp (None: plain)
+    extra: dict = dataclasses.field(default_factory=dict)  # figures for rec.extra, filled while training

@@ -13,12 +13,12 @@ The knob `options["straggler"] = {"rank": 1, "factor": 3}` makes one rank that m
 - **measured**: a dispatch mode times every aten op the rank runs (on GPUs with CUDA events,
   since a launch returns before its kernel ran) and sleeps `(factor - 1)`× its duration (pooled into ≥ 1 ms sleeps), so forward, backward and the optimizer all stretch
   evenly — gradient hooks in backward fire at the stretched times, as on a slow GPU;
-- **emulated**: the rank's virtual clock runs on a profile with `factor`× less FLOP/s and
+- **emulated**: the rank's virtual clock runs on a profile (`VirtualClock.slow_down`) with `factor`× less FLOP/s and
   memory bandwidth, `factor`× the host's per-op dispatch and `factor`× each GEMM and attention
   kernel's fixed latency (its links unchanged), so its forward and backward take `factor`×
   longer, exactly — launch-bound or not (`tests/test_stragglers.py`).
 
-`IdleMarker` makes the wait explicit: after backward, ranks exchange when they finished (an
+`MarkIdle` makes the wait explicit: after backward, ranks exchange when they finished (an
 untimed bookkeeping exchange) and each records an `idle` event from its own finish to the
 slowest rank's.
 """
@@ -32,6 +32,8 @@ import time
 import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from mgpukit.training.hooks import Hook
 
 
 # a rank 1,000x slower already turns a step of milliseconds into seconds; more is a typo (1e308
@@ -98,53 +100,40 @@ class _SlowDown(TorchDispatchMode):
         return out, start.elapsed_time(end) / 1e3
 
 
-def _slower_gemm(gemm, factor: float):
-    """The ``[gemm]`` table with its fixed per-kernel latency (and its fp32 and fp8 sub-tables') ×
-    ``factor``: a latency-bound GEMM or attention kernel — most of gpt-tiny's — is as slow as the
-    rest. Rates need no change: they scale with the peak FLOP/s already divided."""
-    if gemm is None:
-        return None
-    return dataclasses.replace(gemm, latency=gemm.latency * factor, fp32=_slower_gemm(gemm.fp32, factor),
-                               fp8=_slower_gemm(gemm.fp8, factor))
+class Straggle(Hook):
+    """Installed by the `straggler` knob: rank `s.rank` computes `s.factor`× slower (module
+    docstring) — on the virtual clock its hardware is slower (`VirtualClock.slow_down`); measured,
+    its compute runs under `_SlowDown` (the loop wraps compute in `loop.slowed`)."""
+
+    def __init__(self, straggler: Straggler):
+        self.s = straggler
+
+    def on_train_start(self, loop):
+        s, rec = self.s, loop.rec
+        if s.rank != loop.ctx.rank or s.factor == 1:
+            return
+        if rec.clock.emulated:
+            rec.clock.slow_down(s.factor)
+            return
+        mode = _SlowDown(s.factor, loop.ctx.device)
+
+        @contextlib.contextmanager
+        def slowed():
+            with mode:
+                yield
+
+        loop.slowed = slowed
 
 
-def apply_straggler(rec, ctx, options: dict):
-    """Slow this rank down if it is the straggler; returns a context manager factory to wrap
-    the compute regions with (a no-op except on a measured straggler)."""
-    s = Straggler.from_options(options, ctx.world_size)
-    if s is None or s.rank != ctx.rank or s.factor == 1:
-        return contextlib.nullcontext
-    if rec.clock.emulated:
-        p = rec.clock.profile
-        peak = dataclasses.replace(p.peak_flops, **{d: getattr(p.peak_flops, d) / s.factor
-                                                    for d in ("fp32", "tf32", "bf16", "fp16", "fp8")
-                                                    if getattr(p.peak_flops, d) is not None})
-        # the host that issues its ops is as slow (a noisy neighbour, a throttled node): every
-        # op of this rank, launch-bound or not, takes `factor`x longer
-        rec.clock.profile = dataclasses.replace(
-            p, peak_flops=peak, memory_bandwidth=p.memory_bandwidth / s.factor,
-            op_overhead=p.op_overhead * s.factor, min_kernel_time=p.min_kernel_time * s.factor,
-            op_overhead_by_context={c: v * s.factor for c, v in p.op_overhead_by_context.items()}
-            if p.op_overhead_by_context else None, gemm=_slower_gemm(p.gemm, s.factor))
-        return contextlib.nullcontext
-    mode = _SlowDown(s.factor, ctx.device)
+class MarkIdle(Hook):
+    """Installed by `show_idle` (and with a straggler): records `idle` from this rank's end of
+    backward to the slowest data-parallel rank's (module docstring)."""
 
-    @contextlib.contextmanager
-    def slowed():
-        with mode:
-            yield
+    def on_train_start(self, loop):
+        self.rec, self.group = loop.rec, loop.ctx.group("dp")
+        self.n = dist.get_world_size(self.group) if dist.is_initialized() else 1
 
-    return slowed
-
-
-class IdleMarker:
-    """Records `idle` from this rank's end of backward to the slowest rank's (see module doc)."""
-
-    def __init__(self, rec, group=None):
-        self.rec, self.group = rec, group
-        self.n = dist.get_world_size(group) if dist.is_initialized() else 1
-
-    def mark(self):
+    def after_backward(self, loop, step):
         if self.n == 1:
             return
         rec = self.rec

@@ -69,7 +69,7 @@ def plot_alpha_beta(nbytes: float, n: int, algorithm: str = "ring", profile="h10
                            "pay alpha, large ones approach beta", legend="right")
 
 
-def describe(p: dict) -> str:
+def describe_prediction(p: dict) -> str:
     """One line for a prediction from `predict_all_reduce`."""
     return (f"{p['algorithm']} all-reduce of {p['bytes'] / 2**20:.3g} MiB on {p['n']} × {p['profile']}: "
             f"{p['time_s'] * 1e6:,.1f} µs, bus bandwidth {p['busbw'] / 1e9:.3g} GB/s "
@@ -92,7 +92,7 @@ def alpha_beta_explorer(*, nbytes: float = 16 * 2**20, n: int = 8, algorithm: st
             line = (f"tree (recursive halving-doubling) needs a power-of-two n; {ranks.value} is "
                     f"not — pick 2, 4, 8, 16, 32 or 64, or another algorithm.")
         else:
-            line = describe(predict_all_reduce(size.value, ranks.value, algo.value, prof.value))
+            line = describe_prediction(predict_all_reduce(size.value, ranks.value, algo.value, prof.value))
         show(out, line, plot_alpha_beta(size.value, ranks.value, algo.value, prof.value))
 
     for control in (size, ranks, algo, prof):

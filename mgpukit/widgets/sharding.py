@@ -2,7 +2,7 @@
 
 - `plot_model_states(rows)`: per strategy, params + grads + optimizer states per rank, measured
   (solid) next to the cost model's ZeRO formula (hatched) — rows from
-  `mgpukit.lessons.sharding.sharding_study`.
+  `mgpukit.studies.sharding.sharding_study`.
 - `plot_comm_volume(rows)`: bytes sent per step, measured next to predicted.
 - `plot_zero_stages(psi, dp=, dtype=)`: predicted bytes per GPU for stages 0-3, any model size.
 - `zero_explorer()`: a model-size dropdown and sliders for dp, precision, optimizer that redraw
@@ -18,7 +18,7 @@ from IPython.display import display
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.shapes import get_shape, list_shapes, param_count
 from mgpukit.display import show
-from mgpukit.lessons.sharding import model_state_table
+from mgpukit.studies.sharding import model_state_table
 from mgpukit.plots.style import MEMORY_COLORS, PREDICTED, byte_unit, series_color
 
 CATEGORIES = ("params", "grads", "optimizer")

@@ -11,13 +11,13 @@ Strategies: `tp`, `tp-sp`, `tp-native` (`--sp` for DTensor's SequenceParallel); 
 with data parallelism (`mgpukit run tp --tp 2 --dp 2`), and `dp-naive` / `dp-bucketed` take
 `--tp` (Megatron-style layers under their gradient sync).
 """
-from mgpukit.config import GPT_MODELS
+from mgpukit.config import DENSE_GPT_MODELS
 from mgpukit.costmodel.layout import Layout
 from mgpukit.strategies.knobs import Knob
 from mgpukit.strategies.registry import register
 from mgpukit.strategies.tensor_parallel.theory import tp_theory
 
-GPT_ONLY = GPT_MODELS  # heads and MLP columns to split: the GPTs only
+GPT_ONLY = DENSE_GPT_MODELS  # heads and MLP columns to split: the dense GPTs only
 
 
 def _tp(sp: bool):

@@ -31,8 +31,9 @@ from mgpukit.costmodel.actions import SCHEDULES
 from mgpukit.costmodel.frameworks import DP_SYNC, get_framework, list_frameworks
 from mgpukit.costmodel.hardware import list_profiles, load_profile
 from mgpukit.costmodel.layout import DTYPE_BYTES
-from mgpukit.costmodel.plan_args import budget, check_positive, check_search_args, layout_from_args, shape_from_args
-from mgpukit.costmodel.plan_format import format_plan, format_search
+from mgpukit.commands.plan_args import (budget, check_positive, check_search_args, layout_from_args,
+                                        shape_from_args)
+from mgpukit.commands.plan_format import format_plan, format_search
 from mgpukit.costmodel.planner import plan, search
 from mgpukit.costmodel.shapes import NORMS, POSITIONS, list_shapes
 from mgpukit.costmodel.validation import format_error_bars, format_validation, predict, runs, validation_report

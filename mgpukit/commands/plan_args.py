@@ -2,7 +2,7 @@
 own file, or its sizes), the layout, the token budget — each refused in one line when it cannot
 be (a size below 1 or beyond any cluster, degrees that do not divide the GPUs, a layout flag
 beside ``--search``, which chooses the layout itself). The command is
-:mod:`mgpukit.costmodel.plan_cli`; its tables, :mod:`mgpukit.costmodel.plan_format`.
+:mod:`mgpukit.commands.plan`; its tables, :mod:`mgpukit.commands.plan_format`.
 """
 
 from __future__ import annotations

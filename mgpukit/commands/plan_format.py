@@ -1,13 +1,13 @@
 """The tables ``mgpukit plan`` prints: one plan (memory by category, step time by term, MFU,
 throughput, each with the range its error bar allows) and the ranked ``--search`` table. Every
 figure is labelled predicted: the closed-form cost model's, never a measurement. The command is
-:mod:`mgpukit.costmodel.plan_cli`.
+:mod:`mgpukit.commands.plan`.
 """
 
 from __future__ import annotations
 
 from mgpukit.costmodel.memory import CATEGORIES
-from mgpukit.costmodel.planner import Plan
+from mgpukit.costmodel.planner import Plan, ties_with_best
 
 
 def _bytes(x: float) -> str:
@@ -38,7 +38,12 @@ def _header(pl: Plan) -> list[str]:
         f"framework {fw.name}: dp sync {fw.dp_sync}, kernels × {fw.kernel_efficiency:g} "
         f"({fw.description})",
         f"error bar {pl.error_bar.describe()}" + _unchecked(pl.unchecked),
+        f"          rests on: {_runs(pl.error_bar.runs)}",
     ]
+
+
+def _runs(names) -> str:
+    return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} and {len(names) - 3} more"
 
 
 def _unchecked(features) -> str:
@@ -58,6 +63,9 @@ def format_plan(pl: Plan) -> str:
     verdict = "FITS" if pl.fits else "DOES NOT FIT"
     lines.append(f"  {'total':<12}{_bytes(mem['total'])}   of {_bytes(pl.memory_limit).strip()} usable "
                  f"({pl.profile.usable_memory:.0%} of {_bytes(pl.profile.memory_bytes).strip()})  -> {verdict}")
+    lo, hi = pl.memory_range
+    lines.append(f"  real peak   {_bytes(lo).strip()} … {_bytes(hi).strip()} by the memory bar "
+                 f"({pl.memory_bar.describe()})  -> {pl.memory_verdict}")
     if not pl.fits:
         lines.append(f"  hint: {_advice(pl)}")
     lines += ["", "predicted step time"]
@@ -103,6 +111,10 @@ def _advice(pl: Plan) -> str:
     return "model states dominate: try more --tp or --pp (or more GPUs)"
 
 
+def _fit_mark(pl: Plan) -> str:
+    return {"fits": "yes", "near the limit": "near", "may fit": "may", "does not fit": "NO"}[pl.memory_verdict]
+
+
 def format_search(plans: list[Plan], *, gpus: int, global_batch: int) -> str:
     """A ranked table of plans (fitting ones first, fastest first)."""
     if not plans:
@@ -111,8 +123,9 @@ def format_search(plans: list[Plan], *, gpus: int, global_batch: int) -> str:
         f"search   global batch {global_batch}; ranked by predicted step time", "",
         f"{'#':>3} {'dp':>4} {'tp':>3} {'pp':>3} {'zero':>4} {'schedule':<14} {'mb×m':>9} {'ckpt':<9} "
         f"{'pred. mem/GPU':>13} {'pred. step':>11} {'step range':>19} {'pred. MFU':>9} {'MFU range':>13} "
-        f"{'bubble':>6}  fits  stages",
+        f"{'bubble':>6}  fits  tie  stages",
     ]
+    ties = ties_with_best(plans)
     for i, pl in enumerate(plans, 1):
         lay, r = pl.layout, pl.ranges
         sched = (lay.schedule + (f" v={lay.v}" if lay.v > 1 else "")) if lay.pp > 1 else "-"
@@ -124,11 +137,17 @@ def format_search(plans: list[Plan], *, gpus: int, global_batch: int) -> str:
             f"{f'{lay.micro_batch}×{lay.num_micro_batches}':>9} {lay.checkpointing:<9} "
             f"{_bytes(pl.memory['total']):>13} {_sec(pl.step_time_s).strip():>11} "
             f"{_range(r['step_time_s'], _sec):>19} {pl.mfu:>9.1%} {_range(r['mfu'], lambda x: f'{x:.1%}'):>13} "
-            f"{pl.bubble_fraction:>6.1%}  {'yes' if pl.fits else 'NO ':<4}  {stages}"
+            f"{pl.bubble_fraction:>6.1%}  {_fit_mark(pl):<4}  {'=1' if ties[i - 1] and i > 1 else '  '}   {stages}"
         )
     if not plans[0].fits:
         lines.append(f"no layout fits in {_bytes(plans[0].memory_limit).strip()} per GPU; shown: the ones needing "
                      f"the least memory. Try more GPUs or a smaller model.")
+    if sum(ties) > 1:
+        lines.append(f"tie (=1): {sum(ties) - 1} layout(s) predicted within #1's range from the error bar "
+                     f"(≤ {plans[0].ranges['step_time_s'][1] / plans[0].step_time_s - 1:+.0%}): the planner cannot rank them")
+    if any(pl.memory_verdict == "near the limit" for pl in plans):
+        lines.append("fits 'near': fits as predicted, not at the top of the memory bar "
+                     f"({plans[0].memory_bar.describe()})")
     lines.append(f"ranges: the planner's {plans[0].error_bar.describe()}"
                  + _unchecked(sorted(set().union(*(pl.unchecked for pl in plans)))))
     lines.append("(analytical cost model: predictions, not measurements)")
