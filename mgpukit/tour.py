@@ -101,7 +101,7 @@ def check_tour_args(*, workers, steps, out, emulate, only) -> int:
         if unknown or not only:
             raise ValueError(f"--only {' '.join(unknown) or '(nothing)'}: not a registered strategy; "
                              f"choose from {', '.join(sorted(names))}.")
-        twice = sorted({n for n in only if only.count(n) > 1})
+        twice = sorted({n for n in only if list(only).count(n) > 1})
         if twice:
             raise ValueError(f"--only names {', '.join(twice)} more than once; name each strategy once.")
         needs = {s.name: s.min_workers for s in available()}
