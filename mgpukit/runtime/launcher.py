@@ -60,7 +60,7 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, sta
 from mgpukit.environment import check_environment
 from mgpukit.limits import check_seconds, check_threads, check_workers
 from mgpukit.runtime.dims import ParallelDims
-from mgpukit.runtime.lifeline import Reaper, kill_groups, own_group
+from mgpukit.runtime.lifeline import LAUNCH_TAG, Reaper, kill_groups, kill_tagged, launch_tag, own_group
 from mgpukit.runtime.watch import wait
 from mgpukit.runtime.nodes import NodeLayout, for_profile
 from mgpukit.runtime.failures import (LaunchError, LaunchTimeout, WorkerError, tail_logs,
@@ -203,7 +203,9 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
     # only *after* the fork — forking while the store's server thread runs can leave a child
     # holding a lock no thread will release — and its port reaches the workers through a pipe.
     port_read, port_write = os.pipe()
+    tag = launch_tag()  # lifeline 4.: what the workers start, detached or not, carries it
     base_env = {
+        LAUNCH_TAG: tag,
         "MASTER_ADDR": spec.host,
         "MASTER_PORT": "0",  # replaced in each worker by the port read from the pipe
         "WORLD_SIZE": str(n),
@@ -236,7 +238,7 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
     worker_pids = list(pc.pids().values())
     for pid in worker_pids:
         own_group(pid)
-    reaper = Reaper(worker_pids, remove=spec.log_dir)  # kills them (and removes the logs) if this
+    reaper = Reaper(worker_pids, remove=spec.log_dir, tag=tag)  # kills them (and removes the logs) if this
     # process dies before the `finally` below
     os.close(port_read)
     store = listener = None
@@ -271,6 +273,7 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
         kill_groups(worker_pids)  # what a worker started, even once re-parented away from it
         pc.close(death_sig=signal.SIGTERM, timeout=5)
         _kill(tree)  # anything that left its worker's group
+        kill_tagged(tag)  # anything that detached itself from the tree (setsid -f, a daemon)
         reaper.disarm()
         os.close(port_write)
         del store
