@@ -130,6 +130,17 @@ def test_the_ranks_load_planner_refuses_bytes_before_reading_them(copy):
         planner.load_bytes(type("Item", (), {"dest_index": MetadataIndex("step")})(), io.BytesIO(b""))
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # one process: that is the point
+def test_a_refusal_inside_dcp_load_comes_out_as_one_line(copy):
+    """DCP wraps what a planner raises in its CheckpointException (a BaseException carrying
+    every rank's traceback); the kit raises the refusal itself: exit 2, one line, from a rank too."""
+    from mgpukit.training.checkpoint import _dcp_load
+
+    reader = SafeReader(str(latest(copy)))
+    with pytest.raises(CheckpointError, match=r"'step' is a tensor of shape \(\) where this run loads a tensor of shape \(3,\)"):
+        _dcp_load({"step": torch.zeros(3, dtype=torch.int64)}, reader, no_dist=True)
+
+
 @pytest.mark.parametrize("path", ["../../elsewhere.distcp", "/etc/passwd", "manifest.json", "__7_0.distcp"],
                          ids=["dotdot", "absolute", "the-manifest", "unlisted"])
 def test_metadata_reading_outside_the_checkpoints_files_is_refused(path, copy, capsys, no_launch):
@@ -215,6 +226,22 @@ def test_a_new_run_into_a_folder_with_a_linked_step_is_refused(tmp_path, capsys,
     (ck / "step-000002").symlink_to(outside)
     line = _one_line(capsys, ["run", "ddp", "--steps", "2", "--checkpoint-dir", str(ck), "--no-parity"])
     assert "step-000002 is a symbolic link" in line
+
+
+def test_a_script_without_the_pre_check_is_refused_in_its_ranks_before_training(tmp_path):
+    """Under torchrun/accelerate nothing checks the folder before launch: every rank's
+    checkpointing set-up does, before the first step (and before any save writes through a link)."""
+    from mgpukit.config import RunConfig
+    from mgpukit.training.checkpoint import checkpointing
+
+    ck, outside = tmp_path / "ck", tmp_path / "elsewhere"
+    ck.mkdir()
+    outside.mkdir()
+    (ck / "latest").symlink_to(outside / "latest")
+    cfg = RunConfig(options={"checkpoint_dir": str(ck), "checkpoint_every": 1})
+    with pytest.raises(CheckpointError, match="latest is a symbolic link"):
+        checkpointing(None, None, cfg, None, None)
+    assert list(outside.iterdir()) == []
 
 
 def test_pruning_never_follows_a_link(tmp_path):

@@ -73,9 +73,9 @@ from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, Wri
 
 from mgpukit.files import write_text
 from mgpukit.training.checkpoint_data import SafeReader
-from mgpukit.training.checkpoint_files import (DEFAULT_KEEP, LATEST, CheckpointError, has_checkpoint,  # noqa: F401
-                                               latest, prune, remove_partials, verify, write_failure,
-                                               write_manifest)
+from mgpukit.training.checkpoint_files import (DEFAULT_KEEP, LATEST, CheckpointError, check_inside,  # noqa: F401
+                                               has_checkpoint, latest, prune, remove_partials, verify,
+                                               write_failure, write_manifest)
 from mgpukit.training.holding import Piece
 from mgpukit.training.trainer import Checkpointing
 
@@ -88,6 +88,7 @@ def checkpointing(ctx, rec, cfg, parts, optimizer) -> Checkpointing | None:
         if cfg.options.get("resume"):
             raise ValueError("resume=true needs checkpoint_dir=... to resume from.")
         return None
+    check_inside(root)  # in every rank: a script under torchrun has had no pre-launch check
     every = cfg.options.get("checkpoint_every") or 0
     keep = cfg.options.get("keep_checkpoints") or DEFAULT_KEEP
     info = {"model": cfg.model, "optimizer": cfg.optimizer, "world_size": ctx.world_size,
