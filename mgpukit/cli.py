@@ -12,11 +12,12 @@ import json
 import sys
 import warnings
 
-from mgpukit.argtypes import key_value, nonnegative_int, positive_int, seconds
-from mgpukit.config import MODELS, SHAPE_MODELS  # torch-free: the model names
+from mgpukit.argtypes import nonnegative_int, positive_int, seconds
 from mgpukit.commands import plan as plan_cli
 from mgpukit.environment import check_environment
 from mgpukit.files import OutputError, check_output, describe_os_error
+from mgpukit.run_args import add_config_arguments, add_layout_arguments, layout_from_args, options_from_args
+from mgpukit.run_args import config_from_args as run_config_from_args
 from mgpukit.signals import Terminated, ignore_file_size_limit, raise_on_termination, restore
 
 # Every other mgpukit import in this file is made inside the function that needs it, on
@@ -76,33 +77,8 @@ def add_run_arguments(p):
     p.add_argument("--mode", default="auto", choices=["auto", "cpu", "gpu", "emulated"])
     p.add_argument("--emulate", metavar="PROFILE", default=None,
                    help="emulated mode with this hardware profile (e.g. h100-nvlink)")
-    p.add_argument("--steps", type=positive_int, default=None)
-    p.add_argument("--model", default=None, help=" | ".join(MODELS) + " (real scale: "
-                   + ", ".join(SHAPE_MODELS) + ", after a memory check, with a progress bar on CPU;"
-                   " or with --shape, fake tensors)")
-    p.add_argument("--global-batch", type=positive_int, default=None)
-    p.add_argument("--micro-batches", type=positive_int, default=None)
-    p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--optimizer", default=None, choices=["sgd", "adamw"])
-    p.add_argument("--option", "-o", action="append", type=key_value, metavar="KEY=VALUE",
-                   help="strategy knob, e.g. -o bucket_mb=1 (typed; unknown keys are refused)")
-    layout = p.add_argument_group("parallel layout (default: the strategy's)")
-    layout.add_argument("--dp", type=positive_int, default=None, help="data-parallel degree")
-    layout.add_argument("--tp", type=positive_int, default=None, help="tensor-parallel degree")
-    layout.add_argument("--sp", action="store_true", default=None,
-                        help="sequence parallelism in the tensor-parallel group (with --tp)")
-    layout.add_argument("--pp", type=positive_int, default=None, help="pipeline-parallel degree")
-    layout.add_argument("--cp", type=positive_int, default=None,
-                        help="context-parallel degree (run cp: each sequence split, ring attention)")
-    layout.add_argument("--ep", type=positive_int, default=None,
-                        help="expert-parallel degree (run ep: the MoE experts split, all-to-all)")
-    layout.add_argument("--schedule", default=None,
-                        help="pipeline schedule with --pp: naive | gpipe | 1f1b | interleaved | zb-h1")
-    layout.add_argument("--v", type=positive_int, default=None, help="model chunks per pipeline rank")
-    layout.add_argument("--checkpointing", default=None, choices=["none", "full", "selective"],
-                        help="activation checkpointing: every block (full) or the attention core (selective)")
-    layout.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
-                        help="bf16 / fp16: autocast with fp32 master weights (fp16 with dynamic loss scaling)")
+    add_config_arguments(p)  # model, batch, optimizer, -o knobs; then the layout (run_args.py)
+    add_layout_arguments(p)
     p.add_argument("--timeout", type=seconds, default=600.0,
                    help="seconds the whole run may take (default 600)")
     p.add_argument("--collective-timeout", type=seconds, default=None, metavar="SECONDS",
@@ -125,35 +101,8 @@ def add_run_arguments(p):
                          "(needs --checkpoint-dir; the record lists the restarts)")
 
 
-def layout_from_args(args) -> dict:
-    return {k: getattr(args, k, None) for k in ("dp", "tp", "sp", "pp", "cp", "ep", "schedule", "v", "checkpointing",
-                                                "dtype")}
-
-
 def config_from_args(args):
-    from mgpukit.config import RunConfig  # lazy: start-up
-
-    fields = {k: v for k, v in {"steps": args.steps, "model": args.model,
-                                "global_batch": args.global_batch, "lr": args.lr,
-                                "micro_batches": args.micro_batches,
-                                "optimizer": args.optimizer}.items() if v is not None}
-    return RunConfig(**fields, options=checkpoint_options(args, options_from_args(args)))
-
-
-def options_from_args(args) -> dict:
-    """The `-o KEY=VALUE` knobs as a dict; a key given twice is refused (the last one used to
-    win, silently), and so is a layout knob that disagrees with its own flag (`-o v=3 --v 2`)."""
-    options = {}
-    for key, value in args.option or []:
-        if key in options:
-            raise ValueError(f"-o {key} is given twice ({key}={options[key]!r} and {key}={value!r}); "
-                             f"give it once.")
-        options[key] = value
-    for key, flag in layout_from_args(args).items():
-        if flag is not None and key in options and options[key] != flag:
-            raise ValueError(f"--{key.replace('_', '-')} {flag} and -o {key}={options[key]!r} disagree; "
-                             f"give one of them.")
-    return options
+    return run_config_from_args(args, checkpoint_options(args, options_from_args(args)))
 
 
 def checkpoint_options(args, options: dict) -> dict:

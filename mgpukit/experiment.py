@@ -363,7 +363,10 @@ def is_reference_layout(layout) -> bool:
 
 
 def _reference_config(cfg: RunConfig) -> RunConfig:
-    return cfg.replace(options={}, layout=None)
+    """The run without its layout and strategy knobs — but the same model: `model_sizes` (a
+    sequence length, the experts of an MoE) says which model it is, so the reference keeps it."""
+    sizes = cfg.options.get("model_sizes")
+    return cfg.replace(options={"model_sizes": sizes} if sizes else {}, layout=None)
 
 
 def _ref_key(cfg: RunConfig, mode: str, threads: int | None = None) -> str:

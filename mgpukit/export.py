@@ -1,14 +1,19 @@
-"""`mgpukit export NAME`: write the training script for `accelerate launch` / `torchrun`.
+"""`mgpukit export NAME`: write a training script for `accelerate launch` / `torchrun`.
 
-One script for every strategy, `scripts/train.py --strategy NAME`, rather than one per
-strategy: since every strategy is an applier run by the one trainer, twenty copies would
-differ in a single string. The script has the Accelerate examples' skeleton — a docstring with
-the exact launch command, `get_config(args)`, `training_function(...)`, `main()` with argparse —
-and its options are typed: the layout (`--dp`, `--tp`, `--sp`, `--pp`, `--schedule`, `--v`) and each strategy's
-knobs (`-o KEY=VALUE`, checked against the strategy's declared types, unknown keys refused).
-`mgpukit export NAME --out FILE` writes the same script with NAME as its default strategy. A
-test checks `scripts/train.py` is up to date and runs every strategy through it under
-`torchrun` and `accelerate launch`, judged exactly as `mgpukit run` judges them.
+Two kinds of script, both in the Accelerate examples' skeleton (a docstring with the exact
+launch command, `training_function`, `main()` with argparse, `if __name__ == "__main__"`):
+
+- **the loop** (`mgpukit export ddp` → `scripts/train_ddp.py`): one strategy, the program in
+  plain sight — build the model, apply the strategy's appliers (imported from mgpukit), then
+  forward, backward, sync, step, log — and a parity check against one process. A learner takes
+  it to a cluster and reads or changes every line of the training.
+- **the runner** (`mgpukit export --runner` → `scripts/train.py`): any strategy, or all of them,
+  through the kit's own trainer and record (`mgpukit.launched`): several nodes, restarts from a
+  checkpoint, Slurm (`scripts/slurm/`).
+
+Both take the same flags as `mgpukit run` (`mgpukit.run_args`: defined once). Tests check that the
+committed scripts are what the exporter writes and run them under `torchrun` and
+`accelerate launch` with parity.
 """
 from __future__ import annotations
 
@@ -17,9 +22,131 @@ from pathlib import Path
 from mgpukit.files import check_output, write_text
 from mgpukit.strategies import available, get
 
-TEMPLATE = '''"""Train any mgpukit strategy on the processes `accelerate launch` or `torchrun` start.
+LOOP_TEMPLATE = '''"""Train the kit's GPT with `{name}` — {description} — the loop in plain sight.
 
-Exported by `mgpukit export {name}` — the same appliers and trainer the notebooks run.
+Written by `mgpukit export {name}`. Launch it with either launcher; on GPUs the processes use
+NCCL, without GPUs they form one gloo group of CPU workers:
+
+    accelerate launch --multi_gpu --num_processes {workers} {script} --steps 20
+    torchrun --nproc_per_node {workers} {script} --steps 20
+
+What each process does:
+  1. joins the process group and picks its device (Accelerate's `PartialState`);
+  2. checks the run before any work and builds the mesh of its layout (`--dp`, `--tp`, `--pp` …);
+  3. builds an unmodified model and applies the strategy to it (`mgpukit.parallelize`: tensor
+     parallel → activation checkpointing → pipeline split → data-parallel sync, in that order);
+  4. trains: batch → forward + backward → gradient sync → optimizer step → log  (the loop below);
+  5. on rank 0, trains one process on the whole batch with no strategy and compares the weights
+     (parity: a correct strategy changes where the work runs, not the numbers).
+
+The loop is yours to change. `mgpukit run {name}` runs the same appliers through the kit's trainer
+(`mgpukit/training/trainer.py`), which adds the recorder's timeline, memory by category, hooks
+(stragglers, LR rules, checkpoints) and the result record. Why the kit, not Accelerate, wraps the
+model: Accelerate's `prepare` applies DDP or FSDP, and its N-D parallelism refuses CPU workers,
+while this kit writes each strategy by hand (the lesson) and runs it on CPU and GPU alike; fp16's
+loss scaler is the kit's own for the same reason (it unscales sharded gradients too).
+"""
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+from accelerate import PartialState
+
+from mgpukit.measure.recorder import Recorder
+from mgpukit.parallelize import parallelize
+from mgpukit.prepare import prepare
+from mgpukit.run_args import add_config_arguments, add_layout_arguments, config_from_args, layout_from_args
+from mgpukit.runtime.context import worker_context
+from mgpukit.training.building import Batches, build_model, build_optimizer
+from mgpukit.training.trainer import gather_weights
+
+STRATEGY = "{name}"
+
+
+def training_function(run, rank: int, world_size: int, device: torch.device) -> dict | None:
+    """Train the checked run `run` on this process's share; returns the full weights on rank 0."""
+    cfg = run.cfg
+    ctx = worker_context(rank=rank, world_size=world_size, device=device, t0=time.perf_counter(),
+                         mode="gpu" if device.type == "cuda" else "cpu", threads=torch.get_num_threads(),
+                         dims=run.dims, layout=run.layout)                    # 2. the mesh
+    rec = Recorder(ctx)  # every collective goes through it (bytes counted per mesh axis)
+    torch.manual_seed(cfg.seed)  # every rank builds the same initial weights
+    parts = parallelize(build_model(cfg), cfg, ctx, rec, run.strategy)    # 3. the appliers
+    optimizer = build_optimizer(cfg, parts.params, ctx)  # over this rank's (sharded) parameters
+    batches = Batches(cfg, *ctx.batch_coords)  # this rank's slice of each step's global batch
+
+    for step in range(cfg.steps):                                         # 4. the loop
+        start = time.perf_counter()
+        x, y = (t.to(ctx.device) for t in batches(step))
+        loss = parts.engine.forward_backward(x, y)  # over micro-batches, or a pipeline schedule
+        parts.sync.sync(step)  # gradients averaged over dp (DDP did it inside backward: a wait)
+        finite = parts.scaler.unscale_(parts.params) if parts.scaler is not None else True
+        if finite:  # fp16 only: an overflowing step is skipped and the scale halved
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=parts.sync.frees_grads)  # a bucketed sync keeps .grad views
+        if parts.after_step is not None:
+            parts.after_step(step)  # ZeRO: all-gather the updated shards
+        if parts.scaler is not None:
+            parts.scaler.update(finite)
+        print_loss(step, loss, parts, ctx, time.perf_counter() - start)
+    return gather_weights(rec, ctx, parts)
+
+
+def print_loss(step: int, loss, parts, ctx, seconds: float) -> None:
+    """The global batch's loss on rank 0: the loss-holding ranks' shares, averaged over replicas."""
+    share = torch.tensor([float(loss) / ctx.size("dp") if parts.holds_loss and loss is not None else 0.0])
+    if dist.is_initialized() and ctx.world_size > 1:
+        dist.all_reduce(share)
+    if ctx.rank == 0:
+        print(f"step {{step:3d}}  loss {{share.item():.4f}}  {{seconds * 1e3:7.1f}} ms", flush=True)
+
+
+def check_parity(weights: dict, run) -> bool:
+    """Rank 0, after the group is gone: one process, no strategy, the same loop and batches."""
+    print("the same run on one process, no strategy:")
+    alone = prepare("single", workers=1, mode="cpu", config=run.cfg.replace(options={{}}, layout=None))
+    reference = training_function(alone, rank=0, world_size=1, device=torch.device("cpu"))
+    weights = {{k: w.cpu() for k, w in weights.items()}}
+    worst = max((weights[k] - reference[k]).abs().max().item() for k in reference)
+    try:
+        torch.testing.assert_close(weights, reference)  # fp32: torch's default tolerances
+    except AssertionError:
+        print(f"parity FAILED: the weights differ from one process's by up to {{worst:.1e}}")
+        return False
+    print(f"parity ok: after {{run.cfg.steps}} steps the weights match one process's (max |diff| {{worst:.1e}})")
+    return True
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_config_arguments(parser)  # the same flags as `mgpukit run` (mgpukit/run_args.py)
+    add_layout_arguments(parser)
+    parser.add_argument("--no-parity", action="store_true", help="skip the one-process check")
+    args = parser.parse_args()
+    state = PartialState(cpu=not torch.cuda.is_available())  # 1. the group and the device
+    try:  # every check before any work: a run that cannot go is one line, exit code 2
+        run = prepare(STRATEGY, workers=state.num_processes, mode="cpu",
+                      config=config_from_args(args), layout=layout_from_args(args))
+    except ValueError as e:
+        parser.exit(2, f"{{parser.prog}}: error: {{e}}\\n")
+    weights = training_function(run, state.process_index, state.num_processes, state.device)
+    if dist.is_initialized():  # leave together, then rank 0 checks alone
+        dist.barrier()
+        dist.destroy_process_group()
+    ok = weights is None or args.no_parity or check_parity(weights, run)    # 5. parity
+    raise SystemExit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+RUNNER_TEMPLATE = '''"""Train any mgpukit strategy on the processes `accelerate launch` or `torchrun` start.
+
+Exported by `mgpukit export --runner` — the same appliers and trainer the notebooks run. For one
+strategy with its training loop in plain sight, see `mgpukit export STRATEGY` (scripts/train_ddp.py).
 
     accelerate launch --multi_gpu --num_processes 2 scripts/train.py --strategy {name} --steps 20
     torchrun --nproc_per_node 2 scripts/train.py --strategy {name} --steps 20
@@ -37,29 +164,12 @@ process does (`mgpukit.launched.training_function`):
     record   = finish(...)  on rank 0: the result record and its parity against one process
 """
 import argparse
-import json
 import sys
 
-from mgpukit.config import RunConfig
 from mgpukit.launched import teardown, training_function
+from mgpukit.run_args import add_config_arguments, add_layout_arguments, config_from_args, layout_from_args
 
 STRATEGY = "{name}"
-
-
-def get_config(args) -> RunConfig:
-    return RunConfig(model=args.model, steps=args.steps, global_batch=args.global_batch,
-                     micro_batches=args.micro_batches, lr=args.lr, optimizer=args.optimizer,
-                     options=dict(parse_option(o) for o in args.option))
-
-
-def parse_option(text: str):
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise SystemExit(f"train.py: error: -o {{text!r}}: write KEY=VALUE, e.g. -o bucket_mb=1")
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
 
 
 def print_skip(name: str, reason: str) -> None:
@@ -70,32 +180,14 @@ def print_skip(name: str, reason: str) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategy", default=STRATEGY, help="a strategy from `mgpukit list`, or 'all'")
-    parser.add_argument("--model", default="gpt-tiny")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--global-batch", type=int, default=8)
-    parser.add_argument("--micro-batches", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
-    parser.add_argument("--dp", type=int, default=None, help="data-parallel degree")
-    parser.add_argument("--tp", type=int, default=None, help="tensor-parallel degree")
-    parser.add_argument("--sp", action="store_true", default=None, help="sequence parallelism (with --tp)")
-    parser.add_argument("--pp", type=int, default=None, help="pipeline-parallel degree")
-    parser.add_argument("--schedule", default=None, help="pipeline schedule (with --pp)")
-    parser.add_argument("--v", type=int, default=None, help="model chunks per pipeline rank")
-    parser.add_argument("--checkpointing", default=None, choices=["none", "full", "selective"],
-                        help="activation checkpointing policy")
-    parser.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
-                        help="bf16: autocast, fp32 master weights")
-    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="a strategy knob, e.g. -o bucket_mb=1 (checked against its type)")
+    add_config_arguments(parser)  # the same flags as `mgpukit run` (mgpukit/run_args.py)
+    add_layout_arguments(parser)
     parser.add_argument("--json", default=None, help="write the result record here (rank 0)")
     parser.add_argument("--no-parity", action="store_true")
     args = parser.parse_args()
-    layout = {{"dp": args.dp, "tp": args.tp, "sp": args.sp, "pp": args.pp, "schedule": args.schedule,
-              "v": args.v, "checkpointing": args.checkpointing, "dtype": args.dtype}}
     ok = True
     try:
-        for name, record in training_function(args.strategy, get_config(args), layout=layout,
+        for name, record in training_function(args.strategy, config_from_args(args), layout=layout_from_args(args),
                                               json_path=args.json, parity=not args.no_parity,
                                               on_skip=print_skip):
             if record is not None:  # rank 0
@@ -114,13 +206,27 @@ if __name__ == "__main__":
 
 
 def script_for(name: str = "ddp") -> str:
-    return TEMPLATE.format(name=get(name).name)
+    """The loop script of strategy `name`."""
+    strat = get(name)
+    return LOOP_TEMPLATE.format(name=strat.name, description=strat.description.rstrip("."),
+                                workers=max(2, strat.min_workers), script=default_out(strat.name).name)
 
 
-def export(name: str, out: str | Path, *, force: bool = False) -> Path:
-    """Write the script for `name` to `out`. An existing file with other content is refused
-    unless `force` (it may be the user's edited copy); one with the same content is left as is."""
-    text = script_for(name)
+def runner_script(name: str = "ddp") -> str:
+    """The runner script (`scripts/train.py`), `name` its default strategy."""
+    return RUNNER_TEMPLATE.format(name=get(name).name)
+
+
+def default_out(name: str | None) -> Path:
+    """Where `mgpukit export` writes: `scripts/train_NAME.py`, or the runner's `scripts/train.py`."""
+    return Path("scripts") / ("train.py" if name is None else f"train_{name.replace('-', '_')}.py")
+
+
+def export(name: str, out: str | Path, *, force: bool = False, runner: bool = False) -> Path:
+    """Write the loop script of `name` (or the runner, `runner=True`) to `out`. An existing file
+    with other content is refused unless `force` (it may be the user's edited copy); one with
+    the same content is left as is."""
+    text = runner_script(name) if runner else script_for(name)
     out = Path(out)
     if not force and out.is_file() and out.read_text(errors="replace") == text:
         return out
@@ -135,15 +241,19 @@ def exportable() -> list[str]:
 
 
 def _export_command(args):
-    out = Path(args.out)
-    export(args.strategy, out, force=args.force)
+    out = Path(args.out) if args.out else default_out(None if args.runner else get(args.strategy).name)
+    export(args.strategy, out, force=args.force, runner=args.runner)
     print(f"wrote {out}")
     return 0
 
 
 def register(sub):
-    p = sub.add_parser("export", help="write the training script for `accelerate launch` / `torchrun`")
-    p.add_argument("strategy", nargs="?", default="ddp", help="the script's default strategy")
-    p.add_argument("--out", default="scripts/train.py", help="output file")
+    p = sub.add_parser("export", help="write a training script for `accelerate launch` / `torchrun`")
+    p.add_argument("strategy", nargs="?", default="ddp", help="the strategy the script trains")
+    p.add_argument("--runner", action="store_true",
+                   help="the runner of any strategy through the kit's trainer (scripts/train.py), "
+                        "not the loop script")
+    p.add_argument("--out", default=None, help="output file (default scripts/train_STRATEGY.py; "
+                                                "with --runner, scripts/train.py)")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out file that differs")
     p.set_defaults(func=_export_command)

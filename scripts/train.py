@@ -1,6 +1,7 @@
 """Train any mgpukit strategy on the processes `accelerate launch` or `torchrun` start.
 
-Exported by `mgpukit export ddp` — the same appliers and trainer the notebooks run.
+Exported by `mgpukit export --runner` — the same appliers and trainer the notebooks run. For one
+strategy with its training loop in plain sight, see `mgpukit export STRATEGY` (scripts/train_ddp.py).
 
     accelerate launch --multi_gpu --num_processes 2 scripts/train.py --strategy ddp --steps 20
     torchrun --nproc_per_node 2 scripts/train.py --strategy ddp --steps 20
@@ -18,29 +19,12 @@ process does (`mgpukit.launched.training_function`):
     record   = finish(...)  on rank 0: the result record and its parity against one process
 """
 import argparse
-import json
 import sys
 
-from mgpukit.config import RunConfig
 from mgpukit.launched import teardown, training_function
+from mgpukit.run_args import add_config_arguments, add_layout_arguments, config_from_args, layout_from_args
 
 STRATEGY = "ddp"
-
-
-def get_config(args) -> RunConfig:
-    return RunConfig(model=args.model, steps=args.steps, global_batch=args.global_batch,
-                     micro_batches=args.micro_batches, lr=args.lr, optimizer=args.optimizer,
-                     options=dict(parse_option(o) for o in args.option))
-
-
-def parse_option(text: str):
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise SystemExit(f"train.py: error: -o {text!r}: write KEY=VALUE, e.g. -o bucket_mb=1")
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
 
 
 def print_skip(name: str, reason: str) -> None:
@@ -51,32 +35,14 @@ def print_skip(name: str, reason: str) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategy", default=STRATEGY, help="a strategy from `mgpukit list`, or 'all'")
-    parser.add_argument("--model", default="gpt-tiny")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--global-batch", type=int, default=8)
-    parser.add_argument("--micro-batches", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
-    parser.add_argument("--dp", type=int, default=None, help="data-parallel degree")
-    parser.add_argument("--tp", type=int, default=None, help="tensor-parallel degree")
-    parser.add_argument("--sp", action="store_true", default=None, help="sequence parallelism (with --tp)")
-    parser.add_argument("--pp", type=int, default=None, help="pipeline-parallel degree")
-    parser.add_argument("--schedule", default=None, help="pipeline schedule (with --pp)")
-    parser.add_argument("--v", type=int, default=None, help="model chunks per pipeline rank")
-    parser.add_argument("--checkpointing", default=None, choices=["none", "full", "selective"],
-                        help="activation checkpointing policy")
-    parser.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
-                        help="bf16: autocast, fp32 master weights")
-    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="a strategy knob, e.g. -o bucket_mb=1 (checked against its type)")
+    add_config_arguments(parser)  # the same flags as `mgpukit run` (mgpukit/run_args.py)
+    add_layout_arguments(parser)
     parser.add_argument("--json", default=None, help="write the result record here (rank 0)")
     parser.add_argument("--no-parity", action="store_true")
     args = parser.parse_args()
-    layout = {"dp": args.dp, "tp": args.tp, "sp": args.sp, "pp": args.pp, "schedule": args.schedule,
-              "v": args.v, "checkpointing": args.checkpointing, "dtype": args.dtype}
     ok = True
     try:
-        for name, record in training_function(args.strategy, get_config(args), layout=layout,
+        for name, record in training_function(args.strategy, config_from_args(args), layout=layout_from_args(args),
                                               json_path=args.json, parity=not args.no_parity,
                                               on_skip=print_skip):
             if record is not None:  # rank 0

@@ -79,3 +79,14 @@ def test_cp_runs_on_the_virtual_clock_with_parity():
     assert rec["mode"] == "emulated" and rec["parity"]["ok"], rec["parity"]
     recvs = [e for e in rec["timeline"] if e["kind"] == "recv"]
     assert recvs and all(e["wire_s"] > 0 for e in recvs)
+
+
+def test_a_32k_sequence_runs_in_shape_mode_with_the_predicted_bytes():
+    """Emulated at real scale (fake tensors, labelled emulated): Llama-sized layers (2 of 32) at
+    32,768 tokens, cp 4 on 4 H100s; the ring's bytes under cp, the gradients' under dp."""
+    rec = run("cp", workers=4, mode="emulated", profile="h100-nvlink", shape=True, model="llama-7b", steps=1,
+              global_batch=1, options={"model_sizes": {"n_layer": 2, "seq_len": 32768}})
+    assert rec["mode"] == "emulated" and rec["shape"] and rec["step_time_s"][0] > 0
+    t = rec["theory"]
+    assert t["cp_bytes_per_step"] == cp_bytes(rows=1, seq_len=32768, d_model=4096, n_layer=2, cp=4)["total"]
+    assert rec["comm"]["0"]["by_axis"] == {"cp": t["cp_bytes_per_step"], "dp": t["dp_bytes_per_step"]}

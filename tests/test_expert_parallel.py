@@ -119,3 +119,15 @@ def test_emulated_all_to_alls_are_charged_by_the_alpha_beta_formula():
     spans = [e["end"] - e["start"] for e in rec["timeline"] if e["kind"] == "all_to_all"]
     assert len(spans) == 2 * 2 * 4 * 4  # ranks × steps × layers × (2 forward + 2 backward)
     assert all(abs(s - want) <= 1e-12 + 1e-9 * want for s in spans), (spans[:3], want)
+
+
+def test_a_mixtral_sized_layer_runs_in_shape_mode_with_the_predicted_bytes():
+    """Emulated at real scale (fake tensors, labelled emulated): Mixtral 8×7B's sizes, 2 of its
+    32 layers, ep 8 on 8 H100s; time and memory come back, and the bytes per axis are the cost
+    model's (all-to-alls under ep, the dense gradients under dp, no expert copies at dp = ep)."""
+    rec = run("ep", workers=8, mode="emulated", profile="h100-nvlink", shape=True, model="mixtral-8x7b",
+              steps=1, global_batch=8, options={"model_sizes": {"n_layer": 2}})
+    assert rec["mode"] == "emulated" and rec["shape"] and rec["step_time_s"][0] > 0
+    assert rec["memory"]["0"]["peak"] > 0
+    t = rec["theory"]
+    assert rec["comm"]["0"]["by_axis"] == {"ep": t["ep_bytes_per_step"], "dp": t["dp_bytes_per_step"]}

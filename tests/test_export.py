@@ -1,6 +1,8 @@
-"""The exported script: up to date with the exporter, and every strategy really runs through it
-under `torchrun` and `accelerate launch` with CPU workers forming one gloo group, judged exactly
-as `mgpukit run` judges it (its parity check, 2 ranks in the record)."""
+"""The exported scripts: up to date with the exporter, and each really runs under `torchrun` and
+`accelerate launch` with CPU workers forming one gloo group. The loop scripts
+(`scripts/train_ddp.py`, `scripts/train_pp_1f1b.py`) show the training loop and check parity
+themselves; the runner (`scripts/train.py`) runs every strategy through the kit's trainer, judged
+exactly as `mgpukit run` judges it (its parity check, 2 ranks in the record)."""
 import json
 import re
 import socket
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mgpukit.export import exportable, script_for
+from mgpukit.export import default_out, exportable, runner_script, script_for
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -19,7 +21,60 @@ SCRIPT = str(ROOT / "scripts" / "train.py")
 
 def test_committed_script_is_what_the_exporter_writes():
     path = ROOT / "scripts" / "train.py"
-    assert path.read_text() == script_for("ddp"), "scripts/train.py is stale: run `mgpukit export --force`"
+    assert path.read_text() == runner_script("ddp"), "scripts/train.py is stale: run `mgpukit export --runner --force`"
+    for name in ("ddp", "pp-1f1b"):
+        loop = ROOT / default_out(name)
+        assert loop.read_text() == script_for(name), f"{loop} is stale: run `mgpukit export {name} --force`"
+
+
+def test_the_loop_script_shows_the_loop_in_order():
+    """The program a learner takes to a cluster: forward and backward, the gradient sync, the
+    optimizer step and the log, in that order, in the script itself — not behind the kit's trainer."""
+    text = script_for("ddp")
+    body = text[text.index("def training_function"):text.index("def print_loss")]
+    order = ["for step in range(cfg.steps):", "parts.engine.forward_backward(x, y)", "parts.sync.sync(step)",
+             "optimizer.step()", "parts.after_step(step)", "print_loss("]
+    assert [body.index(line) for line in order] == sorted(body.index(line) for line in order)
+    assert "launched" not in text and "training.trainer import train" not in text
+    assert len(body.splitlines()) <= 35  # the whole training function reads in one screen
+
+
+def _run_loop(launcher, nproc, script, args, cwd):
+    if launcher == "torchrun":
+        cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", str(nproc), str(script)]
+    else:
+        cmd = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(nproc),
+               "--main_process_port", str(_free_port()), str(script)]
+    return subprocess.run(cmd + args, capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+@pytest.mark.parametrize("launcher, name, nproc, args", [
+    ("torchrun", "ddp", 2, []),
+    ("accelerate", "pp-1f1b", 4, ["--dp", "2", "--pp", "2", "--micro-batches", "2"]),
+])
+def test_the_loop_script_trains_with_parity_under_both_launchers(launcher, name, nproc, args, tmp_path):
+    proc = _run_loop(launcher, nproc, ROOT / default_out(name), ["--steps", "3", *args], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "parity ok: after 3 steps" in proc.stdout
+    assert len([line for line in proc.stdout.splitlines() if line.startswith("step ")]) == 6  # run + reference
+
+
+def test_the_loop_script_without_its_gradient_sync_fails_parity(tmp_path):
+    """The test of the test: a learner who deletes the sync line of `mgpukit export dp-naive`
+    (the all-reduce after backward; torch's DDP does it inside backward) trains two models."""
+    broken = tmp_path / "train_naive_nosync.py"
+    text = script_for("dp-naive")
+    assert "        parts.sync.sync(step)" in text
+    broken.write_text(text.replace("        parts.sync.sync(step)", "        pass"))
+    proc = _run_loop("torchrun", 2, broken, ["--steps", "3"], tmp_path)
+    assert proc.returncode == 1 and "parity FAILED" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_a_layout_the_loop_script_cannot_run_is_one_line_and_exit_2(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / default_out("pp-1f1b")), "--pp", "3"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and "error:" in proc.stderr
 
 
 def _free_port():

@@ -98,7 +98,9 @@ def test_search_with_tokens_ranks_by_time_and_prices_each_row(tmp_path, capsys):
     assert hours == sorted(hours)  # same GPU count: fastest step = fewest GPU-hours = cheapest
 
 
-@pytest.mark.parametrize("gpus, bound", [(64, 4_000), (1024, 4_000)])
+# issue 37 widened the search (micro-batches dividing a replica's batch up to 16, v up to one layer per
+# chunk, cp, tp overlap): ~11.8K and ~9.3K layouts, still timed under 2 s (tests/test_search.py)
+@pytest.mark.parametrize("gpus, bound", [(64, 15_000), (1024, 15_000)])
 def test_search_considers_a_bounded_number_of_layouts_and_returns_only_fitting_ones(gpus, bound):
     """Pruned as in Narayanan et al. 2021 §3.3: tp within a node, pp up to the layers (uneven
     stages, balanced by cost). The bound is loose; it fails if a change makes the search

@@ -24,6 +24,9 @@ benchmark keeps the two apart, as a fit should:
    the GPU-bound steps (GPT-2 124M: kernels set the step), 10 % on every peak. The host-bound
    steps (gpt-tiny, gpt-small) follow the host, and the H100's host is not the H200's (per op
    8–15 µs against 15–19): only a profile calibrated on that host can be held to them.
+5. **the planner** — every step of both files by the closed form alone (`costmodel.steptime`,
+   bf16 under autocast over fp32 weights as the plain loop runs it; `costmodel.memory`'s peak):
+   what `mgpukit plan` would say of one GPU, no emulation (`planner_rows`).
 """
 from __future__ import annotations
 
@@ -32,11 +35,13 @@ from pathlib import Path
 
 from mgpukit.bench import bench
 from mgpukit.calibrate_gpu import profile_from_measurements
+from mgpukit.costmodel.bands import kit_gpt_shape
 from mgpukit.costmodel.fit import fit_reference
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.memory import allocator_peak
 from mgpukit.costmodel.shapes import ModelShape
+from mgpukit.costmodel.steptime import step_time
 from mgpukit.measure.plainstep import configurations, emulate_plain_steps, model_config
 from mgpukit.measure.plainstep import fit_model_code_factor as plainstep_fit
 
@@ -149,6 +154,38 @@ def _print_h100(shipped: list[dict], calibrated: list[dict], factor: float) -> N
           "this-gpu (this host's per-op cost), the gpt-tiny b8 row being the one it was fitted on")
 
 
+def planner_rows() -> list[dict]:
+    """Every step of both reference files beside the **planner's** closed form (``steptime``, no
+    emulation; bf16 rows under autocast over fp32 weights, as the plain loop runs them) and its
+    peak (``allocator_peak``): ``planner / measured`` for each, on the file's own GPU profile."""
+    rows = []
+    for path, profile in ((REFERENCE, "h200"), (H100_REFERENCE, "h100-nvlink")):
+        ref = load_reference(path)
+        steps = {**ref.get("plain_pytorch_steps_beside_emulation", {}), **ref["plain_pytorch_steps"]}
+        hw = load_profile(profile)
+        for key, kwargs in configurations({"plain_pytorch_steps": steps}):
+            real = steps[key]
+            lay = Layout(micro_batch=kwargs["batch"], dtype=kwargs["dtype"])
+            t = step_time(kit_gpt_shape(kwargs["model"]), lay, hw, autocast=True)
+            peak = predicted_peak(profile=profile, **kwargs)
+            rows.append({"config": key, "device": ref["device"], "profile": profile, "measured_s": real["median_ms"] * 1e-3,
+                         "planner_s": t["total_s"], "time_ratio": t["total_s"] / (real["median_ms"] * 1e-3),
+                         "host_bound": t["host_s"] >= t["compute_s"] + t["memory_s"],
+                         "memory_ratio": peak / real["peak_bytes"]})
+    return rows
+
+
+def _print_planner(rows: list[dict]) -> None:
+    print("\n5. the planner's closed form (costmodel.steptime, autocast for bf16; no emulation) against every "
+          "reference step: planner / measured")
+    head = f"{'configuration':<25} {'profile':<12} {'measured':>9} {'planner':>9} {'ratio':>6} {'bound':<5} {'peak ratio':>10}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['config']:<25} {r['profile']:<12} {r['measured_s'] * 1e3:7.2f}ms {r['planner_s'] * 1e3:7.2f}ms "
+              f"{r['time_ratio']:6.3f} {'host' if r['host_bound'] else 'GPU':<5} {r['memory_ratio']:10.3f}")
+
+
 def _print_fit(fit: dict, profile) -> None:
     g = fit["gemm"]
     print(f"1. fit on the micro-measurements ({REFERENCE.name})")
@@ -203,7 +240,9 @@ def bench_reference(args=None) -> dict:
     this_gpu = calibrated_profile(h100_ref)
     shipped, calibrated = check_h100_rows("h100-nvlink", reference=h100_ref), check_h100_rows(this_gpu, reference=h100_ref)
     _print_h100(shipped, calibrated, this_gpu.model_code_factor)
-    return {"fit": {k: v for k, v in fit.items() if k != "gemm"} | {"gemm": {
+    planner = planner_rows()
+    _print_planner(planner)
+    return {"planner": planner, "fit": {k: v for k, v in fit.items() if k != "gemm"} | {"gemm": {
                 "latency": fit["gemm"]["latency"],
                 **{dt: {k: fit["gemm"][dt][k] for k in ("efficiency", "k_half", "rms", "max")} for dt in ("bf16", "fp32")}}},
             "model_code_factor": factor, "h200": rows, "h100_over_h200": ratios,

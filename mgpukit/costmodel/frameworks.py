@@ -13,6 +13,9 @@ The same layout runs at different speeds in different frameworks. What differs i
   and ``torch.distributed.pipelining`` send the whole tensor from every tp rank.
 * ``schedules``: the pipeline schedules it offers (DeepSpeed's engine: 1F1B only; Megatron:
   1F1B and interleaved); the search keeps to them.
+* ``autocast``: 16-bit compute through ``torch.autocast`` over fp32 weights (torch AMP, as the
+  kit's own loop and Composer's ``amp_bf16``): fp32 residual stream and norms and a cast per
+  linear input move more bytes than a model kept in 16 bits (Megatron, FSDP's ``param_dtype``).
 * ``tp_overlap``: whether it can hide tensor-parallel collectives behind the layer's GEMMs
   (Megatron-Core with Transformer Engine's userbuffers, ``--tp-comm-overlap``; Wang et al. 2022,
   "Overlap Communication with Dependent Computation via Decomposition"); the search tries it.
@@ -46,6 +49,7 @@ class Framework:
     pp_scatter_gather: bool = True
     schedules: tuple[str, ...] = ("1f1b", "gpipe", "zb-h1", "interleaved")
     kernel_efficiency: float = 1.0
+    autocast: bool = False  # 16-bit layouts under torch.autocast with fp32 weights (steptime._autocast_bytes)
     tp_overlap: bool = False  # offers tp collectives overlapped with the GEMMs (the search tries it)
     validated_by: tuple[str, ...] = ()  # frameworks whose published runs give this one's error bar (default: itself)
     sources: tuple[str, ...] = ()

@@ -115,14 +115,15 @@ def _sustained(profile: HardwareProfile) -> HardwareProfile:
     return _memo(("sustained", id(profile)), profile, lambda: at_sustained_power(profile))
 
 
-def _layer_kernels(shape: ModelShape, layout: Layout, profile: HardwareProfile) -> dict[str, float]:
+def _layer_kernels(shape: ModelShape, layout: Layout, profile: HardwareProfile, autocast: bool = False) -> dict[str, float]:
     """:func:`_layer_kernels_of`, remembered: it reads only the fields in the key."""
     key = ("layer", id(profile), shape, layout.tp, layout.cp, layout.sp, layout.micro_batch, layout.dtype,
-           layout.flash_attention)
-    return dict(_memo(key, profile, lambda: _layer_kernels_of(shape, layout, profile)))
+           layout.flash_attention, autocast)
+    return dict(_memo(key, profile, lambda: _layer_kernels_of(shape, layout, profile, autocast)))
 
 
-def _layer_kernels_of(shape: ModelShape, layout: Layout, profile: HardwareProfile) -> dict[str, float]:
+def _layer_kernels_of(shape: ModelShape, layout: Layout, profile: HardwareProfile,
+                      autocast: bool = False) -> dict[str, float]:
     """Seconds of one layer, one micro-batch, one GPU: ``gemm_fwd, gemm_bwd, mem_fwd, mem_bwd``;
     ``attn_*`` are the attention core's share of them (its GEMMs, its memory kernels)."""
     t, dt, e = layout.tp, layout.dtype, layout.dtype_bytes
@@ -172,6 +173,8 @@ def _layer_kernels_of(shape: ModelShape, layout: Layout, profile: HardwareProfil
     ffn = n * f / t
     mem_fwd = e * 4 * act + e * (gate + 1) * ffn + 2 * (3 * e * act + drop * act)  # 2 norms, act fn, 2 drop-add
     mem_bwd = e * 6 * act + e * (gate + 2) * ffn + 2 * (2 * e * act + drop * act) + 2 * 3 * e * act  # + grad adds
+    if autocast and e == 2:
+        mem_fwd, mem_bwd = _autocast_bytes(shape, act, ffn, gate, drop)
     return {
         "gemm_fwd": g_fwd + a_fwd,
         "gemm_bwd": g_bwd + a_bwd,
@@ -184,7 +187,28 @@ def _layer_kernels_of(shape: ModelShape, layout: Layout, profile: HardwareProfil
     }
 
 
-def _ends(shape: ModelShape, layout: Layout, profile: HardwareProfile, *, embed: bool, head: bool) -> dict:
+def _autocast_bytes(shape: ModelShape, act: float, ffn: float, gate: int, drop: int) -> tuple[float, float]:
+    """Forward and backward bytes of a layer's memory-bound kernels under ``torch.autocast`` with
+    fp32 weights (the kit's plain loop; torch AMP): the residual stream stays fp32, LayerNorm
+    runs in fp32 (autocast's float32 op list, PyTorch "Automatic Mixed Precision" docs), and each
+    linear casts its fp32 input to 16 bits on every call — three times for separate q, k, v —
+    whose backward casts the gradient back (read 2, write 4) and sums the q, k, v input
+    gradients in fp32. The activation function, attention and dropout stay 16-bit."""
+    readers = (1 if shape.fused_qkv else 3) + 1  # linears casting a norm's fp32 output: q/k/v, fc1
+    fwd = (2 * 8 * act  # two fp32 norms, read + write
+           + 6 * readers * act  # casts fp32 -> 16-bit: read 4, write 2
+           + 2 * ((4 + 2 + 4) * act + drop * act)  # fp32 residual + 16-bit branch -> fp32
+           + 2 * (gate + 1) * ffn)  # activation function, 16-bit
+    bwd = (2 * 12 * act  # two fp32 norm backwards: read grad and input, write grad
+           + 6 * readers * act  # the casts' backward: 16-bit grad -> fp32
+           + 12 * (readers - 2) * act  # q, k, v input gradients summed in fp32
+           + 2 * (2 * 2 * act + drop * act) + 2 * 3 * 4 * act  # branch grads, fp32 residual grad adds
+           + 2 * (gate + 2) * ffn)
+    return fwd, bwd
+
+
+def _ends(shape: ModelShape, layout: Layout, profile: HardwareProfile, *, embed: bool, head: bool,
+          autocast: bool = False) -> dict:
     """GEMM and memory seconds of the embedding (first stage) and the head + loss (last stage)."""
     t, e = layout.tp, layout.dtype_bytes
     dt = "bf16" if layout.dtype == "fp8" else layout.dtype  # fp8 recipes keep the output layer in bf16
@@ -197,8 +221,9 @@ def _ends(shape: ModelShape, layout: Layout, profile: HardwareProfile, *, embed:
         out["gemm_fwd"] += gemm_seconds(n, V // t, d, profile, dtype=dt)
         out["gemm_bwd"] += gemm_seconds(n, d, V // t, profile, dtype=dt) + gemm_seconds(d, V // t, n, profile, dtype=dt)
         logits = n * V / t
-        out["mem_fwd"] += memory_seconds(2 * e * n * d + logits * (e + 8), profile)
-        out["mem_bwd"] += memory_seconds(3 * e * n * d + logits * (8 + e), profile)
+        cast = (e + 4) * logits if autocast and e == 2 else 0.0  # autocast: 16-bit logits cast to fp32 for the loss
+        out["mem_fwd"] += memory_seconds(2 * e * n * d + logits * (e + 8) + cast, profile)
+        out["mem_bwd"] += memory_seconds(3 * e * n * d + logits * (8 + e) + cast, profile)
     return out
 
 
@@ -232,11 +257,12 @@ def _dp_exposed(shape, layout, profile, *, fwd, bwd, layer_fwd, layer_bwd, layer
     return per_mb, 0.0, layout.num_micro_batches * (2 * ag + rs)
 
 
-def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather: bool = True) -> dict[str, float]:
+def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather: bool = True,
+           autocast: bool = False) -> dict[str, float]:
     """Busy seconds of one micro-batch on one GPU of pipeline ``stage``, by part."""
     p, t, e = layout.pp, layout.tp, layout.dtype_bytes
     layers = layout.layers_of_stage(shape.n_layer, stage)
-    ends = _ends(shape, layout, profile, embed=stage == 0, head=stage == p - 1)
+    ends = _ends(shape, layout, profile, embed=stage == 0, head=stage == p - 1, autocast=autocast)
     k = kernels
     # recomputation in backward: the whole layer's forward, or (selective) the attention core's,
     # which flash attention's backward already recomputes (counted in its 2.5×)
@@ -296,7 +322,7 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
 def step_time(
     shape: ModelShape, layout: Layout, profile: HardwareProfile, *,
     bucket_bytes: float = DDP_BUCKET_BYTES, overlap_dp: bool | None = None, framework=None,
-    interference: float = 0.0, gpu_spread: float = 0.0, sustained: bool = False,
+    interference: float = 0.0, gpu_spread: float = 0.0, sustained: bool = False, autocast: bool | None = None,
 ) -> dict[str, float]:
     """Predicted seconds of one step (module docstring). Returns ``compute_s`` (GEMMs),
     ``memory_s`` (memory-bound kernels), ``comm_s`` (exposed; split as ``comm_tp_s``,
@@ -327,21 +353,27 @@ def step_time(
     profile's measured ceiling on FLOP/s (``[gemm] sustained``; `kernels.at_sustained_power`)
     holds for every tensor-core GEMM. False (the default): the rate of a short burst — the
     emulator's convention; the planner uses True.
+
+    ``autocast``: 16-bit layouts run under ``torch.autocast`` with fp32 weights (fp32 residual
+    stream and norms, a cast per linear input, fp32 loss: :func:`_autocast_bytes`) instead of
+    16-bit throughout (Megatron's convention); None: the framework's ``autocast``.
     """
     fw = get_framework(framework)
+    autocast = fw.autocast if autocast is None else autocast
     overlap_dp = fw.overlap_dp if overlap_dp is None else overlap_dp
     profile = fw.on(profile)
     if sustained:
         profile = _sustained(profile)
     peak = profile.flops("bf16" if layout.dtype == "fp8" else layout.dtype)
     p, m = layout.pp, layout.num_micro_batches
-    kernels = _layer_kernels(shape, layout, profile)
+    kernels = _layer_kernels(shape, layout, profile, autocast)
     memo: dict = {}  # a stage's cost depends only on its layer count and whether it holds an end
 
     def stage(s: int) -> dict:
         key = (layout.layers_of_stage(shape.n_layer, s), s == 0, s == p - 1)
         if key not in memo:
-            memo[key] = _stage(shape, layout, profile, s, kernels, scatter_gather=fw.pp_scatter_gather)
+            memo[key] = _stage(shape, layout, profile, s, kernels, scatter_gather=fw.pp_scatter_gather,
+                               autocast=autocast)
         return memo[key]
 
     stages = [stage(s) for s in range(p)]
@@ -417,11 +449,12 @@ def stage_cost_terms(shape: ModelShape, layout: Layout, profile: HardwareProfile
     collectives. What :func:`mgpukit.costmodel.balance.balance_stages` balances."""
     fw = get_framework(framework)
     profile = fw.on(profile)
-    kernels = _layer_kernels(shape, layout, profile)
+    kernels = _layer_kernels(shape, layout, profile, fw.autocast)
 
     def busy(stage: int, layers: int) -> float:
         lay = replace(layout, pp=3, stage_layers=(layers,) * 3, schedule="1f1b", v=1)
-        return _busy(_stage(shape, lay, profile, stage, kernels, scatter_gather=fw.pp_scatter_gather))
+        return _busy(_stage(shape, lay, profile, stage, kernels, scatter_gather=fw.pp_scatter_gather,
+                            autocast=fw.autocast))
 
     one = busy(1, 1)
     return busy(1, 2) - one, busy(0, 1) - one, busy(2, 1) - one

@@ -27,7 +27,7 @@ from mgpukit.exercises.debugging import mystery_runs as _runs, parity_report as 
 from mgpukit.exercises.registry import Exercise, EXERCISES, expected_value, get
 from mgpukit.exercises.suspects import suspects
 # the answers register themselves with the registry when imported: every exercise, notebook by notebook
-from mgpukit.exercises import answers_00_04, answers_05_10  # noqa: F401
+from mgpukit.exercises import answers_00_04, answers_05_10, answers_11  # noqa: F401
 # and the notebooks' claims register with `claims` (checked on the executed notebooks by nbmake)
 from mgpukit.exercises import claims_00_04  # noqa: F401
 

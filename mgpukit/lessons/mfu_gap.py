@@ -41,7 +41,7 @@ import dataclasses
 
 from mgpukit.costmodel.planner import plan
 from mgpukit.costmodel.training_cost import time_to_train
-from mgpukit.costmodel.validation import error_bar, runs
+from mgpukit.costmodel.validation import runs
 
 # what published H100 runs report: (run, BF16 MFU, where)
 PUBLISHED_H100_MFU = (
@@ -129,7 +129,7 @@ def mfu_gap(best: dict, llama3: dict | None = None, *, tokens: dict | None = Non
     for k, d in (tokens or {}).items():
         planned = time_to_train(best[k], d)["gpu_hours"]
         hours[k] = {"tokens": d, "planned": planned, "with_effective_time": planned / L3_EFFECTIVE_TRAINING_TIME}
-    bar = error_bar(b_plan.framework)
+    bar = b_plan.error_bar  # the plan's own: its framework on its GPU generation (costmodel.bands)
     megatron = next(m for name, m, _ in PUBLISHED_H100_MFU if name.startswith("Megatron"))
     return {"columns": columns, "pair": (b_name, l_name), "diffs": diffs,
             "gap_points": b_plan.mfu - l_mfu, "planner_terms_points": b_plan.mfu - l_plan.mfu,

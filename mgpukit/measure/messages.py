@@ -112,7 +112,7 @@ class Messages:
         self._pending.append(handle)
         return handle
 
-    def exchange(self, *, sends=(), recvs=(), group=None, waited_now: bool = False) -> Handle:
+    def exchange(self, *, sends=(), recvs=(), group=None, waited_now: bool = False, axis=None) -> Handle:
         """Post sends `[(tensor, dst)]` and receives `[(tensor, src)]` together, as one batch
         (`dist.batch_isend_irecv`, as torch.distributed.pipelining does for each step).
 
@@ -121,12 +121,13 @@ class Messages:
         communicator is created on the fly. The clock is read once for the whole batch; in
         emulated mode each message carries its send time beside it, as with `isend`/`irecv`.
         Empty tensors are skipped. `waited_now`: the caller waits at once (a ring step, a
-        pipeline round), so the wait itself stamps the end — no watcher thread."""
+        pipeline round), so the wait itself stamps the end — no watcher thread. `axis`: the mesh
+        axis to count the bytes under, when the ranks alone cannot say (`Recorder._axis_of`)."""
         sends = [(t, p) for t, p in sends if t.numel()]
         recvs = [(t, p) for t, p in recvs if t.numel()]
         self._check_device("exchange", *(t for t, _ in sends + recvs))
         for t, dst in sends:
-            self._count("send", _nbytes(t), _nbytes(t), 0, (self.rank, dst))
+            self._count("send", _nbytes(t), _nbytes(t), 0, (self.rank, dst), axis)
         for t, _ in recvs:
             self._count("recv", _nbytes(t), 0, _nbytes(t))
         if not sends and not recvs:

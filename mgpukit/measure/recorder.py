@@ -205,23 +205,26 @@ class Recorder(Messages):
         """Count one operation someone else issued (a library's), as the recorder counts its own."""
         self._count(name, payload, sent, received)
 
-    def _count(self, name: str, payload: int, sent: float, received: float, ranks=None):
+    def _count(self, name: str, payload: int, sent: float, received: float, ranks=None, axis=None):
         self.collectives[name] += 1
         self.payload_bytes += payload
         self.bytes_sent += sent
         self.bytes_received += received
         if ranks is not None and sent:
-            self.by_axis[self._axis_of(ranks)] += sent
+            self.by_axis[axis or self._axis_of(ranks)] += sent
 
     def _axis_of(self, ranks) -> str:
-        """The mesh axis a group of global ranks (or a message's two ends) lies on."""
+        """The mesh axis a group of global ranks (or a message's two ends) lies on: the smallest
+        axis group that holds them all (ties in the order tp, dp, cp, ep, dp_outer, pp). cp and
+        ep are cut inside dp, so when one of them *is* the whole dp axis their own traffic
+        cannot be told apart by its ranks: it passes `axis=` itself."""
         key = tuple(sorted(ranks))
         if key not in self._axes:
             ctx, members = self.ctx, set(key)
             inner = ("cp", "ep", "dp_outer") if ctx.size("cp") * ctx.size("ep") > 1 else ()
-            axes = [a for a in ("tp", *inner, "dp", "pp")
+            axes = [a for a in ("tp", "dp", *inner, "pp")
                     if ctx.size(a) > 1 and members <= set(ctx.axis_ranks(a))]
-            self._axes[key] = (axes[0] if axes else
+            self._axes[key] = (min(axes, key=ctx.size) if axes else
                                "world" if len(members) == ctx.world_size else "other")
         return self._axes[key]
 
@@ -239,9 +242,9 @@ class Recorder(Messages):
                                    f"rank's device is {want}{hint}. Create it with device=ctx.device.")
 
     def _collective(self, name, run, nbytes: int, group, async_op: bool, factor: float,
-                    written=None):
+                    written=None, axis=None):
         ranks = group_ranks(group)
-        self._count(name, nbytes, factor * nbytes, factor * nbytes, ranks)
+        self._count(name, nbytes, factor * nbytes, factor * nbytes, ranks, axis)
         if self.clock.emulated:
             with self._off_clock():
                 start, end = self.clock.collective(name, nbytes, ranks, group)
@@ -296,7 +299,7 @@ class Recorder(Messages):
             "broadcast", lambda a: dist.broadcast(tensor, src, group=group, async_op=a),
             _nbytes(tensor), group, async_op, bus_factor("broadcast", n), written=tensor)
 
-    def all_to_all_single(self, output, input, *, group=None, async_op=False):
+    def all_to_all_single(self, output, input, *, group=None, async_op=False, axis=None):
         """Equal splits: chunk j of `input` (dim 0) goes to the group's rank j, chunk i of
         `output` comes from rank i (expert parallelism's dispatch and combine). Each rank sends
         (n-1)/n of its buffer — its own chunk stays — so it is counted like an all-gather."""
@@ -305,7 +308,7 @@ class Recorder(Messages):
         return self._collective(
             "all_to_all",
             lambda a: dist.all_to_all_single(output, input, group=group, async_op=a),
-            _nbytes(input), group, async_op, bus_factor("all_to_all", n), written=output)
+            _nbytes(input), group, async_op, bus_factor("all_to_all", n), written=output, axis=axis)
 
     def barrier(self, *, group=None):
         return self._collective("barrier", lambda a: dist.barrier(group=group, async_op=a),

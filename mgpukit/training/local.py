@@ -42,7 +42,7 @@ class LocalEngine:
         self.around = around or contextlib.nullcontext  # e.g. torch's loss_parallel()
         self.steps_run = 0
 
-    def forward_backward(self, x, y, slowed):
+    def forward_backward(self, x, y, slowed=contextlib.nullcontext):
         """The step's loss as a 0-dim tensor on the device (not read here: reading it waits for
         the device; the trainer reads it once per step together with the gradient norm), or
         None in shape mode."""

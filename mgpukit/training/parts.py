@@ -61,7 +61,8 @@ class Engine(Protocol):
     meter: Any  # the ActivationMeter counting this rank's saved activations
     memory_note: str | None  # what the memory figures leave out (None: nothing), for the record
 
-    def forward_backward(self, x: torch.Tensor, y: torch.Tensor, slowed) -> float | None: ...
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor,
+                         slowed=contextlib.nullcontext) -> float | None: ...
 
     def finish(self, steps: int) -> dict:
         """After the last step: the engine's own figures for `rec.extra` (a pipeline's bubble)."""

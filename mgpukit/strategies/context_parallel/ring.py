@@ -65,7 +65,8 @@ class CPGroup:
     def pass_on(self, send: torch.Tensor) -> tuple[torch.Tensor, object]:
         """Post: `send` to the next rank, a buffer like it from the previous one (one batch)."""
         got = torch.empty_like(send)
-        handle = self.rec.exchange(sends=[(send, self.next)], recvs=[(got, self.prev)], group=self.group)
+        handle = self.rec.exchange(sends=[(send, self.next)], recvs=[(got, self.prev)], group=self.group,
+                                   axis="cp")
         return got, handle
 
 

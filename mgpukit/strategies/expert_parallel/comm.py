@@ -32,7 +32,7 @@ class EPGroup:
         """x (size·n, …): block j of dim 0 to ep rank j; returns block i from ep rank i."""
         x = x.contiguous()
         out = torch.empty_like(x)
-        self.rec.all_to_all_single(out, x, group=self.group)
+        self.rec.all_to_all_single(out, x, group=self.group, axis="ep")
         return out
 
 

@@ -17,6 +17,8 @@ these strategies run on the wall clock only
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 
@@ -80,7 +82,7 @@ class NativePipelineEngine:
         self.pp_group = ctx.group("pp")
         rec.extra["comm_timing"] = "not timed: the sends and receives run inside torch.distributed.pipelining"
 
-    def forward_backward(self, x, y, slowed):
+    def forward_backward(self, x, y, slowed=contextlib.nullcontext):
         losses: list = []
         with self.rec.compute("fwd_bwd"):
             self.sched.step(*((x,) if self.first else ()), target=y if self.last else None,
