@@ -16,8 +16,8 @@ from mgpukit.argtypes import nonnegative_int, positive_int, seconds
 from mgpukit.commands import plan as plan_cli
 from mgpukit.environment import check_environment
 from mgpukit.files import OutputError, check_output, describe_os_error
-from mgpukit.run_args import add_config_arguments, add_layout_arguments, layout_from_args, options_from_args
-from mgpukit.run_args import config_from_args as run_config_from_args
+from mgpukit.run_args import (add_config_arguments, add_layout_arguments, config_from_args, layout_from_args,
+                              options_from_args)
 from mgpukit.signals import Terminated, ignore_file_size_limit, raise_on_termination, restore
 
 # Every other mgpukit import in this file is made inside the function that needs it, on
@@ -101,10 +101,6 @@ def add_run_arguments(p):
                          "(needs --checkpoint-dir; the record lists the restarts)")
 
 
-def config_from_args(args):
-    return run_config_from_args(args, checkpoint_options(args, options_from_args(args)))
-
-
 def checkpoint_options(args, options: dict) -> dict:
     """`options` with the checkpoint flags' knobs; a flag and an `-o` that disagree are refused."""
     for flag, key in (("checkpoint_dir", "checkpoint_dir"), ("checkpoint_every", "checkpoint_every"),
@@ -154,7 +150,8 @@ def _run_record(args, mode):
 
     return run(args.strategy, workers=args.workers, mode=mode, profile=args.emulate,
                shape=bool(getattr(args, "shape", False)),
-               config=config_from_args(args), layout=layout_from_args(args),
+               config=config_from_args(args, checkpoint_options(args, options_from_args(args))),
+               layout=layout_from_args(args),
                parity=not args.no_parity, timeout_s=args.timeout, json_path=args.json, trace_path=args.trace,
                torch_profile_dir=args.profile_torch, weights_path=args.save_weights, echo=True,
                collective_timeout_s=args.collective_timeout, debug_collectives=args.debug_collectives,

@@ -46,8 +46,8 @@ from mgpukit.measure.shape import maybe as maybe_fake
 from mgpukit.parallelize import parallelize
 from mgpukit.parity import check_parity
 from mgpukit.prepare import Prepared, check_outputs, default_collective_timeout, prepare
-from mgpukit.runtime import context as _context
-from mgpukit.runtime.context import current, worker_context
+from mgpukit.costmodel.layout import Layout
+from mgpukit.runtime.context import WorkerContext, worker_context
 from mgpukit.runtime.hardware import env_info, placement
 from mgpukit.runtime.launcher import WorkerError, launch
 from mgpukit.strategies.registry import Strategy
@@ -153,7 +153,8 @@ def _launch_with_restarts(p: Prepared, max_restarts: int, **launch_kw) -> tuple[
             with progress_bar(p) as progress_file:
                 options = {**base_options, "progress_file": progress_file}
                 results = launch(run_rank, p.workers, p.strategy.name, p.cfg, mode=p.mode, profile=p.profile,
-                                 dims=p.dims, layout=p.layout, options=options, **launch_kw)
+                                 dims=p.dims, layout=p.layout, options=options, takes_context=True,
+                                 **launch_kw)
             return results, p, restarts
         except WorkerError as e:  # a rank died: go on from the last checkpoint, if there is one
             root = p.cfg.options.get("checkpoint_dir")
@@ -194,13 +195,14 @@ def run_each(runs: list[Prepared], *, timeout_s: float = 600.0, echo: bool = Fal
     notebook 04 compares 13 pipeline schedules: `mgpukit.lessons.pipeline_lab`).
 
     Every run must have the same mesh, mode and profile (they share the workers); each rank runs
-    `run_rank` per run, its context carrying that run's layout."""
+    `run_rank` per run, its context carrying that run's prepared layout (`WorkerContext.with_layout`)."""
     first = runs[0]
     for p in runs[1:]:
         if (p.dims, p.mode, p.profile, p.shape) != (first.dims, first.mode, first.profile, first.shape):
             raise ValueError(f"run_each launches once: every run needs the mesh {first.dims.as_dict()}, "
                              f"mode {first.mode!r} and profile of the first; {p.strategy.name} differs.")
-    results = launch(run_ranks, first.workers, [(p.strategy.name, p.cfg) for p in runs], mode=first.mode,
+    results = launch(run_ranks, first.workers, [(p.strategy.name, p.cfg, p.layout) for p in runs],
+                     takes_context=True, mode=first.mode,
                      profile=first.profile, dims=first.dims, layout=first.layout, timeout_s=timeout_s,
                      echo=echo, collective_timeout_s=min(timeout_s, max(
                          default_collective_timeout(p.cfg, p.mode, shape=p.shape) for p in runs)),
@@ -209,25 +211,17 @@ def run_each(runs: list[Prepared], *, timeout_s: float = 600.0, echo: bool = Fal
             for k, p in enumerate(runs)]
 
 
-def run_ranks(runs: list[tuple[str, RunConfig]]) -> list[dict]:
-    """What every rank runs for `run_each`: `run_rank` per run, under that run's layout."""
-    ctx = current()
-    out = []
-    for name, cfg in runs:
-        _context.set_current(dataclasses.replace(ctx, layout=cfg.layout))
-        try:
-            out.append(run_rank(name, cfg))
-        finally:
-            _context.set_current(ctx)
-    return out
+def run_ranks(ctx: WorkerContext, runs: list[tuple[str, RunConfig, Layout]]) -> list[dict]:
+    """What every rank runs for `run_each`: `run_rank` per run, under that run's prepared layout."""
+    return [run_rank(ctx.with_layout(layout), name, cfg) for name, cfg, layout in runs]
 
 
-def run_rank(name: str, cfg: RunConfig):
+def run_rank(ctx: WorkerContext, name: str, cfg: RunConfig):
     """What every rank runs: the strategy with a recorder (optional torch.profiler trace).
 
     An unmodified model -> the layout's appliers (`parallelize`) -> the one trainer; a strategy
-    with a topology of its own (the parameter server) runs its `worker` instead."""
-    ctx = current()
+    with a topology of its own (the parameter server) runs its `worker` instead. `ctx`: this
+    worker's context, handed by the launch (`launch(..., takes_context=True)`)."""
     if ctx.options.get("shape") and ctx.device.type == "cpu":
         # fake tensors tell "cpu" (where the model is built) from "cpu:0" (Accelerate's name)
         ctx = dataclasses.replace(ctx, device=torch.device("cpu"))
@@ -390,10 +384,6 @@ def reference(name: str, cfg: RunConfig, *, mode: str = "cpu", timeout_s: float 
     solo = worker_context(rank=0, world_size=1, mode=in_process.mode, device=in_process.device,
                           t0=in_process.t0, threads=in_process.threads, dims=p.dims, layout=p.layout,
                           mesh=False)
-    _context.set_current(solo)
-    try:
-        out = run_rank(name, p.cfg)
-    finally:
-        _context.set_current(None)
+    out = run_rank(solo, name, p.cfg)
     finish(dataclasses.replace(p, mode=mode), [out["result"]], out["weights"], parity=False)
     return _REFERENCE_CACHE[key]

@@ -99,8 +99,7 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
                                           device=state.device, t0=time.perf_counter(),
                                           threads=torch.get_num_threads(), dims=p.dims, layout=p.layout,
                                           nodes=nodes)
-            _context.set_current(ctx)
-            out = run_rank(p.strategy.name, p.cfg)
+            out = run_rank(ctx, p.strategy.name, p.cfg)
             results = [None] * world_size
             if dist.is_initialized():
                 dist.all_gather_object(results, out["result"])
@@ -112,8 +111,6 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
                 raise
             dist.destroy_process_group()  # nothing to leave together with: `teardown` skips its barrier
             raise PeerLostError(lost) from e
-        finally:
-            _context.set_current(None)
         if watch:
             watch.finished()
         record = None

@@ -103,8 +103,7 @@ def _grad_sync(strat: Strategy, module, cfg, ctx, rec):
 def _sharded(parts: Parts) -> Parts:
     """4b. sharding over dp (ZeRO, FSDP): a sharded sync says which tensors the optimizer
     steps (this rank's shards) and what runs after its step (`strategies.sharding`)."""
-    shard = getattr(parts.sync, "sharded_parts", None)
-    return shard(parts) if shard is not None else parts
+    return parts.sync.sharded_parts(parts) if parts.sync.sharded_parts is not None else parts
 
 
 def _pipeline_parts(model, cfg, ctx, rec, strat: Strategy, layout: Layout, loss, tp=None) -> Parts:

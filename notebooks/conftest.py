@@ -82,7 +82,7 @@ def reader_report(name: str, nb, earlier=()) -> str | None:
     stem = Path(name).stem
     if stem not in PENDING:
         seen = [s for e_stem, e_nb in earlier if e_stem < stem for s in notebook_seen(e_stem, e_nb)]
-        course = course_leaks(nb, seen)
+        course = course_leaks(nb, seen, across=True)
         if course:
             parts.append(f"{name} asks what an earlier notebook already showed (mgpukit.exercises.readouts):\n  "
                          + "\n  ".join(course))

@@ -3,8 +3,10 @@
 Method: the layout is resolved once, before launch (`mgpukit.prepare`), and every worker reads
 it from its context (`ctx.layout`; degrees from the mesh, `ctx.size`). Checked by reading the
 code with `ast` (nothing runs): a function that has a worker context (`ctx`) never reads
-`cfg.layout`, and `training/` never probes what a strategy built with `hasattr`/`getattr` —
-strategies declare it (`Parts.holding`, the `Engine` protocol). And by running `prepare`: the
+`cfg.layout`, and the worker side (`parallelize.py`, `strategies/`, `training/`, `measure/`)
+never probes the kit's own objects with `hasattr`/`getattr` — they declare what is read of them
+(`Parts.holding`, the `Engine` and `GradSync` protocols, `measure.clock.Clock`,
+`models.layered.Layered`). And by running `prepare`: the
 refusals name the strategies the registry says compose with an axis.
 """
 from __future__ import annotations
@@ -13,6 +15,7 @@ import ast
 from pathlib import Path
 
 import pytest
+import torch
 
 import mgpukit
 import mgpukit.prepare as preparing
@@ -20,11 +23,29 @@ from mgpukit import strategies
 from mgpukit.config import DENSE_GPT_MODELS, GPT_MODELS, MODELS, MOE_MODELS, RunConfig
 from mgpukit.prepare import prepare
 from mgpukit.runtime import launcher
+from mgpukit.runtime.context import worker_context
 
 ROOT = Path(mgpukit.__file__).parent
 WORKER_SIDE = [ROOT / "parallelize.py", *sorted((ROOT / "training").glob("*.py")),
                *sorted((ROOT / "strategies").rglob("*.py"))]
-PROBED = ("parts", "engine", "sync", "module", "model", "unit")  # what a strategy builds
+GUARDED = [ROOT / "parallelize.py", *sorted((ROOT / "training").glob("*.py")),
+           *sorted((ROOT / "strategies").rglob("*.py")), *sorted((ROOT / "measure").glob("*.py"))]
+# torch's own objects, whose attributes differ by type or torch version: asking them is asking
+# torch, not probing the kit. Each with why; anything else a `hasattr` asks is the kit's own.
+TORCH_ATTRS = {
+    "to_local": "a DTensor's local shard (a plain tensor has none)",
+    "full_tensor": "a DTensor gathered (a plain tensor has none)",
+    "placements": "a DTensor's placements",
+    "_local_tensor": "a DTensor's storage, read without dispatch (measure/observe.py)",
+    "is_view": "an aten OpOverload's schema flag (not every op packet has it)",
+    "failures": "torch.distributed.checkpoint's CheckpointException (other errors have none)",
+    "storage_meta": "DCP's Metadata (absent in older torch)",
+    "relative_path": "DCP's _StorageInfo, unpickled from a checkpoint that may be malformed",
+    # a torch Parameter cannot declare a field of ours: tensor_parallel/layers.py tags the ones it
+    # cuts, as torch's own FSDP and DTensor tag theirs
+    "tp_dim": "the dimension tensor_parallel/layers.py cut a Parameter along",
+}
+TORCH_MODULES = {"torch", "dist", "torch.distributed", "_fc"}  # an API that differs by torch version
 
 
 def cfg_layout_reads_with_ctx(source: str) -> list[str]:
@@ -54,14 +75,18 @@ def model_lists(source: str) -> list[int]:
 
 
 def probes(source: str) -> list[str]:
-    """`hasattr(x, …)` / `getattr(x, …)` calls whose object names something a strategy built."""
+    """Attribute probes: `hasattr(x, "name")` or `getattr(x, "name", default)` — asking an
+    object whether it has a field — unless `x` is torch's (`TORCH_MODULES`, `TORCH_ATTRS`). A
+    `getattr(x, name)` with a computed name is a field read by name, not a probe."""
     bad = []
     for node in ast.walk(ast.parse(source)):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id in ("hasattr", "getattr") and node.args):
-            target = ast.unparse(node.args[0])
-            if any(word in target for word in PROBED):
-                bad.append(f"{node.lineno}: {ast.unparse(node)}")
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            continue
+        asks = (node.func.id == "hasattr" or (node.func.id == "getattr" and len(node.args) == 3))
+        torch_s = node.args[1].value in TORCH_ATTRS or ast.unparse(node.args[0]) in TORCH_MODULES
+        if asks and not torch_s:
+            bad.append(f"{node.lineno}: {ast.unparse(node)}")
     return bad
 
 
@@ -76,8 +101,10 @@ def test_the_checks_see_what_they_forbid():
     code = ("def apply(module, ctx, rec, cfg):\n    return cfg.layout.dtype, ctx.layout.dtype\n"
             "def theory(cfg, dims):\n    return cfg.layout.v\n")
     assert cfg_layout_reads_with_ctx(code) == ["apply:2"]
-    assert probes("hasattr(parts.sync, 'units')\ngetattr(rec, 'shape', False)\n") == \
-        ["1: hasattr(parts.sync, 'units')"]
+    assert probes("hasattr(parts.sync, 'units')\ngetattr(rec, 'shape', False)\n"
+                  "hasattr(model, 'blocks')\nhasattr(t, 'to_local')\ngetattr(dist, 'all_gather_single', None)\n"
+                  "getattr(self, name)\ngetattr(p.peak_flops, d) / 2\n") == \
+        ["1: hasattr(parts.sync, 'units')", "2: getattr(rec, 'shape', False)", "3: hasattr(model, 'blocks')"]
     assert model_lists('A = ("gpt-tiny", "gpt-small", "llama-7b")\nB = ("gpt-tiny", "gpt-small")\n') == [1]
     assert imported("from a.b import c, d\nimport e\n") == {"a.b.c", "a.b.d"}
 
@@ -89,10 +116,68 @@ def test_worker_code_reads_the_layout_from_its_context(path):
         f"context is at hand, not `cfg.layout`")
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "training").glob("*.py")), ids=lambda p: p.name)
-def test_training_asks_strategies_nothing_by_probing(path):
+@pytest.mark.parametrize("path", GUARDED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_worker_side_asks_the_kits_objects_nothing_by_probing(path):
+    """Was: `training/` only, for six words; 31 probes of the kit's own objects stood elsewhere
+    (the clocks, the syncs' sharded parts, the model's blocks)."""
     bad = probes(path.read_text())
-    assert not bad, f"training/{path.name} probes strategy state; declare it instead:\n" + "\n".join(bad)
+    assert not bad, (f"{path.relative_to(ROOT)} probes the kit's own objects; declare the field (a "
+                     f"protocol) instead:\n" + "\n".join(bad))
+
+
+def test_every_gradient_sync_declares_what_the_trainer_reads():
+    """`GradSync` (training/parts.py): `frees_grads` and `sharded_parts` are declared by every
+    class with a `sync(step)` — in its body or a base's — since nothing asks with `getattr`."""
+    classes = {}
+    for path in [*GUARDED, *sorted((ROOT / "exercises").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                classes[node.name] = node
+
+    def declared(cls: ast.ClassDef, field: str) -> bool:
+        here = any(isinstance(n, (ast.FunctionDef, ast.AnnAssign, ast.Assign)) and field in ast.unparse(
+            n.target if isinstance(n, ast.AnnAssign) else n.targets[0] if isinstance(n, ast.Assign) else
+            ast.Name(n.name)) for n in cls.body)
+        return here or any(declared(classes[b.id], field) for b in cls.bases
+                           if isinstance(b, ast.Name) and b.id in classes)
+
+    syncs = [c for c in classes.values() if c.name != "GradSync"
+             and any(isinstance(n, ast.FunctionDef) and n.name == "sync" and len(n.args.args) == 2
+                     for n in c.body)]
+    assert len(syncs) >= 12
+    missing = [(c.name, f) for c in syncs for f in ("frees_grads", "sharded_parts") if not declared(c, f)]
+    assert not missing
+
+
+def globals_read(source: str) -> list[str]:
+    """Calls of the module-global context (`current()`, `set_current(...)`)."""
+    return [f"{n.lineno}: {ast.unparse(n)}" for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1] in ("current", "set_current")]
+
+
+@pytest.mark.parametrize("path", [*GUARDED, ROOT / "experiment.py", ROOT / "launched.py", ROOT / "prepare.py"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_library_passes_the_context_as_an_argument(path):
+    """Was: `run_rank`, `run_ranks`, the in-process reference, the exported scripts and the
+    bandwidth lab took their context from a module global (`set_current` / `current()`); the
+    launch now hands it as the first argument (`launch(..., takes_context=True)`).
+    `mgpukit.current()` stays for functions written in a notebook cell."""
+    assert globals_read("ctx = current()\n_context.set_current(None)\nx.current\n") == \
+        ["1: current()", "2: _context.set_current(None)"]
+    assert not globals_read(path.read_text())
+
+
+def test_the_mesh_is_derived_from_the_layout_and_one_launch_runs_only_its_mesh():
+    p = prepare("pp-1f1b", workers=4, layout={"dp": 2})
+    ctx = worker_context(rank=3, world_size=4, mode="cpu", device=torch.device("cpu"), t0=0.0, threads=1,
+                         layout=p.layout, mesh=False)
+    assert ctx.dims == p.dims and (ctx.size("dp"), ctx.size("pp")) == (2, 2)
+    assert ctx.with_layout(prepare("pp-gpipe", workers=4, layout={"dp": 2}).layout).layout.schedule == "gpipe"
+    with pytest.raises(ValueError, match="cannot run on this launch's mesh"):
+        ctx.with_layout(prepare("ddp", workers=4).layout)
+    with pytest.raises(ValueError, match="is not the layout's"):
+        worker_context(rank=0, world_size=4, mode="cpu", device=torch.device("cpu"), t0=0.0, threads=1,
+                       layout=p.layout, dims=prepare("ddp", workers=4).dims, mesh=False)
 
 
 @pytest.mark.parametrize("axis, strategy, layout", [("tp", "ddp", {"tp": 2}), ("pp", "ddp", {"pp": 2})])

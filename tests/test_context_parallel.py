@@ -14,7 +14,8 @@ from mgpukit.strategies.context_parallel.check import ring_vs_full
 def test_ring_attention_equals_causal_attention_forward_and_backward(cp):
     """Method: every rank computes full causal SDPA on the whole sequence and ring attention on
     its two chunks; outputs and dq, dk, dv at its tokens agree at fp32 tolerance."""
-    out = mgpukit.launch(ring_vs_full, cp, dims=mgpukit.ParallelDims(dp=cp, cp=cp), echo=False)
+    out = mgpukit.launch(ring_vs_full, cp, dims=mgpukit.ParallelDims(dp=cp, cp=cp), echo=False,
+                         takes_context=True)
     S = 2 * (16 // cp) * 2 * 8 * 4  # one rank's K block: batch 2 × 16/cp tokens × 2 heads × 8 × fp32
     for r in out:
         assert max(r["max_abs_diff"].values()) < 1e-5, r["max_abs_diff"]

@@ -69,6 +69,7 @@ class _SumWithoutAverage:
     """DP that sums gradients but forgets to divide by the world size: a classic bug."""
 
     frees_grads = False
+    sharded_parts = None  # `GradSync`: the optimizer steps the full parameters
 
     def __init__(self, rec, params, group):
         self.rec, self.params, self.group = rec, list(params), group

@@ -12,7 +12,7 @@ from mgpukit.costmodel.flops import megatron_flops
 
 @pytest.fixture(scope="module")
 def rows():
-    out = published.table("a100-nvlink")
+    out = published.published_table("a100-nvlink")
     print("\nMegatron-LM Table 1 (achieved TFLOP/s per GPU, Megatron's FLOP count), published vs predicted")
     print(published.format_table(out))
     return out

@@ -103,7 +103,7 @@ def _pairs(strategies, cfgs: dict, steps: int, repeats: int, plain_threads: int 
             plain = plain_steps(cfgs[name], ctx.device, steps, dtype=cfgs[name].layout.dtype,
                                 losses=losses)
             torch.set_num_threads(threads)
-            kit = run_rank(name, cfgs[name])["result"]
+            kit = run_rank(ctx, name, cfgs[name])["result"]
             out["losses"][name] = {"plain": losses, "kit": kit["losses"]}  # the same training?
             if repeat:
                 out["plain"].append(plain)

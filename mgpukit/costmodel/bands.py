@@ -53,10 +53,10 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
 # the GH100 die of the H100 with faster HBM, data/hardware/h200.toml).
 GENERATIONS = {"a100": "A100 (Ampere)", "h100": "H100/H200 (Hopper)", "h200": "H100/H200 (Hopper)"}
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "data" / "reference"
-# The kit's GPTs the reference files measured, as `mgpukit.models.gpt` builds them (vocab, seq, layers, heads, d):
-# read here without torch (`mgpukit plan` never imports it); tests/test_error_bands.py holds them equal.
-KIT_GPTS = {"gpt-tiny": (64, 64, 4, 4, 64), "gpt-small": (64, 256, 8, 8, 256), "gpt2-124m": (50304, 1024, 12, 12, 768),
-            "gpt2-350m": (50304, 1024, 24, 16, 1024), "gpt2-1.3b": (50304, 1024, 24, 16, 2048)}
+# The kit's GPTs the reference files measured (vocab, seq, layers, heads, d), as `mgpukit.models.gpt`
+# builds them: read from data (`mgpukit plan` never imports torch); tests/test_error_bands.py holds them equal.
+KIT_GPTS = {name: tuple(dims) for name, dims in
+            json.loads((REFERENCE_DIR / "kit_models.json").read_text())["models"].items()}
 
 
 def t975(df: int) -> float:

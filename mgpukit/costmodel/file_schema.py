@@ -3,7 +3,7 @@ profiles (`data/hardware/*.toml`), checked before any figure is used.
 
 A TOML file is a nested table; the schema is a dict of the same shape whose leaves are `Field`s:
 the value's kind (number, whole number, true/false, string, list of tiles), its range, whether
-it must be there. `check_against` walks both at once and refuses, in one sentence naming the key,
+it must be there. `check_schema` walks both at once and refuses, in one sentence naming the key,
 
 - a key the schema does not know (a typo like ``fowrard`` would otherwise be ignored and the
   default used, silently),
@@ -103,7 +103,7 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_against(d, schema: dict, where: str = "", *, what: str = "the file") -> None:
+def check_schema(d, schema: dict, where: str = "", *, what: str = "the file") -> None:
     """Raise ValueError naming the first key of `d` that `schema` refuses (see the module)."""
     if not isinstance(d, dict):
         raise ValueError(f"{where or what} must be {_TABLE}, got {_toml_type(d)} {_short(d)}")
@@ -121,6 +121,6 @@ def check_against(d, schema: dict, where: str = "", *, what: str = "the file") -
         if isinstance(rule, dict):
             if not isinstance(d[key], dict):
                 raise ValueError(f"{name} must be {_TABLE}, got {_toml_type(d[key])} {_short(d[key])}")
-            check_against(d[key], rule, name, what=what)
+            check_schema(d[key], rule, name, what=what)
         elif (problem := rule.problem(d[key])) is not None:
             raise ValueError(f"{name} {problem}")

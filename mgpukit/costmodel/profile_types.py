@@ -11,7 +11,7 @@ Which top-level keys a profile must have is `from_dict`'s to say (it names the m
 """
 from __future__ import annotations
 
-from mgpukit.costmodel.file_schema import BOOLEAN, INTEGER, NUMBER, STRING, TILES, Field, check_against
+from mgpukit.costmodel.file_schema import BOOLEAN, INTEGER, NUMBER, STRING, TILES, Field, check_schema
 
 SECOND = Field(NUMBER, 0, 1.0)  # a host or kernel time per op: microseconds, never a second
 FRACTION = Field(NUMBER, 0, 1.0, low_open=True)  # an efficiency: (0, 1]
@@ -52,4 +52,4 @@ SCHEMA: dict = {
 
 def check_profile_types(d) -> None:
     """Raise ValueError naming the first key of the profile `d` that `SCHEMA` refuses."""
-    check_against(d, SCHEMA, what="the profile")
+    check_schema(d, SCHEMA, what="the profile")

@@ -101,7 +101,7 @@ def predict(run: PublishedRun, profile: "str | HardwareProfile" = "a100-nvlink")
             "published_tflops": run.tflops_per_gpu, "error": tflops / run.tflops_per_gpu - 1}
 
 
-def table(profile: "str | HardwareProfile" = "a100-nvlink") -> list[dict]:
+def published_table(profile: "str | HardwareProfile" = "a100-nvlink") -> list[dict]:
     """:func:`predict` for every row of Megatron-LM's Table 1."""
     return [predict(run, profile) for run in MEGATRON_TABLE_1]
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
-from mgpukit.costmodel.file_schema import BOOLEAN, INTEGER, STRING, Field, check_against
+from mgpukit.costmodel.file_schema import BOOLEAN, INTEGER, STRING, Field, check_schema
 
 NORMS = ("layernorm", "rmsnorm")
 
@@ -209,7 +209,7 @@ def shape_from_dict(d: dict, *, where: str = "model") -> ModelShape:
         raise ValueError(f"{where}: missing {', '.join(missing)} (a model needs {', '.join(REQUIRED)}; ffn "
                          f"defaults to 4 × hidden)")
     try:
-        check_against(d, SCHEMA, what="a model file")  # kinds, ranges, unknown keys: one line naming the key
+        check_schema(d, SCHEMA, what="a model file")  # kinds, ranges, unknown keys: one line naming the key
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
     positions = d.get("positions", "learned")

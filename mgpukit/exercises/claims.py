@@ -10,8 +10,8 @@ being true, and the reader sees only the table.
 
 A claim function gets `table(nb, name)`: the rows of the tagged cell's printed table, split on
 runs of two or more spaces, header first. Each notebook's claims live beside its answers
-(`claims_00_04.py`, and `claims_05_10.py` when 05-10 move theirs), registered on import of
-`mgpukit.exercises`.
+(`claims_00_04.py`; notebooks 05-10 get a module of their own the same way), registered on
+import of `mgpukit.exercises`.
 """
 from __future__ import annotations
 

@@ -53,6 +53,7 @@ class _Sync:
         self.ranks = dist.get_process_group_ranks(group) if group is not None else list(range(n))
 
     frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+    sharded_parts = None  # the optimizer steps the full parameters (`GradSync`)
 
     def no_sync(self):
         return contextlib.nullcontext()

@@ -30,7 +30,6 @@ MAX_PRINTED_LINES = 16
 
 # ---- the notebooks whose checks are not switched on yet (notebook stem -> who rewrites it)
 PENDING: dict[str, str] = {
-    "04_pipeline_parallel": "lessA",
     "01_data_parallel": "lessA",
     "02_communication": "lessA",
     "03_gradient_compression": "lessA",
@@ -43,7 +42,9 @@ PENDING: dict[str, str] = {
 }
 
 # ---- justified long cells: notebook stem -> {cell id: why it may be longer}
-LONG_CELLS: dict[str, dict[str, str]] = {}
+LONG_CELLS: dict[str, dict[str, str]] = {
+    "01_data_parallel": {"buckethook": "the bucket hook written out whole (issue 35: the mechanism in plain sight)"},
+}
 
 _MAGIC = re.compile(r"^\s*[%!]")
 

@@ -55,10 +55,15 @@ def notebook_seen(stem: str, nb: dict, upto: int | None = None) -> Seen:
     return seen
 
 
-def course_leaks(nb: dict, seen: Seen) -> list[str]:
-    """One line per exercise of `nb` whose answer is in `seen` (read before the notebook)."""
-    text = [(j, t) for j, (_, t, _) in enumerate(seen)]
-    points = [(j, p) for j, (_, _, p) in enumerate(seen) if p]
+def course_leaks(nb: dict, seen: Seen, *, across: bool = False) -> list[str]:
+    """One line per exercise of `nb` whose answer is in `seen` (read before the notebook).
+
+    `across=True` when `seen` is other notebooks: a number there is on another topic, so only a
+    number shown with 3 or more significant digits, taken as printed (no change of unit), is read,
+    and figures' hover points are not — an earlier notebook's loss curve passing (7, 0.229) or its
+    "204.8 KiB" are not a pipeline's bubble. Within a notebook and its widgets the rules are `leaks`'."""
+    text = [(j, _as_printed(t) if across else t) for j, (_, t, _) in enumerate(seen)]
+    points = [] if across else [(j, p) for j, (_, _, p) in enumerate(seen) if p]
     leaks = []
     for i, names in exercise_cells(nb):
         question = _question(nb, i)
@@ -70,6 +75,15 @@ def course_leaks(nb: dict, seen: Seen) -> list[str]:
             if leak:
                 leaks.append(re.sub(r"in cell (\d+)", lambda m: f"in {seen[int(m.group(1))][0]}", leak))
     return leaks
+
+
+def _as_printed(text: str) -> str:
+    """`text` with numbers of fewer than 3 significant digits masked and every other number cut
+    from the unit after it (so it is read as printed, not in another power of 1000 or 1024)."""
+    def keep(m):
+        shown = numbers(m.group(0))
+        return "#" if not shown or shown[0].sig_digits < 3 else m.group(0) + "|"
+    return _NUMBER.sub(keep, text)
 
 
 def word_leak(name: str, seen: list[tuple[int, str]]) -> str | None:

@@ -105,8 +105,9 @@ SUSPECTS: dict[str, tuple[Suspect, ...]] = {
                 "are a rounding's: small in every column."),
         _LAYERNORMS,
         Suspect(_TOKEN_EMBEDDING.text, _without_token_embedding,
-                f"skipping the {_SHAPE.vocab} × {_SHAPE.d_model} token embedding would leave out {_TABLE_KIB:.0f} KiB per step; work out the gap "
-                "between the broken row's bytes and the exact row's: it is smaller."),
+                "the token embedding is one of the model's largest tensors (its shape is in the "
+                "model's parameters); the gap between the broken row's bytes and the exact row's is "
+                "smaller than what skipping it would leave out."),
     ),
     "01": (
         Suspect("one parameter tensor is skipped by the sync loop, so every rank updates it from its "

@@ -143,12 +143,11 @@ def start_meter(rec, module, optimizer) -> AllocatorMeter | None:
     """The meter for an emulated run (None when measured: a GPU reads its own allocator), with
     what exists before the first step — parameters, gradients, buffers, optimizer state —
     already counted. Enter it around the steps; `memory.memory_breakdown` reads its peak."""
-    clock = getattr(rec, "clock", None)
-    if not getattr(clock, "emulated", False):
+    if not rec.clock.emulated:
         return None
-    profile = clock.profile
+    profile = rec.clock.profile
     meter = AllocatorMeter(workspace=int(profile.blas_workspace) if profile.async_launch else 0,
-                           only_fake=bool(getattr(rec, "shape", False)))
+                           only_fake=rec.shape)
     params = list(module.parameters())
     state = [v for s in (optimizer.state.values() if optimizer is not None else ()) for v in s.values()
              if isinstance(v, torch.Tensor) and v.dim() > 0]

@@ -171,8 +171,8 @@ class CommObserver(TorchDispatchMode):
     def __init__(self, sink, *, clock=None, use_futures: bool = True):
         super().__init__()
         self.sink = sink
-        self.clock = clock if clock is not None else getattr(sink, "clock", None)
-        self.emulated = bool(getattr(self.clock, "emulated", False))
+        self.clock = clock if clock is not None else sink.clock  # a `measure.clock.Clock`
+        self.emulated = self.clock.emulated
         self.use_futures = use_futures
         self.untimed = 0  # ops counted whose completion was never seen
         self.seen: dict[str, int] = {}  # op name -> count (what was observed, for reports)

@@ -86,13 +86,10 @@ class Recorder(Messages):
         return self.clock.now()
 
     def _mark(self):
-        mark = getattr(self.clock, "mark", None)  # the virtual clock's time is already in order
-        return mark() if mark is not None else self.clock.now()
+        return self.clock.mark()
 
     def _sync(self):
-        sync = getattr(self.clock, "sync", None)
-        if sync is not None:
-            sync()
+        self.clock.sync()
 
     def event(self, stream: str, kind: str, start, end, **fields):
         """A timeline event; `ranks=` (the global ranks of a communication) marks it
@@ -113,7 +110,7 @@ class Recorder(Messages):
         """CUDA marks -> seconds (after a sync: every recorded event has happened)."""
         for ev in self._unresolved:
             for k in ("start", "end"):
-                if hasattr(ev[k], "seconds"):
+                if not isinstance(ev[k], float | int):  # a CUDA mark (`WallClock.mark`)
                     ev[k] = ev[k].seconds()
         self._unresolved = []
 
@@ -127,9 +124,9 @@ class Recorder(Messages):
         "host" stream as a "launch" event."""
         where = dict(microbatch=microbatch, stage=stage)
         start = self._mark()
-        waits = getattr(self.clock, "waits", None)
+        waits = self.clock.waits
         first = len(waits) if waits is not None else 0
-        host = self.clock.host if getattr(self.clock, "launches", False) else None
+        host = self.clock.host if self.clock.launches else None
         with self.clock.counting():
             yield
         end = self._mark()
@@ -156,7 +153,7 @@ class Recorder(Messages):
         self._step = index
         self._sync()
         start = self.clock.now()
-        split = dict(getattr(self.clock, "split", None) or {})  # emulated: where the time goes
+        split = dict(self.clock.split or {})  # emulated: where the time goes
         yield
         self.wait_all()
         self._sync()

@@ -128,6 +128,8 @@ class _CostMode(TorchDispatchMode):
 
 
 class VirtualClock:
+    """A rank's time on the profiled hardware (module docstring); a `measure.clock.Clock`."""
+
     emulated = True
 
     def __init__(self, profile: HardwareProfile, rank: int):
@@ -163,6 +165,10 @@ class VirtualClock:
         self.profile = compute_of(self.profile, compute)
 
     def now(self) -> float:
+        return self.compute
+
+    def mark(self) -> float:
+        """"Here": the virtual clock's time is already in stream order (`Clock.mark`)."""
         return self.compute
 
     @property

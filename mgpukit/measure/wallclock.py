@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from mgpukit.measure.clock import Clock
 from mgpukit.measure.vclock import VirtualClock
 from mgpukit.runtime.context import WorkerContext
 
@@ -29,7 +30,8 @@ class WallClock:
     overlapping as they would without the kit.
     """
 
-    emulated = False
+    # what a measured run has none of (`measure.clock.Clock`: the virtual clock's members)
+    emulated, profile, launches, waits, split = False, None, False, None, None
 
     def __init__(self, t0: float, device: torch.device):
         self.t0 = t0
@@ -38,6 +40,10 @@ class WallClock:
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
+
+    @property
+    def host(self) -> float:
+        return self.now()
 
     def sync(self) -> None:
         """A step boundary: wait for the device, and pin device time to host time."""
@@ -61,7 +67,7 @@ class WallClock:
     def completion(self, work, *, future: bool = True):
         """A callable that waits for `work` and returns when it *finished* (not when it was
         waited for). `future=False`: the work is known to have no future (point-to-point)."""
-        works = getattr(work, "works", [work])
+        works = work.works if isinstance(work, Works) else [work]
         try:
             if not future:
                 raise RuntimeError("no future")
@@ -105,7 +111,7 @@ class _Waiter:
 
     def _watch(self):
         try:
-            for w in getattr(self.work, "works", [self.work]):
+            for w in (self.work.works if isinstance(self.work, Works) else [self.work]):
                 w.wait()
             self.end = time.perf_counter() - self.t0
         except BaseException as e:  # re-raised by the thread that asked
@@ -160,7 +166,7 @@ class Works:
             w.wait()
 
 
-def make_clock(ctx: WorkerContext):
+def make_clock(ctx: WorkerContext) -> Clock:
     """The clock for this worker's mode: wall clock, or the virtual clock of its profile."""
     if ctx.is_emulated:
         return VirtualClock.for_context(ctx)

@@ -223,6 +223,9 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 class GPT(nn.Module):
     """``embed`` -> ``blocks`` -> ``head``; ``forward(idx (B, T)) -> logits (B, T, V)``."""
 
+    # what the appliers read of it (`models.layered.Layered`)
+    layers_name, layer_kind, has_attention = "blocks", "transformer blocks", True
+
     def __init__(self, cfg: GPTConfig, seed: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
@@ -249,6 +252,9 @@ class GPT(nn.Module):
         for block in self.blocks:
             nn.init.normal_(block.attn.o_proj.weight, mean=0.0, std=resid_std)
             nn.init.normal_(block.mlp.fc2.weight, mean=0.0, std=resid_std)
+
+    def repeated(self) -> nn.ModuleList:
+        return self.blocks
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.embed(idx)  # (B, T, C)

@@ -43,6 +43,11 @@ class MLP(nn.Module):
     """``forward(x (B, d_in)) -> (B, d_out)``. Built under a private, seeded RNG so every
     process holds identical weights (PyTorch's default Linear init)."""
 
+    # what the appliers read of it (`models.layered.Layered`): layers only, no embedding or head
+    layers_name, layer_kind, has_attention = "layers", "layers", False
+    embed: nn.Module | None = None
+    head: nn.Module | None = None
+
     def __init__(self, cfg: MLPConfig, seed: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
@@ -54,6 +59,9 @@ class MLP(nn.Module):
             ]
             layers.append(nn.Linear(widths[-2], widths[-1]))
         self.layers = nn.ModuleList(layers)
+
+    def repeated(self) -> nn.ModuleList:
+        return self.layers
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:

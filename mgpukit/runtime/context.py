@@ -43,13 +43,18 @@ class WorkerContext:
     t0: float  # parent's time.perf_counter() at launch; measured timelines count from here
     threads: int
     options: dict = dataclasses.field(default_factory=dict)
-    dims: ParallelDims | None = None  # None: every rank a data-parallel replica
+    dims: ParallelDims | None = None  # derived from `layout` (`ParallelDims.of_layout`); no layout: all data parallel
     mesh: Any = None  # torch DeviceMesh over the launched group, axes ("pp", "dp", "tp")
     nodes: NodeLayout | None = None  # None: every rank on one node (one machine)
     layout: Layout | None = None  # the run's resolved layout (`mgpukit.prepare`); None: a plain launch
 
     def __post_init__(self):
-        if self.dims is None:
+        if self.layout is not None:  # a run: the mesh's shape is its layout's degrees, derived here
+            derived = ParallelDims.of_layout(self.layout)
+            if self.dims is not None and self.dims != derived:
+                raise ValueError(f"the mesh {self.dims.as_dict()} is not the layout's {derived.as_dict()}.")
+            object.__setattr__(self, "dims", derived)
+        elif self.dims is None:
             object.__setattr__(self, "dims", ParallelDims(dp=self.world_size))
         if self.nodes is None:
             object.__setattr__(self, "nodes", NodeLayout.single(self.world_size))
@@ -95,6 +100,14 @@ class WorkerContext:
             return None
         return self.mesh.get_group(axis)
 
+    def with_layout(self, layout: Layout) -> "WorkerContext":
+        """This context for another run on the same mesh (`experiment.run_each`: several runs,
+        one launch); the run's degrees must be the mesh's."""
+        if ParallelDims.of_layout(layout) != self.dims:
+            raise ValueError(f"a layout of {ParallelDims.of_layout(layout).as_dict()} cannot run on "
+                             f"this launch's mesh {self.dims.as_dict()}.")
+        return dataclasses.replace(self, layout=layout)
+
     def axis_ranks(self, axis: str) -> list[int]:
         """Global ranks along `axis` through this rank, in axis order (pp: stage order)."""
         if axis in ("cp", "ep", "dp_outer"):
@@ -110,7 +123,7 @@ def worker_context(*, rank: int, world_size: int, mode: str, device: torch.devic
     """The one way a worker's context is made: `launch`'s workers, a process of an exported
     script, the reference trained in-process. `mesh=True` builds the `DeviceMesh` of `dims`
     (a collective: every rank of the group calls it; none in a single process)."""
-    dims = dims or ParallelDims(dp=world_size)
+    dims = dims or (ParallelDims.of_layout(layout) if layout is not None else ParallelDims(dp=world_size))
     return WorkerContext(rank=rank, world_size=world_size, mode=mode, profile=profile, device=device,
                          t0=t0, threads=threads, options=dict(options or {}), dims=dims,
                          mesh=build_mesh(dims, device) if mesh else None, nodes=nodes, layout=layout)

@@ -58,6 +58,12 @@ class ParallelDims:
             return f" (e.g. dp={n // (self.tp * self.pp)} with tp={self.tp}, pp={self.pp})"
         return ""
 
+    @classmethod
+    def of_layout(cls, layout) -> "ParallelDims":
+        """The mesh of a resolved `costmodel.Layout` (whose world is dp × cp × ep × tp × pp):
+        cp and ep are cut inside the mesh's dp axis (module docstring)."""
+        return cls(dp=layout.dp * layout.cp * layout.ep, tp=layout.tp, pp=layout.pp, cp=layout.cp, ep=layout.ep)
+
     @property
     def shape(self) -> tuple[int, int, int]:
         return (self.pp, self.dp, self.tp)

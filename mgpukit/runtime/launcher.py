@@ -100,6 +100,7 @@ def launch(
     host: str = "127.0.0.1",
     collective_timeout_s: float | None = None,
     debug_collectives: bool = False,
+    takes_context: bool = False,
     **kwargs: Any,
 ) -> list[Any]:
     """Run `fn(*args, **kwargs)` on `world_size` workers; return each rank's value, by rank.
@@ -120,6 +121,9 @@ def launch(
     `DeviceMesh` built from it (`ctx.mesh`, `ctx.group("dp")`); default: all data parallel.
     layout: a run's resolved `Layout` (`mgpukit.prepare`), carried into every worker's context
     (`ctx.layout`); `dims` is then its mesh shape.
+    takes_context: call `fn(ctx, *args, **kwargs)` with the worker's context as its first
+    argument (the library's own workers: `experiment.run_rank`); otherwise `fn` asks
+    `mgpukit.current()` (a function written in a notebook cell).
     host: the address the rendezvous store listens on — loopback by default, so nothing on
     the network can reach it; give another only when workers elsewhere must join.
     `device_guard` and `strict_p2p` in options (default: env MGPUKIT_DEVICE_GUARD /
@@ -181,7 +185,7 @@ def launch(
         timeout_s=timeout_s, collective_timeout_s=collective_timeout_s, t0=time.perf_counter(),
         options={**options, "debug_collectives": bool(debug_collectives)},
         log_dir=tempfile.mkdtemp(prefix="mgpukit-launch-"), dims=dims, host=host, nodes=nodes,
-        layout=layout,
+        layout=layout, takes_context=takes_context,
     )
     try:
         return _run(fn, args, kwargs, spec, echo=echo)

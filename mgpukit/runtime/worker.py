@@ -52,6 +52,7 @@ class WorkerSpec:
     dims: ParallelDims  # the mesh every worker builds: (pp, dp, tp)
     nodes: NodeLayout  # which node each rank is on (emulated: the profile's gpus_per_node)
     layout: Any = None  # the run's resolved Layout, carried into every context (`ctx.layout`)
+    takes_context: bool = False  # call `fn(ctx, *args)`: the context as an argument, not a global
     parent_pid: int = dataclasses.field(default_factory=os.getpid)  # the launching process
 
 
@@ -163,7 +164,9 @@ def _setup_and_call(fn, args, kwargs, spec: WorkerSpec, rank: int):
         device=state.device, t0=spec.t0, threads=spec.threads, options=spec.options,
         dims=spec.dims, layout=spec.layout, nodes=spec.nodes,
     )
-    _context.set_current(ctx)
+    if spec.takes_context:  # the library's own workers: the context is their first argument
+        return fn(ctx, *args, **kwargs)
+    _context.set_current(ctx)  # a user's function asks `mgpukit.current()`
     return fn(*args, **kwargs)
 
 

@@ -10,7 +10,10 @@ input itself requiring a gradient so stage 0's backward does the same work as th
 and by default makes point-to-point free (the profile's links get ``alpha = 0`` and an
 unlimited ``beta``) and charges kernels only (`HardwareProfile.kernels_only`: no host
 dispatch or launch, so a stage costs its FLOPs and bytes): what is left is the schedule. Say so wherever its numbers are shown;
-``free_p2p=False`` keeps the profile's links.
+``free_p2p=False`` keeps the profile's links. By default the lab runs in **unit time**
+(`unit_time_profile`: only matmuls cost, one stage's forward = 1 µs, so F = 1, B = 2 and, split,
+B = W = 1 — the costs every closed form assumes); ``unit_time=False`` charges the flat-rate
+profile's elementwise bytes too, which makes `W` (accumulating into ``.grad``) the heaviest pass.
 
 ``run_lab(specs, p=4)`` runs every spec — ``{"schedule": "1f1b", "m": 8, "v": 1}`` — one
 after the other inside ONE launch (a launch costs seconds on a small machine) and returns one
@@ -52,6 +55,20 @@ def free_p2p_profile(name: str = "h100-nvlink"):
                                inter_node=_FREE, gemm=None, attention=None)
 
 
+def unit_time_profile(name: str = "h100-nvlink", *, stage_flops: float):
+    """The lab in **unit time** (notebook 04): only matmuls cost, one stage's forward of one
+    micro-batch (`stage_flops`) takes exactly one unit (1 µs on the virtual clock), and elementwise
+    work (activations, the loss, accumulating into `.grad`, the optimizer's step) and messages are
+    free. A square layer's backward is then two matmuls, B = 2 — split as ZB-H1 splits it, the
+    input's gradient B = 1 and the weights' W = 1 — so each schedule's bubble lands on its closed
+    form, which assumes exactly these costs (Qi et al. 2023 take F = B = W)."""
+    base = free_p2p_profile(name)
+    rate = stage_flops / 1e-6 / base.compute_efficiency  # peak FLOP/s with one stage forward = 1 µs
+    flops = dataclasses.replace(base.peak_flops, **{k: rate for k in ("fp32", "tf32", "bf16", "fp16")})
+    return dataclasses.replace(base, name=f"{name} in unit time (F = 1 µs), p2p free", peak_flops=flops,
+                               memory_bandwidth=1e30)
+
+
 def lab_layers(p: int, vs) -> int:
     """Layers of the square MLP: enough for ``p·v`` equal stages for every ``v`` asked (and 2·p)."""
     return p * math.lcm(2, *vs)
@@ -80,13 +97,15 @@ def lab_runs(specs: list[dict], *, p: int, mode: str, profile, width: int, rows:
 
 
 def run_lab(specs: list[dict], *, p: int = 4, mode: str = "emulated",
-            profile: str = "h100-nvlink", free_p2p: bool = True, width: int = 256,
-            rows: int = 8, steps: int = 2, timeout_s: float = 300.0) -> list[dict]:
+            profile: str = "h100-nvlink", free_p2p: bool = True, unit_time: bool = True,
+            width: int = 256, rows: int = 8, steps: int = 2, timeout_s: float = 300.0) -> list[dict]:
     """One launch of ``p`` workers; one result record per spec (see the module docstring)."""
     specs = [{"schedule": s["schedule"], "m": int(s["m"]), "v": int(s.get("v", 1))} for s in specs]
     n_layers = lab_layers(p, [s["v"] for s in specs])
     prof = None
-    if mode == "emulated":
+    if mode == "emulated" and unit_time:  # one stage's forward: its layers' matmuls, one micro-batch
+        prof = unit_time_profile(profile, stage_flops=n_layers // p * 2 * rows * width * width)
+    elif mode == "emulated":
         prof = free_p2p_profile(profile) if free_p2p else load_profile(profile)
     runs = lab_runs(specs, p=p, mode=mode, profile=prof, width=width, rows=rows, steps=steps)
     with warnings.catch_warnings():
@@ -98,5 +117,6 @@ def run_lab(specs: list[dict], *, p: int = 4, mode: str = "emulated",
         rec["strategy"] = f"{name} m={spec['m']}"
         rec["config"] = {"model": f"square-mlp {width}x{n_layers}", "steps": steps,
                          "global_batch": spec["m"] * rows, "micro_batches": spec["m"], "options": spec,
-                         "rows_per_microbatch": rows, "free_p2p": free_p2p}
+                         "rows_per_microbatch": rows, "free_p2p": free_p2p or unit_time,
+                         "unit_time": unit_time and mode == "emulated"}
     return records

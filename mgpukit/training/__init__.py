@@ -11,7 +11,8 @@
 - `straggler`, `hetero`, `backup`, `lr_scaling`  hooks an experiment installs from the run's knobs
   (`experiment.hooks_for`; `backup`: `drop_slowest`, the slowest ranks skip their compute)
 """
+from mgpukit.training.hooks import Checkpointing, Hook, Loop
 from mgpukit.training.parts import GradSync, NoSync, Parts
-from mgpukit.training.trainer import Checkpointing, train
+from mgpukit.training.trainer import train
 
-__all__ = ["train", "Checkpointing", "Parts", "GradSync", "NoSync"]
+__all__ = ["train", "Hook", "Loop", "Checkpointing", "Parts", "GradSync", "NoSync"]

@@ -264,7 +264,7 @@ def load_checkpoint(root, ctx, rec, parts, optimizer, *, logs: list | None = Non
     checksums are verified here unless the launching process did it already (`mgpukit.run`
     checks before launch and says so in the launch's options; a `torchrun` script does not)."""
     path = latest(root)
-    if not (getattr(ctx, "options", None) or {}).get("checkpoint_verified"):
+    if not ctx.options.get("checkpoint_verified"):
         verify(path)
     reader = SafeReader(str(path))
     metadata = reader.read_metadata().state_dict_metadata

@@ -43,7 +43,7 @@ class BatchLoader:
 
     def __init__(self, cfg, rank: int, world_size: int, rec, *, steps: int | None = None,
                  start_step: int = 0):
-        self.batches = Batches(cfg, rank, world_size, shape=getattr(rec, "shape", False))
+        self.batches = Batches(cfg, rank, world_size, shape=rec.shape)
         self.steps = cfg.steps if steps is None else steps
         self.delay, self.depth = loader_options(cfg.options)
         self.emulated = rec.clock.emulated

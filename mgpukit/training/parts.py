@@ -12,6 +12,8 @@ them, dp × pp — trains through the same loop.
     sync.sync(step)                       -> after the last backward: gradients averaged
     sync.frees_grads                      -> `.grad` lives in no buffer of the sync's own, so the
                                              trainer may free it between steps (every sync declares it)
+    sync.sharded_parts                    -> None, or `Parts -> Parts`: a sharded sync's shards are
+                                             what the optimizer steps (every sync declares it)
     parts.after_step(step)                -> after the optimizer step (ZeRO: all-gather the
                                              updated shards back into the full parameters)
 
@@ -41,6 +43,9 @@ class GradSync(Protocol):
     def sync(self, step: int) -> None: ...
 
     frees_grads: bool  # True: no buffer of the sync's own holds `.grad` (the trainer may free it)
+    # a sharded sync (ZeRO, FSDP, local SGD's outer step): `Parts -> Parts` with this rank's shards
+    # as what the optimizer steps and what runs after its step; None: the full parameters
+    sharded_parts: Callable[["Parts"], "Parts"] | None
 
 
 class NoSync:
@@ -49,6 +54,7 @@ class NoSync:
     # no buffer of its own holds the gradients: the trainer frees them between steps
     # (`zero_grad(set_to_none=True)`, as a plain loop), instead of a `zero_` and an `add_` per tensor
     frees_grads = True
+    sharded_parts = None  # the optimizer steps the full parameters (`GradSync`)
 
     def no_sync(self):
         return contextlib.nullcontext()

@@ -23,21 +23,20 @@ import torch.distributed as dist
 
 from mgpukit.costmodel.comm import bus_factor, fit_alpha_beta, ring_link
 from mgpukit.measure.recorder import Recorder
-from mgpukit.runtime.context import current
+from mgpukit.runtime.context import WorkerContext
 from mgpukit.runtime.launcher import OversubscribedWarning, launch, resolve_mode
 from mgpukit.strategies.communication.collectives import all_reduce_fn
 
 
-def _measure_worker(sizes: list[int], impls: list[str], repeats: int) -> dict | None:
+def _measure_worker(ctx: WorkerContext, sizes: list[int], impls: list[str], repeats: int) -> dict | None:
     """On every rank: for each size, `repeats` timed all-reduces of each impl, interleaved so
     that load from elsewhere on the machine hits every impl alike. The time of one repeat is
     the slowest rank's (the collective is done when the last rank has its result)."""
-    ctx = current()
     rec = Recorder(ctx)
     n = ctx.world_size
     times = {impl: [] for impl in impls}
     # on GPUs the clock reads host time: wait for the device around each timed all-reduce
-    sync = getattr(rec.clock, "sync", lambda: None)
+    sync = rec.clock.sync
     for size in sizes:
         tensor = torch.empty(max(1, size // 4), dtype=torch.float32, device=ctx.device)
         per = {impl: [] for impl in impls}
@@ -92,7 +91,7 @@ def compare_bandwidth(sizes: Sequence[int], *, workers: int = 2,
     with warnings.catch_warnings():
         if mode == "emulated":  # virtual time does not care how many cores the workers share
             warnings.simplefilter("ignore", OversubscribedWarning)
-        times = launch(_measure_worker, workers, sizes, run, repeats, mode=mode, profile=profile,
+        times = launch(_measure_worker, workers, sizes, run, repeats, takes_context=True, mode=mode, profile=profile,
                        timeout_s=timeout_s, echo=False)[0]
     out = {}
     for impl in impls:

@@ -28,6 +28,7 @@ class RingSync:
         self.flat = torch.empty(sum(p.numel() for p in self.params), device=device)
 
     frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+    sharded_parts = None  # the optimizer steps the full parameters (`GradSync`)
 
     def no_sync(self):
         return contextlib.nullcontext()

@@ -70,6 +70,7 @@ class CompressedSync:
         self.mark = track_step_bytes(rec)
 
     frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+    sharded_parts = None  # the optimizer steps the full parameters (`GradSync`)
 
     def no_sync(self):
         return contextlib.nullcontext()  # backward never communicates by itself

@@ -42,6 +42,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
+from torch.nn.parallel import DistributedDataParallel
 
 from mgpukit.strategies.compression.common import loss_curve_check, track_step_bytes
 from mgpukit.strategies.compression.theory import DEFAULTS, compression_theory, knobs_of
@@ -98,6 +99,7 @@ class PowerSgdSync:
         self.mark = track_step_bytes(rec)
 
     frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+    sharded_parts = None  # the optimizer steps the full parameters (`GradSync`)
 
     def no_sync(self):
         if self.accelerator is None:  # shape mode: DDP without Accelerate
@@ -121,7 +123,7 @@ def apply_powersgd(module, ctx, rec, cfg):
         accelerator = Accelerator(mixed_precision=accelerate_precision(ctx.layout.dtype))
         rec.extra["mixed_precision"] = accelerator.mixed_precision
         model = accelerator.prepare(module)
-    if hasattr(model, "register_comm_hook"):  # DDP-wrapped (more than one worker)
+    if isinstance(model, DistributedDataParallel):  # DDP-wrapped (more than one worker)
         state = PowerSGDState(process_group=RecordedGroup(rec), matrix_approximation_rank=
                               knobs_of("powersgd", cfg.options)["rank"],
                               start_powerSGD_iter=cfg.options.get("start_iter", 2),

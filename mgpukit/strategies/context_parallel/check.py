@@ -11,15 +11,15 @@ import torch
 import torch.nn.functional as F
 
 from mgpukit.measure.recorder import Recorder
-from mgpukit.runtime.context import current
+from mgpukit.runtime.context import WorkerContext
 from mgpukit.strategies.context_parallel.apply import positions
 from mgpukit.strategies.context_parallel.ring import CPGroup, ring_attention
 
 
-def ring_vs_full(*, batch: int = 2, heads: int = 2, seq_len: int = 16, head_dim: int = 8,
+def ring_vs_full(ctx: WorkerContext, *, batch: int = 2, heads: int = 2, seq_len: int = 16, head_dim: int = 8,
                  seed: int = 0) -> dict:
-    """Inside `mgpukit.launch(..., dims=ParallelDims(dp=n, cp=n))` (module docstring)."""
-    ctx = current()
+    """Inside `mgpukit.launch(ring_vs_full, n, dims=ParallelDims(dp=n, cp=n), takes_context=True)`
+    (module docstring): `ctx` is the worker's context, handed by the launch."""
     rec = Recorder(ctx)
     ring = CPGroup(rec=rec, group=ctx.group("cp"), ranks=tuple(ctx.axis_ranks("cp")), rank=ctx.coords["cp"])
     g = torch.Generator().manual_seed(seed)

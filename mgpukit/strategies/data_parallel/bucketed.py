@@ -109,6 +109,7 @@ class BucketedGradSync:
         return hook
 
     frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+    sharded_parts = None  # the optimizer steps the full parameters (`GradSync`)
 
     @contextlib.contextmanager
     def no_sync(self):

@@ -49,6 +49,7 @@ class DdpSync:
     # DDP copies gradients into its own buckets (`gradient_as_bucket_view=False`, Accelerate's
     # default): `.grad` may be freed between steps (`zero_grad(set_to_none=True)`, trainer.py)
     frees_grads = True
+    sharded_parts = None  # the optimizer steps the full parameters (`GradSync`)
 
     def __init__(self, rec, accelerator, model):
         self.rec, self.accelerator, self.model = rec, accelerator, model
@@ -78,7 +79,7 @@ def apply_ddp(module, ctx, rec, cfg):
         bucket_cap_mb=STRATEGY.option(cfg, "bucket_mb"))])
     rec.extra["mixed_precision"] = accelerator.mixed_precision
     model = accelerator.prepare(module)
-    if hasattr(model, "register_comm_hook"):
+    if isinstance(model, DistributedDataParallel):  # more than one worker
         model.register_comm_hook(rec, recorder_hook)
     return model, DdpSync(rec, accelerator, model)
 

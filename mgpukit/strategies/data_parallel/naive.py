@@ -49,6 +49,7 @@ class AllReduceSync:
         self.rec, self.params, self.group = rec, list(params), group
 
     frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+    sharded_parts = None  # the optimizer steps the full parameters (`GradSync`)
 
     def no_sync(self):
         return contextlib.nullcontext()  # backward never communicates by itself

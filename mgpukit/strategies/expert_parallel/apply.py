@@ -63,6 +63,7 @@ class ExpertParallelSync:
     (`dp_outer`) and divided by the data ranks (module docstring)."""
 
     frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+    sharded_parts = None  # the optimizer steps the full parameters (`GradSync`)
 
     def __init__(self, rec, module, ctx):
         experts = expert_params(module)

@@ -74,6 +74,7 @@ class FlatAllReduceSync:
         self.rec, self.params, self.group, self.n = rec, list(params), group, n
 
     frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+    sharded_parts = None  # the optimizer steps the full parameters (`GradSync`)
 
     def no_sync(self):
         return contextlib.nullcontext()  # the pipeline's backward never communicates over dp

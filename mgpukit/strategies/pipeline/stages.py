@@ -19,16 +19,13 @@ import torch
 import torch.nn as nn
 
 from mgpukit.costmodel.layout import divisors
+from mgpukit.models.layered import Layered
 
 
-def _layer_source(model: nn.Module) -> tuple[str, nn.ModuleList, str]:
-    """(attribute name of the repeated layers, the layers, what to call one in messages)."""
-    if hasattr(model, "blocks"):  # GPT: embed -> blocks -> head
-        return "blocks", model.blocks, "transformer blocks"
-    if hasattr(model, "layers"):  # MLP: layers
-        return "layers", model.layers, "layers"
-    raise TypeError(f"{type(model).__name__} has neither .blocks nor .layers; a pipeline can only "
-                    f"cut a model made of a list of layers (mgpukit's GPT or MLP).")
+def _layer_source(model: Layered) -> tuple[str, nn.ModuleList, str]:
+    """(attribute name of the repeated layers, the layers, what to call one in messages): what
+    the model declares (`models.layered.Layered`; GPT: embed -> blocks -> head, MLP: layers)."""
+    return model.layers_name, model.repeated(), model.layer_kind
 
 
 def check_split(n_layers: int, p: int, v: int = 1, *, model_name: str = "the model",
@@ -72,11 +69,14 @@ class Stage(nn.Module):
         super().__init__()
         self.index, self.num_stages = index, num_stages
         self.layers_name = layers_name
-        if embed is not None:
-            self.embed = embed
+        # the full model's names: `embed.*`, `blocks.3.*`, `head.*` (None: not on this stage)
+        self.embed = embed
         setattr(self, layers_name, nn.ModuleDict({str(i): m for i, m in layers.items()}))
-        if head is not None:
-            self.head = head
+        self.head = head
+
+    def layers_dict(self) -> nn.ModuleDict:
+        """This stage's layers, keyed by their index in the full model."""
+        return getattr(self, self.layers_name)  # the full model's attribute name (`Layered.layers_name`)
 
     @property
     def is_first(self) -> bool:
@@ -87,16 +87,16 @@ class Stage(nn.Module):
         return self.index == self.num_stages - 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if hasattr(self, "embed"):
+        if self.embed is not None:
             x = self.embed(x)  # (B, T) ids -> (B, T, C)
-        for layer in getattr(self, self.layers_name).values():
+        for layer in self.layers_dict().values():
             x = layer(x)  # (B, T, C) or (B, d_hidden)
-        if hasattr(self, "head"):
+        if self.head is not None:
             x = self.head(x)  # (B, T, V)
         return x
 
 
-def split_model(model: nn.Module, num_stages: int, *, keep=None,
+def split_model(model: Layered, num_stages: int, *, keep=None,
                 stage_layers: tuple[int, ...] | None = None) -> dict[int, Stage]:
     """Cut ``model`` into ``num_stages`` contiguous stages: equal numbers of layers, or
     ``stage_layers[s]`` layers on stage ``s`` (an uneven split that balances the stages' costs
@@ -119,21 +119,21 @@ def split_model(model: nn.Module, num_stages: int, *, keep=None,
     for s in sorted(keep):
         out[s] = Stage(index=s, num_stages=num_stages, layers_name=name,
                        layers={i: layers[i] for i in range(starts[s], starts[s + 1])},
-                       embed=getattr(model, "embed", None) if s == 0 else None,
-                       head=getattr(model, "head", None) if s == num_stages - 1 else None)
+                       embed=model.embed if s == 0 else None,
+                       head=model.head if s == num_stages - 1 else None)
     return out
 
 
-def num_layers(model: nn.Module) -> int:
+def num_layers(model: Layered) -> int:
     return len(_layer_source(model)[1])
 
 
-def boundary_shape(model: nn.Module, micro_batch_size: int, *, seq_shards: int = 1) -> tuple[int, ...]:
+def boundary_shape(model: Layered, micro_batch_size: int, *, seq_shards: int = 1) -> tuple[int, ...]:
     """Shape of the tensor passed between stages (activations forward, their grads backward).
     ``seq_shards``: a GPT's residual stream split along the sequence over that many ranks
     (tensor parallelism with sequence parallelism: each tp rank holds ``T/t`` tokens)."""
     cfg = model.cfg
-    if hasattr(model, "blocks"):
+    if model.has_attention:  # a GPT's residual stream
         if cfg.seq_len % seq_shards:
             raise ValueError(f"seq_len={cfg.seq_len} is not divisible by the {seq_shards} sequence shards")
         return (micro_batch_size, cfg.seq_len // seq_shards, cfg.d_model)  # (B, T/t, C)

@@ -53,15 +53,13 @@ def checkpointed_regions(model: nn.Module, policy: str) -> list[nn.Module]:
         raise ValueError(f"checkpointing={policy!r}; choose one of {', '.join(POLICIES)}.")
     if policy == "none":
         return []
-    blocks = getattr(model, "blocks", None)
-    if blocks is None:
-        if policy == "selective":
-            raise ValueError("selective checkpointing recomputes the attention core; this model has "
-                             "no attention. Use checkpointing='full' (or a GPT model).")
-        return list(model.layers)
+    layers = model.repeated()  # what the model declares (`models.layered.Layered`)
     if policy == "full":
-        return list(blocks)
-    return [block.attn.core for block in blocks]
+        return list(layers)
+    if not model.has_attention:
+        raise ValueError("selective checkpointing recomputes the attention core; this model has "
+                         "no attention. Use checkpointing='full' (or a GPT model).")
+    return [block.attn.core for block in layers]
 
 
 def apply_checkpointing(model: nn.Module, policy: str) -> nn.Module:

@@ -89,9 +89,7 @@ def accelerate_precision(dtype: str) -> str:
 
 def model_pieces(model: nn.Module) -> list[nn.Module]:
     """The pieces that run under autocast: GPT embed, blocks, head; an MLP's layers."""
-    if hasattr(model, "blocks"):
-        return [model.embed, *model.blocks, model.head]
-    return list(model.layers)
+    return [m for m in (model.embed, *model.repeated(), model.head) if m is not None]  # `Layered`
 
 
 def _autocast_forward(forward, device_type: str, dtype: torch.dtype):

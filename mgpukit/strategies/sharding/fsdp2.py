@@ -33,7 +33,7 @@ import dataclasses
 
 import torch
 import torch.nn as nn
-from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
 from mgpukit.strategies.knobs import Knob
@@ -87,7 +87,7 @@ def apply_fully_shard(module: nn.Module, mesh, rec, *, offload: bool = False) ->
         fully_shard(layer, **kw)
     fully_shard(module, **kw)
     for mod in module.modules():
-        if hasattr(mod, "set_custom_all_gather"):  # every FSDPModule: its collectives via rec
+        if isinstance(mod, FSDPModule):  # every FSDPModule: its collectives via rec
             mod.set_custom_all_gather(RecordedAllGather(rec))
             mod.set_custom_reduce_scatter(RecordedReduceScatter(rec))
     return module
@@ -116,7 +116,7 @@ class Fsdp2Sync:
     def sharded_parts(self, parts):
         """The optimizer steps the DTensor parameters (their local shards); the weights for
         parity are gathered with `full_tensor()` (untimed bookkeeping)."""
-        meter = getattr(parts.engine, "meter", None)
+        meter = parts.engine.meter  # `Engine.meter` (None: not metered)
         if meter is not None:
             _weights_are_not_activations(self.module, meter)
         return dataclasses.replace(parts, params=list(self.module.parameters()), grads_sharded=True,
@@ -132,7 +132,7 @@ def _weights_are_not_activations(module: nn.Module, meter) -> None:
     """While an FSDP module runs forward its parameters are plain tensors in freshly gathered
     buffers; tell the activation meter they are weights (as `zero3.gather` does)."""
     for mod in module.modules():
-        if not hasattr(mod, "set_custom_all_gather"):
+        if not isinstance(mod, FSDPModule):
             continue
         held = []
 

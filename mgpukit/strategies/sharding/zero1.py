@@ -112,7 +112,7 @@ class Zero1:
 
     def sharded_parts(self, parts):
         """The trainer's `Parts` with the optimizer over my shards (see `parallelize`)."""
-        self.meter = getattr(parts.engine, "meter", None)
+        self.meter = parts.engine.meter  # `Engine.meter` (None: not metered)
         return dataclasses.replace(parts, params=self.shards, after_step=self.after_step,
                                    grads_sharded=True, state_dict=self.state_dict_of(parts.state_dict),
                                    module=ShardedModule(parts.module, self.shards),

@@ -32,6 +32,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
 
 from mgpukit.models.weights import to_device
 from mgpukit.strategies.tensor_parallel.comm import (TPGroup, copy_to_tp, gather_seq, reduce_from_tp,
@@ -149,7 +150,7 @@ def tp_grad_sq(params, t: int) -> float:
 
 def gather_full_state(module: nn.Module, tp: TPGroup) -> dict:
     """Every parameter at full shape, on every tp rank (untimed bookkeeping), as CPU copies."""
-    inner = getattr(module, "module", module)
+    inner = module.module if isinstance(module, DistributedDataParallel) else module  # DDP-wrapped: its model
     out = {}
     with tp.rec.untimed():
         for name, p in inner.named_parameters():
@@ -171,6 +172,7 @@ class SequenceParallelGradSync:
         self.params = [p for p in model.parameters() if not is_split(p)]
 
     frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+    sharded_parts = None  # the optimizer steps the full parameters (`GradSync`)
 
     def no_sync(self):
         return self.inner.no_sync()

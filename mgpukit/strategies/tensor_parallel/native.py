@@ -22,6 +22,7 @@ import contextlib
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
                                                RowwiseParallel, SequenceParallel, loss_parallel,
@@ -91,6 +92,7 @@ class PendingSumSync:
         self.inner, self.params, self.observed = inner, params, observed
 
     frees_grads = False  # the trainer zeroes .grad in place between steps (`training.parts`)
+    sharded_parts = None  # the optimizer steps the full parameters (`GradSync`)
 
     def no_sync(self):
         return self.inner.no_sync()
@@ -126,7 +128,7 @@ def _grad_sq(params, t: int) -> float:
 
 
 def _full_state(module: nn.Module, rec) -> dict:
-    inner = getattr(module, "module", module)
+    inner = module.module if isinstance(module, DistributedDataParallel) else module  # DDP-wrapped: its model
     with rec.untimed():
         return {name: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().to("cpu", copy=True)
                 for name, p in inner.named_parameters()}
