@@ -39,6 +39,8 @@ NOT_OURS = {
     "r.json": "an example `--json` output",
     "t.json": "an example `--trace` output",
     "my_train.py": "an example `mgpukit export --out` file",
+    "scripts/train_NAME.py": "where `mgpukit export NAME` writes",
+    "scripts/train_zero3.py": "an example of what `mgpukit export zero3` writes",
     "executed.ipynb": "an example argument of `python -m mgpukit.exercises.leaks`",
     "my.toml": "an example `mgpukit plan --model-file`",
     "step-K/manifest.json": "what a checkpoint save writes (training/checkpoint_files.py)",

@@ -9,6 +9,7 @@ when that is a module, else of `pkg`.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -27,6 +28,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache  # every test here reads the same files: parse them once
 def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
 
@@ -57,6 +59,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return out
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     modules = _modules()
     return {name: _imports(name, path, modules) for name, path in modules.items()}
@@ -315,6 +318,9 @@ OWED = {
     "predict": "costmodel.published vs costmodel.validation (truth)",
     "predicted_step": "strategies.hybrid.theory vs training.hetero (core)",
     "fixes": "fits.fixes vs lessons.planning.fixes: two 'which change would fit' engines",
+    "check_table": "costmodel.file_schema vs costmodel.schedules (truth; landed in main 2026-12-07)",
+    "table": "costmodel.published (truth) vs exercises.claims (lessA; landed in main 2026-12-07)",
+    "config_from_args": "cli vs run_args: one argparse definition for run, plan and the script (core)",
 }
 
 

@@ -12,13 +12,14 @@ from mgpukit.costmodel.cp_ep import cp_bytes, ep_bytes, expert_capacity
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.strategies.context_parallel.check import ring_vs_full
 from mgpukit.strategies.context_parallel.ring import blocks_per_rank
+from mgpukit.lessons.tables import markdown_table
 
 __all__ = ["ring_check", "blocks_per_rank", "three_ways", "ring_bytes", "all_to_all_bytes", "capacity"]
 
 
 def ring_check(cp: int = 2) -> list[dict]:
     """Ring attention on `cp` ranks against plain causal attention (forward and backward)."""
-    return mgpukit.launch(ring_vs_full, cp, dims=ParallelDims(dp=cp, cp=cp), echo=False)
+    return mgpukit.launch(ring_vs_full, cp, dims=ParallelDims(dp=cp, cp=cp), echo=False, takes_context=True)
 
 
 def ring_bytes(model: str = "gpt-tiny", *, cp: int = 2, rows: int = 8) -> float:
@@ -57,3 +58,12 @@ def three_ways(strategy: str, *, workers: int = 2, steps: int = 2, layout: dict 
             {"figure": "step time (s)", "measured": sorted(measured["step_time_s"])[len(measured["step_time_s"]) // 2],
              "emulated": sorted(emulated["step_time_s"])[len(emulated["step_time_s"]) // 2], "predicted": None}]
     return {"measured": measured, "emulated": emulated, "rows": rows}
+
+
+def three_ways_markdown(rows: list[dict]) -> str:
+    """`three_ways`' rows as a Markdown table: each figure measured, emulated and predicted
+    (a dash where a column has no such figure)."""
+    def cell(v):
+        return "—" if v is None else format(v, ",.4g")
+    return markdown_table(["", "measured", "emulated", "predicted"],
+                          [[r["figure"], cell(r["measured"]), cell(r["emulated"]), cell(r["predicted"])] for r in rows])
