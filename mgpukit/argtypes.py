@@ -5,6 +5,8 @@ import argparse
 import json
 import math
 
+from mgpukit.limits import seconds_problem
+
 # Counts beyond any run (2^31 - 1 steps of a second are 68 years) are refused here, before they
 # reach a C size or a loop that never ends.
 MAX_COUNT = 2**31 - 1
@@ -40,6 +42,17 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"{text} must be a finite number greater than 0")
+    return value
+
+
+def seconds(text: str) -> float:
+    """argparse type of a timeout: seconds within the kit's stated bounds (`mgpukit.limits`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if (problem := seconds_problem(value)) is not None:
+        raise argparse.ArgumentTypeError(f"{text} {problem}")
     return value
 
 

@@ -12,10 +12,12 @@ import json
 import sys
 import warnings
 
-from mgpukit.argtypes import nonnegative_int, positive_float, positive_int
+from mgpukit.argtypes import nonnegative_int, positive_int, seconds
 from mgpukit.commands import plan as plan_cli
+from mgpukit.environment import check_environment
 from mgpukit.files import OutputError, check_output, describe_os_error
-from mgpukit.run_args import add_config_arguments, add_layout_arguments, config_from_args, layout_from_args
+from mgpukit.run_args import (add_config_arguments, add_layout_arguments, config_from_args, layout_from_args,
+                              options_from_args)
 from mgpukit.signals import Terminated, ignore_file_size_limit, raise_on_termination, restore
 
 # Every other mgpukit import in this file is made inside the function that needs it, on
@@ -77,9 +79,9 @@ def add_run_arguments(p):
                    help="emulated mode with this hardware profile (e.g. h100-nvlink)")
     add_config_arguments(p)  # model, batch, optimizer, -o knobs; then the layout (run_args.py)
     add_layout_arguments(p)
-    p.add_argument("--timeout", type=positive_float, default=600.0,
+    p.add_argument("--timeout", type=seconds, default=600.0,
                    help="seconds the whole run may take (default 600)")
-    p.add_argument("--collective-timeout", type=positive_float, default=None, metavar="SECONDS",
+    p.add_argument("--collective-timeout", type=seconds, default=None, metavar="SECONDS",
                    help="seconds one collective may wait for its peers before its rank fails "
                         "(default: 60 for the tiny models, 180 for gpt-small, 300 on GPUs)")
     p.add_argument("--debug-collectives", action="store_true",
@@ -148,7 +150,7 @@ def _run_record(args, mode):
 
     return run(args.strategy, workers=args.workers, mode=mode, profile=args.emulate,
                shape=bool(getattr(args, "shape", False)),
-               config=config_from_args(args, checkpoint_options(args, dict(args.option or []))),
+               config=config_from_args(args, checkpoint_options(args, options_from_args(args))),
                layout=layout_from_args(args),
                parity=not args.no_parity, timeout_s=args.timeout, json_path=args.json, trace_path=args.trace,
                torch_profile_dir=args.profile_torch, weights_path=args.save_weights, echo=True,
@@ -199,6 +201,7 @@ def _bench(args):
     for name in names:
         if name not in BENCHES:
             raise ValueError(f"unknown benchmark {name!r}; choose from: all, {', '.join(sorted(BENCHES))}")
+    check_bench_args(args, names)
     results = {}
     for name in names:
         print(f"== bench {name} ==")
@@ -208,6 +211,26 @@ def _bench(args):
 
         save_record(results, args.json)
     return 0
+
+
+def check_bench_args(args, names) -> None:
+    """What `bench` is given, checked before the first benchmark runs: `--profile` names a
+    profile and is for `emulation --real`; `--real` needs a GPU (it was refused only after 18 s
+    of other benchmarks)."""
+    from mgpukit.costmodel.hardware import load_profile  # lazy: start-up
+    from mgpukit.runtime.hardware import cuda_device_count  # lazy: start-up
+
+    if args.real and "emulation" not in names:
+        raise ValueError(f"--real is for `bench emulation` (it runs models on this GPU); "
+                         f"`bench {args.name}` does not take it.")
+    if args.profile is not None:
+        if not args.real:
+            raise ValueError(f"--profile {args.profile} is the profile `bench emulation --real` "
+                             f"emulates with; without --real nothing reads it.")
+        load_profile(args.profile)  # an unknown name fails now, listing the known ones
+    if args.real and cuda_device_count() < 1:
+        raise ValueError("--real runs models on this machine's GPU, and none is visible here; "
+                         "drop --real (the emulated benchmarks need no GPU).")
 
 
 def build_parser(*, only: str | None = None) -> argparse.ArgumentParser:
@@ -290,6 +313,14 @@ def main(argv=None) -> int:
     warnings.simplefilter("default")
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
+    if command != "plan":  # before the first torch import: torch.distributed rejects a bad
+        try:  # TORCH_DISTRIBUTED_DEBUG when it is imported (`mgpukit.environment`)
+            check_environment(warn=False)  # the launch warns about gloo off loopback
+        except ValueError as e:
+            if "--debug" in argv:
+                raise
+            print(f"mgpukit: error: {' '.join(str(e).split())}", file=sys.stderr)
+            return 2
     args = build_parser(only="plan" if command == "plan" else None).parse_args(argv)
     handlers = raise_on_termination()  # SIGTERM / SIGHUP end the run as Ctrl-C does
     ignore_file_size_limit()  # `ulimit -f`: a failed write, not a process killed mid-file

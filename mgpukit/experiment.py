@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import tempfile
 import time
@@ -38,6 +37,7 @@ from mgpukit import strategies
 from mgpukit.config import SHAPE_MODELS, RunConfig
 from mgpukit.files import OutputError, check_output, export_profiler_trace, write_all, write_bytes
 from mgpukit.fits import check_fits
+from mgpukit.limits import check_seconds, check_threads
 from mgpukit.measure.device_guard import DeviceGuard
 from mgpukit.measure.progress import follow
 from mgpukit.measure.record import build_record, save_chrome_trace, save_record
@@ -93,8 +93,15 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
                 shape=shape, **overrides)
     check_outputs(json_path=json_path, trace_path=trace_path, weights_path=weights_path,
                   torch_profile_dir=torch_profile_dir)
-    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
-        raise ValueError(f"timeout_s={timeout_s!r}: give a positive number of seconds.")
+    for name, value in (("parity", parity), ("echo", echo), ("debug_collectives", debug_collectives)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}={value!r}: give True or False.")
+    if tolerance is not None and not isinstance(tolerance, dict):
+        raise TypeError(f"tolerance={tolerance!r}: give a dict like {{'rtol': 1e-5, 'atol': 1e-6}}.")
+    check_seconds("timeout_s", timeout_s)  # the stated bounds (mgpukit.limits): before any fork
+    if collective_timeout_s is not None:
+        check_seconds("collective_timeout_s", collective_timeout_s)
+    check_threads("threads_per_worker", threads_per_worker)
     if collective_timeout_s is None:
         collective_timeout_s = default_collective_timeout(p.cfg, p.mode, shape=p.shape)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:

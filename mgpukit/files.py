@@ -55,6 +55,8 @@ def check_output(path: str | os.PathLike, *, what: str = "output file", overwrit
 
     `directory=True`: `path` is a folder to create or fill. `overwrite=False`: an existing file
     is refused (say `force_hint` to allow it). Nothing is created here."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"the {what} path {path!r}: give a str or a pathlib.Path.")
     if str(path).strip() == "":  # before Path(), which reads "" as "."
         raise ValueError(f"the {what} path is empty; give a {'folder' if directory else 'file'} name.")
     path = Path(path).expanduser()

@@ -216,7 +216,7 @@ def check_fits(cfg, layout, *, workers: int, mode: str, strategy: str, parity: b
     """Raise ValueError (one sentence: the bytes, the limit, what would fit) when the run cannot
     fit; return the figures otherwise (`record["memory_check"]`)."""
     if not cfg.is_gpt:
-        return {}
+        return check_mlp_fits(cfg, layout, workers=workers, mode=mode, parity=parity)
     got = need(cfg, layout, workers, mode, parity=parity, strategy=strategy)
     usable, how = limit(mode)
     result = {"predicted_bytes": got["bytes"], "where": got["where"], "usable_bytes": usable,
@@ -229,3 +229,35 @@ def check_fits(cfg, layout, *, workers: int, mode: str, strategy: str, parity: b
         f"{got['bytes'] / GB:.1f} GB {got['where']} (fullest rank: {_breakdown(got['rank'])} GB"
         f"{ranks}; cost model) but has {usable / GB:.1f} GB ({how}). It would fit with: "
         + "; or ".join(fixes(cfg, layout, workers, mode, strategy, usable, parity=parity)) + ".")
+
+
+def mlp_params(mc) -> int:
+    """Parameters of `models.mlp.MLP` for its config: ``n_layers`` Linear layers, widths
+    d_in -> d_hidden (× n_layers - 1) -> d_out, each with its bias."""
+    if mc.n_layers == 1:
+        return mc.d_in * mc.d_out + mc.d_out
+    h = mc.d_hidden  # counted, not listed: 10^9 layers must not build a list of 10^9 widths
+    return (mc.d_in * h + h) + (mc.n_layers - 2) * (h * h + h) + (h * mc.d_out + mc.d_out)
+
+
+def check_mlp_fits(cfg, layout, *, workers: int, mode: str, parity: bool = True) -> dict:
+    """The MLPs' memory check (`-o model_sizes` can make one of terabytes: d_hidden 10^6 is 10^12
+    weights a layer; 10^9 layers were OOM-killed after 42 s): a *lower bound* — the weights,
+    gradients and optimizer states alone (4 + 4 + 4 per state bytes a parameter, activations left
+    out), a pipeline's share per rank — refused in one sentence when even that cannot fit."""
+    params = mlp_params(cfg.model_config())
+    per_param = 8 + 4 * _states_per_param(cfg.optimizer)
+    rank = params * per_param / max(1, layout.pp)
+    if mode == "gpu":
+        total, where = rank, "per GPU"
+    else:  # every rank in this machine's RAM, the reference's copy beside them, weights sent back
+        total, where = rank * workers + (params * per_param if parity else 0) + 4 * params, "in this machine's RAM"
+    usable, how = limit(mode)
+    result = {"predicted_bytes": total, "where": where, "usable_bytes": usable, "usable_from": how,
+              "fits": total <= usable, "lower_bound": True}
+    if result["fits"]:
+        return result
+    raise ValueError(
+        f"{cfg.model} with its sizes ({params:,} parameters) needs at least {total / GB:,.1f} GB {where} "
+        f"for its weights, gradients and {cfg.optimizer} states alone, but has {usable / GB:.1f} GB "
+        f"({how}); use smaller -o model_sizes (d_hidden, n_layers).")

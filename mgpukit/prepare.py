@@ -59,6 +59,16 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
             **overrides) -> Prepared:
     """Every check a run needs, before anything starts; raises ValueError saying what to change."""
     strat = strategies.get(strategy)
+    if config is not None and not isinstance(config, RunConfig):
+        raise TypeError(f"config={config!r}: give a mgpukit.config.RunConfig (or leave it out and pass "
+                        f"its fields, e.g. steps=5).")
+    if layout is not None and not isinstance(layout, dict):
+        raise TypeError(f"layout={layout!r}: give a dict of layout fields, e.g. {{'dp': 2, 'pp': 2}}.")
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise TypeError(f"unknown argument {unknown[0]!r}; a run takes the fields of RunConfig "
+                        f"({', '.join(sorted(fields))}) besides its own keywords.")
     cfg = (config or RunConfig()).replace(**overrides) if overrides else (config or RunConfig())
     check_shape(shape, mode, cfg.model, strat, cfg.options)
     cfg = cfg.replace(options=strat.check_options(cfg.options))

@@ -53,10 +53,26 @@ def layout_from_args(args) -> dict:
     return {k: getattr(args, k, None) for k in LAYOUT_FLAGS}
 
 
+def options_from_args(args) -> dict:
+    """The `-o KEY=VALUE` knobs as a dict; a key given twice is refused (the last one used to
+    win, silently), and so is a layout knob that disagrees with its own flag (`-o v=3 --v 2`)."""
+    options = {}
+    for key, value in getattr(args, "option", None) or []:
+        if key in options:
+            raise ValueError(f"-o {key} is given twice ({key}={options[key]!r} and {key}={value!r}); "
+                             f"give it once.")
+        options[key] = value
+    for key, flag in layout_from_args(args).items():
+        if flag is not None and key in options and options[key] != flag:
+            raise ValueError(f"--{key.replace('_', '-')} {flag} and -o {key}={options[key]!r} disagree; "
+                             f"give one of them.")
+    return options
+
+
 def config_from_args(args, options: dict | None = None) -> RunConfig:
     """The run's configuration from the flags given; the others keep `RunConfig`'s defaults."""
     fields = {k: v for k, v in {"steps": args.steps, "model": args.model,
                                 "global_batch": args.global_batch, "lr": args.lr,
                                 "micro_batches": args.micro_batches,
                                 "optimizer": args.optimizer}.items() if v is not None}
-    return RunConfig(**fields, options=dict(args.option or []) if options is None else options)
+    return RunConfig(**fields, options=options_from_args(args) if options is None else options)

@@ -101,6 +101,14 @@ def check_tour_args(*, workers, steps, out, emulate, only) -> int:
         if unknown or not only:
             raise ValueError(f"--only {' '.join(unknown) or '(nothing)'}: not a registered strategy; "
                              f"choose from {', '.join(sorted(names))}.")
+        twice = sorted({n for n in only if list(only).count(n) > 1})
+        if twice:
+            raise ValueError(f"--only names {', '.join(twice)} more than once; name each strategy once.")
+        needs = {s.name: s.min_workers for s in available()}
+        short = [n for n in only if needs[n] > workers]
+        if short:  # tour_plan would run them on more workers than asked, silently
+            raise ValueError(f"--only {short[0]} needs at least {needs[short[0]]} workers and the tour "
+                             f"runs {workers}; give --workers {needs[short[0]]} or more, or drop it.")
     return workers
 
 

@@ -399,7 +399,7 @@ CLI_CASES = [
     ('run ddp --steps 1.0', "argument --steps: '1.0' is not a whole n"),
     ('run ddp --steps 1e3', "argument --steps: '1e3' is not a whole n"),
     ('run ddp --timeout 1 --collective-timeout x', "argument --collective-timeout: 'x' is no"),
-    ('run ddp --timeout 1e400', 'argument --timeout: 1e400 must be a fini'),
+    ('run ddp --timeout 1e400', 'argument --timeout: 1e400 must be betwe'),
     ('run ddp --tp 0', 'argument --tp: 0 must be at least 1 (see'),
     ('run ddp --tp 2', 'ddp cannot be combined with tensor paral'),
     ('run ddp --tp x', "argument --tp: 'x' is not a whole number"),

@@ -39,7 +39,10 @@ import torch
 from mgpukit.bench import bench
 from mgpukit.config import RunConfig
 from mgpukit.data import get_batch, load_tokens
+from mgpukit.costmodel.hardware import THIS_MACHINE, load_profile
+from mgpukit.costmodel.shapes import ModelShape, param_count
 from mgpukit.experiment import prepare, run_rank
+from mgpukit.fits import check_fits
 from mgpukit.studies.warm import warm_parent
 from mgpukit.measure.spread import summarize
 from mgpukit.models.gpt import lm_loss
@@ -108,6 +111,33 @@ def _pairs(strategies, cfgs: dict, steps: int, repeats: int, plain_threads: int 
     return out
 
 
+LAUNCH_LIMIT_S = 1800.0  # the one launch's timeout_s below
+
+
+def check_time(cfgs: dict, steps: int, repeats: int, mode: str) -> None:
+    """ValueError when the blocks cannot finish inside the launch's limit on CPU: every block
+    trains `steps` steps, plain and kit, for each strategy, `repeats` + 1 times. A step costs at
+    least 6·Ψ·tokens FLOPs (forward 2, backward 4; Kaplan et al. 2020) at this machine's fp32
+    rate (`this-machine` profile: calibrated, or its placeholder) — GPT-2 1.3B at batch 8 × 1,024
+    is ~6e13 FLOPs, minutes a step on CPU cores. GPUs are not checked (seconds a step at most)."""
+    if mode == "gpu":
+        return
+    rate = load_profile(THIS_MACHINE).flops("fp32")
+    blocks = 2 * (repeats + 1) * len(cfgs)
+    seconds = 0.0
+    for cfg in cfgs.values():
+        if not cfg.is_gpt:
+            continue
+        params = param_count(ModelShape.from_gpt_config(cfg.model_config()))
+        seconds += 2 * (repeats + 1) * steps * 6 * params * cfg.tokens_per_step() / rate
+    if seconds > LAUNCH_LIMIT_S:
+        model = next(iter(cfgs.values())).model
+        raise ValueError(f"bench overhead would train {blocks} blocks of {steps} steps of {model} on CPU: "
+                         f"at least {seconds:,.0f} s at this machine's {rate / 1e9:.0f} GFLOP/s (6·params·tokens "
+                         f"a step; profile {THIS_MACHINE}), past its {LAUNCH_LIMIT_S:.0f} s limit; use a GPU, "
+                         f"or a smaller --model (gpt-tiny, gpt-small).")
+
+
 def measure_overhead(*, model: str = "gpt-tiny", optimizer: str = "sgd", dtype: str = "fp32",
                      global_batch: int = 8, steps: int = 20, repeats: int = 3,
                      strategies=("single", "ddp"), plain_threads: int | None = None,
@@ -119,8 +149,11 @@ def measure_overhead(*, model: str = "gpt-tiny", optimizer: str = "sgd", dtype: 
             for name in strategies}
     layouts = {cfg.layout for cfg in cfgs.values()}
     assert len(layouts) == 1, layouts  # one worker: the same layout for every strategy compared
+    for name, cfg in cfgs.items():  # refused now, not OOM-killed or timed out after minutes
+        check_fits(cfg, cfg.layout, workers=1, mode=mode, strategy=name, parity=False)
+    check_time(cfgs, steps, repeats, mode)
     raw = launch(_pairs, 1, tuple(strategies), cfgs, steps, repeats, plain_threads, mode=mode,
-                 layout=layouts.pop(), echo=False, timeout_s=1800)[0]
+                 layout=layouts.pop(), echo=False, timeout_s=LAUNCH_LIMIT_S)[0]
     plain = [summarize(t) for t in raw["plain"]]  # one per (repeat, strategy), in order
     rows = {}
     for i, name in enumerate(strategies):
@@ -185,7 +218,7 @@ def bench_overhead(args=None) -> dict:
     with busy_core() if getattr(args, "busy", False) else contextlib.nullcontext():
         for optimizer, dtype in cases[:1] if quick else cases:
             result = measure_overhead(model=model, optimizer=optimizer, dtype=dtype, steps=steps,
-                                      repeats=repeats,
+                                      repeats=repeats, mode=getattr(args, "mode", None),
                                       plain_threads=1 if getattr(args, "busy", False) else None)
             _print(result)
             results.append(result)

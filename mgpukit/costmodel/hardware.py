@@ -59,6 +59,9 @@ def load_profile(name: str, *, search_dirs: list[Path] | None = None) -> Hardwar
     """
     if isinstance(name, HardwareProfile):
         return name
+    if not isinstance(name, str):
+        raise ProfileNotFoundError(f"hardware profile {name!r}: give a profile's name (e.g. 'h100-nvlink') "
+                                   f"or the path of a .toml file.")
     if name.endswith(".toml") or "/" in name:
         path = Path(name).expanduser()
         if not path.is_file():

@@ -41,7 +41,6 @@ import ctypes
 import datetime
 import gc
 import logging
-import math
 import os
 import shutil
 import signal
@@ -58,8 +57,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
 
+from mgpukit.environment import check_environment
+from mgpukit.limits import check_seconds, check_threads, check_workers
 from mgpukit.runtime.dims import ParallelDims
-from mgpukit.runtime.lifeline import Reaper, kill_groups, own_group
+from mgpukit.runtime.lifeline import LAUNCH_TAG, Reaper, kill_groups, kill_tagged, launch_tag, own_group
 from mgpukit.runtime.watch import wait
 from mgpukit.runtime.nodes import NodeLayout, for_profile
 from mgpukit.runtime.failures import (LaunchError, LaunchTimeout, WorkerError, tail_logs,
@@ -128,16 +129,20 @@ def launch(
     `device_guard` and `strict_p2p` in options (default: env MGPUKIT_DEVICE_GUARD /
     MGPUKIT_STRICT_P2P = 1) turn on the CPU checks of the GPU path.
     """
+    if not callable(fn):
+        raise LaunchError(f"fn={fn!r} is not callable; pass the function every worker runs.")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise LaunchError(f"world_size must be a positive integer, got {world_size!r}.")
-    if (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
-            or not math.isfinite(timeout_s) or timeout_s <= 0):
-        raise LaunchError(f"timeout_s={timeout_s!r}: give a positive, finite number of seconds.")
     collective_timeout_s = timeout_s if collective_timeout_s is None else collective_timeout_s
-    if (isinstance(collective_timeout_s, bool) or not isinstance(collective_timeout_s, (int, float))
-            or not math.isfinite(collective_timeout_s) or collective_timeout_s <= 0):
-        raise LaunchError(f"collective_timeout_s={collective_timeout_s!r}: give a positive, finite "
-                          f"number of seconds.")
+    for name, value, kind in (("options", options, dict), ("host", host, str), ("dims", dims, ParallelDims)):
+        if value is not None and not isinstance(value, kind):
+            raise LaunchError(f"{name}={value!r}: give a {kind.__name__} (or leave it out).")
+    try:  # the stated bounds (mgpukit.limits), before anything forks
+        timeout_s = check_seconds("timeout_s", timeout_s)
+        collective_timeout_s = check_seconds("collective_timeout_s", collective_timeout_s)
+        check_threads("threads_per_worker", threads_per_worker)
+    except ValueError as e:
+        raise LaunchError(str(e)) from None
     collective_timeout_s = min(collective_timeout_s, timeout_s)
     dims = dims or ParallelDims(dp=world_size)
     if dims.world_size != world_size:
@@ -151,6 +156,11 @@ def launch(
         raise LaunchError(f"{BAD_FORK} (This process already created a CUDA context — e.g. "
                           f"model.cuda(), torch.randn(device='cuda') or a torch.cuda.* query — and "
                           f"forked workers cannot use it.)")
+    try:  # CPU workers (cpu, emulated) are processes of this machine: its memory bounds them
+        check_workers(world_size, on_this_machine=mode != "gpu", memory_bytes=psutil.virtual_memory().total)
+        check_environment(host=host)  # what torch / gloo would reject in every rank, after the fork
+    except ValueError as e:
+        raise LaunchError(str(e)) from None
     cores = usable_cores()
     if mode == "cpu" and world_size > cores:  # emulated timings don't depend on the cores
         warnings.warn(
@@ -197,7 +207,9 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
     # only *after* the fork — forking while the store's server thread runs can leave a child
     # holding a lock no thread will release — and its port reaches the workers through a pipe.
     port_read, port_write = os.pipe()
+    tag = launch_tag()  # lifeline 4.: what the workers start, detached or not, carries it
     base_env = {
+        LAUNCH_TAG: tag,
         "MASTER_ADDR": spec.host,
         "MASTER_PORT": "0",  # replaced in each worker by the port read from the pipe
         "WORLD_SIZE": str(n),
@@ -230,7 +242,7 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
     worker_pids = list(pc.pids().values())
     for pid in worker_pids:
         own_group(pid)
-    reaper = Reaper(worker_pids, remove=spec.log_dir)  # kills them (and removes the logs) if this
+    reaper = Reaper(worker_pids, remove=spec.log_dir, tag=tag)  # kills them (and removes the logs) if this
     # process dies before the `finally` below
     os.close(port_read)
     store = listener = None
@@ -265,6 +277,7 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
         kill_groups(worker_pids)  # what a worker started, even once re-parented away from it
         pc.close(death_sig=signal.SIGTERM, timeout=5)
         _kill(tree)  # anything that left its worker's group
+        kill_tagged(tag)  # anything that detached itself from the tree (setsid -f, a daemon)
         reaper.disarm()
         os.close(port_write)
         del store

@@ -28,21 +28,40 @@ Measured alone: (1) ends the workers but not their children; (2) needs a living 
 call `killpg`; (3) ends both, but only once the reaper is running (a few ms after the fork),
 and not if someone kills the reaper itself. Together no process of a launch survived SIGTERM,
 SIGKILL or SIGHUP of the parent (`tests/test_lifeline.py`).
+
+4. **A tag in the environment** (`LAUNCH_TAG`): a descendant that detaches itself — `setsid -f`,
+   a daemon's double fork: a session and a group of its own, re-parented to init — escapes
+   1-3: no group to kill, no parent to die with. Every worker starts with
+   ``MGPUKIT_LAUNCH=<pid>-<random>`` in its environment, which whatever it starts inherits;
+   at teardown the parent (`kill_tagged`), or the reaper when the parent died, kills every
+   process whose environment carries the launch's tag (``/proc/<pid>/environ``). A prctl
+   child subreaper (``PR_SET_CHILD_SUBREAPER``) was the other way: it catches the orphans only
+   while the parent lives, and makes a notebook's kernel the parent of every orphan of the
+   session. The limit, stated in the README: a descendant that replaces its environment
+   (``env -i``, ``execve`` with an empty one) carries no tag and escapes (tests/test_detached.py).
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import os
+import secrets
 import signal
 import subprocess
 import sys
 
+import psutil
+
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
-_REAPER_SCRIPT = ('trap "" HUP INT TERM QUIT; folder=$1; shift; '
+LAUNCH_TAG = "MGPUKIT_LAUNCH"  # 4.: in every worker's environment, inherited by what it starts
+
+_REAPER_SCRIPT = ('trap "" HUP INT TERM QUIT; folder=$1; tag=$2; shift 2; '
                   'if read _; then exit 0; fi; '  # a line: the parent ended the launch itself
                   'for g in "$@"; do kill -KILL "-$g" 2>/dev/null; done; '  # EOF: it died
+                  'for round in 1 2; do '  # 4.: detached descendants, by their tag (twice: a fork between)
+                  f'for f in $(grep -lzx "{LAUNCH_TAG}=$tag" /proc/[0-9]*/environ 2>/dev/null); do '
+                  'p=${f#/proc/}; kill -KILL "${p%/environ}" 2>/dev/null; done; done; '
                   'if [ -n "$folder" ]; then rm -rf -- "$folder"; fi; exit 0')  # and its launch folder
 
 
@@ -89,15 +108,68 @@ def kill_groups(pids) -> None:
             pass
 
 
+def launch_tag() -> str:
+    """A value of `LAUNCH_TAG` no other launch has: this process's pid and 48 random bits."""
+    return f"{os.getpid()}-{secrets.token_hex(6)}"
+
+
+def kill_tagged(tag: str, *, rounds: int = 3) -> list[int]:
+    """SIGKILL every process (but this one) whose environment has ``LAUNCH_TAG=tag`` — what a
+    launch's workers started, detached or not (4.) — and wait for them; repeated while new ones
+    appear (a daemon may fork between the scan and the kill). Returns the pids killed."""
+    killed = []
+    for _ in range(rounds):
+        found = []
+        for pid in _carriers(tag):
+            try:
+                proc = psutil.Process(pid)
+                proc.kill()
+                found.append(proc)
+            except psutil.Error:  # gone already
+                continue
+        if not found:
+            break
+        psutil.wait_procs(found, timeout=5)
+        killed += [p.pid for p in found]
+    return killed
+
+
+def _carriers(tag: str) -> list[int]:
+    """Pids (but this one) whose environment holds ``LAUNCH_TAG=tag``: read from /proc directly
+    on Linux (a few ms for a few hundred processes; psutil's parsed dicts took 80), else psutil."""
+    me, entry = os.getpid(), f"{LAUNCH_TAG}={tag}".encode()
+    if os.path.isdir("/proc/self"):
+        pids = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == me:
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if entry in f.read().split(b"\0"):
+                        pids.append(int(name))
+            except OSError:  # gone, or not ours to read
+                continue
+        return pids
+    out = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != me and proc.environ().get(LAUNCH_TAG) == tag:
+                out.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
 class Reaper:
     """A process that kills the workers' groups if this process dies before it disarms it (3.)."""
 
-    def __init__(self, pids, *, remove: str | None = None):
-        """`remove`: a folder to delete after the kill (the launch's logs under the temp dir)."""
+    def __init__(self, pids, *, remove: str | None = None, tag: str | None = None):
+        """`remove`: a folder to delete after the kill (the launch's logs under the temp dir);
+        `tag`: the launch's `LAUNCH_TAG` value, whose carriers are killed too (4.)."""
         self._proc = None
         try:
             self._proc = subprocess.Popen(["/bin/sh", "-c", _REAPER_SCRIPT, "mgpukit-reaper", remove or "",
-                                           *map(str, pids)],
+                                           tag or "-", *map(str, pids)],
                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL, start_new_session=True,
                                           close_fds=True)

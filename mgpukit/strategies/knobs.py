@@ -27,7 +27,8 @@ class Knob:
 
 # what the loop itself reads (`training/trainer.py`, its loader and fp16's scaler)
 TRAINER_KNOBS = (
-    Knob("loader_delay_s", float, 0.0, "seconds each batch takes to load", minimum=0),
+    # at most a minute a batch: the slow-loader lesson uses tenths of a second; 1e9 was accepted
+    Knob("loader_delay_s", float, 0.0, "seconds each batch takes to load", minimum=0, maximum=60),
     Knob("prefetch", int, 0, "batches a background thread keeps ready (true = 2)", minimum=0),
     Knob("batch_split", str, None, "rows per dp rank, e.g. '24,8': unequal batches, exact gradient (training/hetero.py)"),
     Knob("loss_scale_init", float, 2.0 ** 16, "fp16: the loss scaler's starting scale S (policies/precision.py)",

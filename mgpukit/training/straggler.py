@@ -36,6 +36,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from mgpukit.training.hooks import Hook
 
 
+# a rank 1,000x slower already turns a step of milliseconds into seconds; more is a typo (1e308
+# made the sleeps overflow inside the ranks)
+MAX_FACTOR = 1000.0
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Straggler:
     rank: int
@@ -50,11 +55,11 @@ class Straggler:
         rank, factor = spec.get("rank", world_size - 1), spec.get("factor", 2.0)
         if (unknown or isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size
                 or isinstance(factor, bool) or not isinstance(factor, (int, float))
-                or not math.isfinite(factor) or factor < 1):
+                or not math.isfinite(factor) or not 1 <= factor <= MAX_FACTOR):
             extra = f" (unknown key(s) {unknown})" if unknown else ""
             raise ValueError(f"straggler={spec!r}{extra}: give {{\"rank\": R, \"factor\": F}} with R a "
                              f"whole number in [0, {world_size}) — this run has {world_size} rank(s) — "
-                             f"and F a number >= 1.")
+                             f"and F a number from 1 to {MAX_FACTOR:g}.")
         return cls(rank=rank, factor=float(factor))
 
 

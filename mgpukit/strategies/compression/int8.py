@@ -104,6 +104,7 @@ register("dp-int8", family="compression", reference="single", compare=loss_curve
          description="gradients quantized to int8 with a scale per chunk (~4x fewer bytes on 2 workers)",
          grad_sync=compressed_sync(_build_exchange), composes=("dp", "pp"),
          theory=compression_theory("int8"),
-         knobs=(Knob("chunk", int, DEFAULTS["int8"]["chunk"], "values per int8 scale", minimum=1),
+         knobs=(Knob("chunk", int, DEFAULTS["int8"]["chunk"], "values per int8 scale", minimum=1,
+                     maximum=2**24),  # 16M values: more than any model of the kit has per bucket
                 Knob("int8_exchange", str, DEFAULTS["int8"]["int8_exchange"],
                      "how codes are summed", choices=tuple(EXCHANGES))))
