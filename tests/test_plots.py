@@ -428,3 +428,16 @@ def test_a_lossy_methods_parity_note_names_its_final_loss_check_not_the_largest_
     # a run meant to miss it (03's top-k without error feedback) says so without a "FAILED"
     (note,) = _parity_notes([{**lossy, "parity": {**lossy["parity"], "final_rel_gap": 0.26, "ok": False}}])
     assert "final loss 26.0% from single's (outside the 10% tolerance)" in note and "FAILED" not in note
+
+
+def test_the_cp_picture_gives_every_rank_the_pairs_ring_attention_computes():
+    """Notebook 11's picture: each rank's coloured chunk pairs are the ones `ring.blocks_per_rank`
+    counts (the same on every rank under the load-balanced layout), and no masked pair is drawn."""
+    from mgpukit.plots.long_context import chunk_owner, plot_cp_blocks
+    from mgpukit.strategies.context_parallel.ring import blocks_per_rank
+
+    for cp in (2, 3, 4):
+        fig = plot_cp_blocks(cp)
+        assert [len(t.x) for t in fig.data] == blocks_per_rank(cp)
+        assert all(int(k[1:]) <= int(q[1:]) for t in fig.data for q, k in zip(t.y, t.x))
+    assert chunk_owner(2) == [0, 1, 1, 0]
