@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 from mgpukit.limits import seconds_problem
 
@@ -32,17 +31,6 @@ def positive_int(text: str) -> int:
 def nonnegative_int(text: str) -> int:
     """argparse type: an integer >= 0."""
     return _whole_number(text, 0, "0 or more")
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number greater than 0")
-    return value
 
 
 def seconds(text: str) -> float:

@@ -318,9 +318,6 @@ OWED = {
     "predict": "costmodel.published vs costmodel.validation (truth)",
     "predicted_step": "strategies.hybrid.theory vs training.hetero (core)",
     "fixes": "fits.fixes vs lessons.planning.fixes: two 'which change would fit' engines",
-    "check_table": "costmodel.file_schema vs costmodel.schedules (truth; landed in main 2026-12-07)",
-    "table": "costmodel.published (truth) vs exercises.claims (lessA; landed in main 2026-12-07)",
-    "config_from_args": "cli vs run_args: one argparse definition for run, plan and the script (core)",
 }
 
 

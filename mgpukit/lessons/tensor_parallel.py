@@ -30,22 +30,6 @@ from mgpukit.studies.tp_links import (LINKS, PCIE, link_profile, link_table,  # 
 
 # ---------------------------------------------------------------------------- 1. by hand
 
-def split_matmul(t: int = 2, *, rows: int = 4, d_in: int = 8, d_out: int = 6, seed: int = 0) -> dict:
-    """Y = X A computed whole, by column blocks of A (concatenated) and by row blocks (summed)."""
-    g = torch.Generator().manual_seed(seed)
-    X, A = torch.randn(rows, d_in, generator=g), torch.randn(d_in, d_out, generator=g)
-    Y = X @ A
-    cols = [X @ a for a in A.chunk(t, dim=1)]  # rank i: X A_i, (rows, d_out/t)
-    by_cols = torch.cat(cols, dim=1)
-    parts = [x @ a for x, a in zip(X.chunk(t, dim=1), A.chunk(t, dim=0))]  # rank i: X_i A_i, (rows, d_out)
-    by_rows = sum(parts)
-    return {"X": tuple(X.shape), "A": tuple(A.shape), "Y": tuple(Y.shape),
-            "column_shard": tuple(A.chunk(t, dim=1)[0].shape), "column_out": tuple(cols[0].shape),
-            "row_shard": tuple(A.chunk(t, dim=0)[0].shape), "row_in": tuple(X.chunk(t, dim=1)[0].shape),
-            "row_out": tuple(parts[0].shape),
-            "max_err_columns": float((by_cols - Y).abs().max()), "max_err_rows": float((by_rows - Y).abs().max())}
-
-
 # --------------------------------------------------------------------- 2. the block diagram
 
 
@@ -120,22 +104,6 @@ def emulated_run(tp: int, link: str, *, steps: int = 2, kernels_only: bool = Tru
     rec["link"] = link
     rec["kernels_only"] = kernels_only
     return rec
-
-
-def rank_busy(record: dict, rank: int = 0) -> dict:
-    """Seconds rank `rank` spent in the last step on the clock: its kernels (the compute
-    stream's forward, backward, optimizer and data ops, waits excluded) and its all-reduces —
-    the two terms to set beside the cost model's ``compute_s`` and ``comm_tp_s``."""
-    step = len(record["step_time_s"]) - 1
-    kernels = all_reduce = 0.0
-    for e in record["timeline"]:
-        if e["rank"] != rank or e.get("step") != step:
-            continue
-        if e["stream"] == "compute" and e["kind"] != "wait":
-            kernels += e["end"] - e["start"]
-        elif e["stream"] == "comm" and e["kind"] == "all_reduce":
-            all_reduce += e["end"] - e["start"]
-    return {"kernels_s": kernels, "all_reduce_s": all_reduce}
 
 
 def emulated_steps(tps=(2, 4), links=("NVLink (h100-nvlink)", PCIE), steps: int = 2,

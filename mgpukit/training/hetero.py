@@ -87,12 +87,6 @@ def check(cfg, dims, mode: str) -> None:
             load_profile(name)  # an unknown one fails here, naming the known ones
 
 
-def rows_of(split: tuple[int, ...], rank: int) -> slice:
-    """The rows of the global batch rank `rank` takes under `split` (in rank order)."""
-    start = sum(split[:rank])
-    return slice(start, start + split[rank])
-
-
 def loss_weight(cfg, dp_rank: int, dp_size: int) -> float:
     """`w_i = n · b_i / B` (1.0 without a split): the plain average then weighs rows equally."""
     split = parse_split(cfg.options.get("batch_split"))

@@ -124,10 +124,6 @@ def split_model(model: Layered, num_stages: int, *, keep=None,
     return out
 
 
-def num_layers(model: Layered) -> int:
-    return len(_layer_source(model)[1])
-
-
 def boundary_shape(model: Layered, micro_batch_size: int, *, seq_shards: int = 1) -> tuple[int, ...]:
     """Shape of the tensor passed between stages (activations forward, their grads backward).
     ``seq_shards``: a GPT's residual stream split along the sequence over that many ranks
