@@ -230,7 +230,13 @@ def _two_nodes_with_a_kill(tmp_path, *launcher_flags, steps=12):
              for c in cmds]
     try:
         killed_at, node1 = _kill_a_node1_worker_once_training(procs, ckpt)
-        logs = [p.communicate(timeout=300)[0] for p in procs]
+        try:  # within pytest's 300 s, so that a hang fails with both nodes' logs, not a bare timeout
+            logs = [p.communicate(timeout=max(1.0, 200 - (time.time() - killed_at)))[0] for p in procs]
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            tails = [p.communicate()[0][-3000:] for p in procs]
+            raise AssertionError("the job did not end within 200 s of the kill:\n" + "\n----\n".join(tails))
         ended_after = time.time() - killed_at
     finally:
         for p in procs:
