@@ -35,10 +35,11 @@ def all_to_all_bytes(model: str = "gpt-moe", *, ep: int = 2, rows: int = 4) -> f
                     capacity_factor=m.capacity_factor, n_moe_layers=m.n_layer, ep=ep)["total"]
 
 
-def capacity(model: str = "gpt-moe") -> int:
-    """Slots per expert per sequence of `model` (`costmodel.cp_ep.expert_capacity`)."""
+def capacity(model: str = "gpt-moe", *, seq_len: int | None = None) -> int:
+    """Slots per expert per sequence of `model` (`costmodel.cp_ep.expert_capacity`), at its own
+    sequence length or at `seq_len` tokens."""
     m = RunConfig(model=model).model_config()
-    return expert_capacity(m.seq_len, m.n_expert, m.top_k, m.capacity_factor)
+    return expert_capacity(seq_len or m.seq_len, m.n_expert, m.top_k, m.capacity_factor)
 
 
 def three_ways(strategy: str, *, workers: int = 2, steps: int = 2, layout: dict | None = None,
