@@ -74,12 +74,13 @@ def plot_plan_step_time(pl) -> go.Figure:
                      for (name, key), color in zip(TIME_PARTS, TIME_COLORS)])
     fig.update_layout(barmode="stack", xaxis_title="seconds per step",
                       legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"),
-                      **_titled(f"one step: {pl.step_time_s:.3g} s ({t_lo:.3g} … {t_hi:.3g}) · MFU {pl.mfu:.1%} "
-                                f"({m_lo:.1%} … {m_hi:.1%}) · bubble {t['bubble_fraction']:.1%} · "
-                                f"{t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU",
+                      # every line short: the title block must fit the figure's width in Chromium
+                      **_titled(f"one step: {pl.step_time_s:.3g} s · MFU {pl.mfu:.1%} · bubble "
+                                f"{t['bubble_fraction']:.1%} · {t['tokens_per_s'] / pl.gpus:,.0f} tokens/s per GPU",
                                 f"GEMMs, memory-bound kernels, exposed communication per axis, bubble, the slowest "
-                                f"GPU's pace — {PREDICTED};<br>"  # one line was wider than the figure in Chromium
-                                f"ranges: the planner's {pl.error_bar.describe()}",
+                                f"GPU's pace — {PREDICTED};<br>"
+                                f"with the planner's error bar: step {t_lo:.3g} … {t_hi:.3g} s, "
+                                f"MFU {m_lo:.1%} … {m_hi:.1%}",
                                 _legend_height(len(TIME_PARTS))))
     return fig
 
