@@ -149,3 +149,229 @@ def the_bucket_hook_launches_last_layer_first(nb: dict) -> str | None:
     text = tagged_text(nb, "bucket-hook")
     want = "buckets launched in layer order [3, 2, 1, 0] · gradients equal to naive's: True"
     return None if text.count(want) == 2 else f"the hook's run reads {text.strip()!r}"
+
+
+_UNITS = {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def _secs(cell: str) -> float:
+    """'1.42 ms' -> 0.00142 (a time as `plots.format_time` prints it)."""
+    value, unit = cell.split()[:2]
+    return float(value.replace(",", "")) * _UNITS[unit]
+
+
+def _x(cell: str) -> float:
+    """'1.65×' -> 1.65."""
+    return float(cell.rstrip("×").replace(",", ""))
+
+
+def _rows(nb: dict, name: str, first: str) -> dict[str, list[str]]:
+    """The rows of a tagged table keyed by their first cell, header and other lines left out."""
+    return {r[0]: r for r in table(nb, name) if len(r) > 1 and r[0] != first}
+
+
+@claim("01_data_parallel")
+def the_profile_states_q1s_link(nb: dict) -> str | None:
+    """Section 1: the NVLink figures exercise Q1 states are the profile's."""
+    text = tagged_text(nb, "nvlink-figures")
+    return None if "α = 2 µs per message, β = 370 GB/s" in text else f"the link reads {text.splitlines()[0]!r}"
+
+
+@claim("01_data_parallel")
+def three_strategies_exact_and_bucketed_overlaps(nb: dict) -> str | None:
+    """Section 2: all three at parity; naive sends 69 all-reduces, bucketed about a dozen and a shorter step."""
+    rows = _rows(nb, "strategies", "strategy")
+    wrong = [n for n, r in rows.items() if r[1] != "True"]
+    naive, bucketed = rows["dp-naive"], rows["dp-bucketed"]
+    if len(rows) != 3 or wrong:
+        return f"parity fails for {wrong or 'a missing row'}"
+    if int(naive[3]) != 69 or not 8 <= int(bucketed[3]) <= 16:
+        return f"all-reduces per step: naive {naive[3]}, bucketed {bucketed[3]}"
+    return None if _secs(bucketed[4]) < _secs(naive[4]) else "bucketed's step is not shorter than naive's"
+
+
+@claim("01_data_parallel")
+def small_buckets_pay_latency_big_ones_bytes(nb: dict) -> str | None:
+    """Section 2: a 0.05-MiB bucket's latency is > 10× its bytes' time; a 25-MiB bucket's bytes outweigh it."""
+    rows = _rows(nb, "bucket-latency", "one bucket on 2 H100s")
+    small, large = rows["0.05 MiB"], rows["25 MiB"]
+    if not _secs(small[1]) > 10 * _secs(small[2]):
+        return f"0.05 MiB: latency {small[1]} is not > 10× bytes {small[2]}"
+    return None if _secs(large[2]) > _secs(large[1]) else f"25 MiB: bytes {large[2]} do not outweigh {large[1]}"
+
+
+@claim("01_data_parallel")
+def weak_leads_strong_and_they_meet_at_8(nb: dict) -> str | None:
+    """Section 3: at 8 GPUs strong and weak are one run; weak's speedup leads at every n > 1; one GPU takes
+    less than 8× the time for 8× the sequences; the cost model (same op model) within 2 % of the emulator."""
+    rows = [r for r in table(nb, "strong-weak")[1:]]
+    one, eight = rows[0], rows[-1]
+    wrong = []
+    if not (eight[1] == eight[5] and eight[2] == eight[6]):
+        wrong.append("the 8-GPU rows are not one run")
+    if not all(_x(r[7]) > _x(r[3]) for r in rows[1:]):
+        wrong.append("weak does not lead strong at every n > 1")
+    if not _secs(one[2]) < 8 * _secs(one[6]):
+        wrong.append("64 sequences take 8× the time of 8 on one GPU")
+    if any(abs(_x(r[4]) / _x(r[3]) - 1) > 0.02 for r in rows[1:]):
+        wrong.append("the cost model drifted from the emulator")
+    return "; ".join(wrong) or None
+
+
+@claim("01_data_parallel")
+def the_fixed_part_explains_strong_scaling(nb: dict) -> str | None:
+    """Section 3: Amdahl's law from the fixed part of one GPU's step gives each emulated strong speedup within 5 %."""
+    rows = [r for r in table(nb, "amdahl") if r[0].isdigit()]
+    off = [r[0] for r in rows if abs(_x(r[1]) / _x(r[2]) - 1) > 0.05]
+    return None if len(rows) == 3 and not off else f"Amdahl misses the emulated speedup at {off or 'a missing row'} GPUs"
+
+
+@claim("01_data_parallel")
+def gpt2s_emulated_steps_on_the_closed_form(nb: dict) -> str | None:
+    """Section 3: GPT-2's emulated steps land within 10 % of the closed form (the same op model)."""
+    rows = [r for r in table(nb, "gpt2-emulated") if r[0].isdigit()]
+    off = [r[0] for r in rows if abs(_secs(r[1]) / _secs(r[2]) - 1) > 0.1]
+    return None if len(rows) == 2 and not off else f"emulated ≠ predicted at {off or 'a missing row'} GPUs"
+
+
+@claim("01_data_parallel")
+def gpt2_on_one_h100_as_measured_and_kernel_bound(nb: dict) -> str | None:
+    """Section 3: one emulated H100 within 0.8-1.25× the kit's measured step; its kernels outlast the host."""
+    rows = [r for r in table(nb, "gpt2-measured")[1:]]
+    kit, emu, kernels, host = (_secs(rows[i][1]) for i in (0, 2, 3, 4))
+    if not 0.8 < emu / kit < 1.25:
+        return f"emulated / measured = {emu / kit:.2f}"
+    return None if kernels > host else "the host's launches outlast the kernels"
+
+
+@claim("01_data_parallel")
+def gpt2_hides_its_all_reduce_tiny_pays_latency(nb: dict) -> str | None:
+    """Section 3: gpt-tiny's one bucket is mostly latency (2·7·α of its all-reduce); GPT-2's 14 buckets leave
+    under 10 % of its all-reduce exposed; GPT-2's kernels outlast the host's launches by under 1.5×."""
+    rows = _rows(nb, "tiny-vs-gpt2", "at 8 GPUs (predicted)")
+    tiny, gpt2 = rows["gpt-tiny, kernels only"], rows["GPT-2 124M, with launches"]
+    wrong = []
+    if not (int(tiny[2]) == 1 and 2 * 7 * 2e-6 > 0.5 * _secs(tiny[3])):
+        wrong.append(f"gpt-tiny: {tiny[2]} buckets, all-reduce {tiny[3]}")
+    if not (int(gpt2[2]) == 14 and _secs(gpt2[4]) < 0.1 * _secs(gpt2[3])):
+        wrong.append(f"GPT-2: {gpt2[2]} buckets, exposed {gpt2[4]} of {gpt2[3]}")
+    if not 1 < _secs(gpt2[6]) / _secs(gpt2[7]) < 1.5:
+        wrong.append(f"GPT-2's kernels {gpt2[6]} vs host {gpt2[7]}")
+    return "; ".join(wrong) or None
+
+
+@claim("01_data_parallel")
+def dp_is_compute_bound_above_d_star(nb: dict) -> str | None:
+    """Section 3's rule, checked on the emulator: D* = 2(n−1)/n · F/β lies between the two runs; below it the
+    all-reduce outlasts backward and DDP waits for at least half the difference; above it backward outlasts
+    the all-reduce and DDP waits for under a third of it (about its last bucket)."""
+    text = tagged_text(nb, "dp-rule")
+    d_star = float(re.search(r"F/β = ([\d,]+) tokens", text).group(1).replace(",", ""))
+    rows = [r for r in table(nb, "dp-rule") if r[0].replace(",", "").isdigit()]
+    (d_lo, *lo), (d_hi, *hi) = [(number(r[0]), *(_secs(c) for c in r[1:4])) for r in rows]
+    wrong = []
+    if not d_lo < d_star < d_hi:
+        wrong.append(f"D* = {d_star:.0f} is not between {d_lo:.0f} and {d_hi:.0f}")
+    bwd, ar, wait = lo
+    if not (ar > bwd and wait >= 0.5 * (ar - bwd)):
+        wrong.append(f"below D*: backward {bwd}, all-reduce {ar}, wait {wait}")
+    bwd, ar, wait = hi
+    if not (bwd > ar and wait < ar / 3):
+        wrong.append(f"above D*: backward {bwd}, all-reduce {ar}, wait {wait}")
+    return "; ".join(wrong) or None
+
+
+@claim("01_data_parallel")
+def the_linear_rule_buys_progress(nb: dict) -> str | None:
+    """Section 5: unscaled ×4 ends where ×1 ends (±25 %); the linear rule ends below 0.75× that; warmup at
+    k = 4 changes the final loss by under 25 %."""
+    one, same, linear, ramp = (number(r[2]) for r in table(nb, "lr-rule")[1:5])
+    if not (abs(same / one - 1) < 0.25 and linear < 0.75 * same and abs(ramp / linear - 1) < 0.25):
+        return f"final losses {one}, {same}, {linear}, {ramp}"
+    return None
+
+
+@claim("01_data_parallel")
+def warmup_prevents_adams_early_blow_up(nb: dict) -> str | None:
+    """Section 5: without warmup AdamW's loss jumps above 3× its start within 3 steps; with the 30-step ramp
+    it never rises above its start; the warmed-up run ends below half the other's final loss."""
+    rows = _rows(nb, "warmup", "AdamW, lr 0.024 = 0.0015 × 16")
+    cold, warm = rows["0 warmup steps"], rows["30 warmup steps"]
+    wrong = []
+    if not (number(cold[2]) > 3 * number(cold[1]) and int(cold[3]) <= 3):
+        wrong.append(f"no blow-up without warmup: worst {cold[2]} at step {cold[3]}")
+    if not (number(warm[2]) <= number(warm[1]) and int(warm[3]) == 0):
+        wrong.append(f"the ramped run rises to {warm[2]} at step {warm[3]}")
+    if not number(warm[4]) < 0.5 * number(cold[4]):
+        wrong.append(f"final {warm[4]} vs {cold[4]}")
+    return "; ".join(wrong) or None
+
+
+@claim("01_data_parallel")
+def the_emulated_straggler_is_3x(nb: dict) -> str | None:
+    """Section 6: a factor-3 straggler's forward and backward take 3.00× the other rank's."""
+    return None if abs(_after(tagged_text(nb, "straggler-emu"), "take") - 3) < 0.01 else "not 3.00×"
+
+
+@claim("01_data_parallel")
+def the_bucket_count_hardly_shows(nb: dict) -> str | None:
+    """Q4's run: at 0.2 and 0.05 MiB what is left after backward is under 1 % of the step; steps within 2 %."""
+    rows = _rows(nb, "bucket-sizes", "bucket_mb")
+    steps = [_secs(r[2]) for r in rows.values()]
+    if any(_secs(r[3]) > 0.01 * _secs(r[2]) for r in rows.values()):
+        return "over 1 % of a step is left after backward"
+    return None if len(steps) == 2 and max(steps) / min(steps) < 1.02 else f"steps {steps}"
+
+
+@claim("01_data_parallel")
+def ddps_copies_are_the_extra_backward(nb: dict) -> str | None:
+    """Appendix: DDP's two copies per gradient tensor are the extra backward time (2 %); the 2/4/8-GPU steps
+    agree within 2 %; DDP's wait is under 1 % of the step; 8 GPUs give fewer tokens/s than 1."""
+    lines = tagged_text(nb, "ddp-copies").splitlines()
+    extra, copies = (_secs(re.split(r"\s{2,}", line.strip())[1]) for line in lines[1:3])
+    spread, wait = (number(re.split(r"\s{2,}", line.strip())[1]) for line in lines[3:5])
+    eight = tagged_text(nb, "ddp-slower").strip().splitlines()[-1].split()[-1]
+    wrong = []
+    if abs(copies / extra - 1) > 0.02:
+        wrong.append(f"copies {copies} vs extra {extra}")
+    if spread > 0.02 or wait > 0.01:
+        wrong.append(f"steps differ by {spread}, wait {wait}")
+    if not _x(eight) < 1:
+        wrong.append(f"8 GPUs give {eight} the tokens/s of 1")
+    return "; ".join(wrong) or None
+
+
+@claim("01_data_parallel")
+def the_tiny_gpt_is_launch_bound(nb: dict) -> str | None:
+    """Appendix: the host is busy > 90 % of the step; kernels < graphed < half the eager step; the
+    kernels-only step is shorter than the kernels with their floor."""
+    rows = _rows(nb, "launch-bound", "the 1-H100 step (emulated)")
+    t = {k: _secs(r[1]) for k, r in rows.items()}
+    step, kernels = t["with eager launches"], t["kernels busy on the GPU's stream"]
+    graphed, bare = t["one CUDA-graph launch per step (estimate)"], t["kernels-only profile: no launches, no floor"]
+    busy = _after(tagged_text(nb, "launch-bound"), "host busy issuing kernels:")
+    if not (busy > 0.9 and kernels < graphed < step / 2 and bare < kernels):
+        return f"busy {busy}, step {step}, kernels {kernels}, graphed {graphed}, kernels only {bare}"
+    return None
+
+
+@claim("01_data_parallel")
+def real_gpus_as_the_markdown_reads_them(nb: dict) -> str | None:
+    """Appendix: the H200 row is the fitted one (ratio 1 ± 2 %); the H100's host was faster than the profile
+    per op, and both its emulated steps are longer than measured; the kit's step is longer than the plain
+    loop's; both GPUs' plain steps are over 2× the emulated kernels' time."""
+    rows = table(nb, "real-gpus")[1:]
+    h200, h100, kit = rows
+    launch = _rows(nb, "launch-bound", "the 1-H100 step (emulated)")
+    kernels = _secs(launch["kernels busy on the GPU's stream"][1])
+    measured, profile = (list(map(float, part.split(" / "))) for part in h100[4].split(" · "))
+    wrong = []
+    if abs(_x(h200[3]) - 1) > 0.02:
+        wrong.append(f"the H200 row reads {h200[3]}")
+    if not (all(m < p for m, p in zip(measured, profile)) and _x(h100[3]) > 1 and _x(kit[3]) > 1):
+        wrong.append(f"H100: host {measured} vs {profile}, ratios {h100[3]}, {kit[3]}")
+    if not _secs(kit[1]) > _secs(h100[1]):
+        wrong.append("the kit's step is not longer than the plain loop's")
+    if not min(_secs(h200[1]), _secs(h100[1])) > 2 * kernels:
+        wrong.append("a real step is not over 2× the kernels")
+    return "; ".join(wrong) or None

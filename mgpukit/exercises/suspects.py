@@ -53,6 +53,10 @@ def _without_layernorms() -> float:
     return _all_reduce(_numel(lambda name: ".ln" not in f".{name}"))
 
 
+def _without_first_mlp() -> float:
+    return _all_reduce(_numel(lambda name: name != "blocks.0.mlp.fc1.weight"))
+
+
 def _without_token_embedding() -> float:
     return _all_reduce(_numel(lambda name: name != "embed.tok.weight"))
 
@@ -111,7 +115,7 @@ SUSPECTS: dict[str, tuple[Suspect, ...]] = {
     ),
     "01": (
         Suspect("one parameter tensor is skipped by the sync loop, so every rank updates it from its "
-                "own half-batch", _without_token_embedding),
+                "own half-batch", _without_first_mlp),
         Suspect(_LAYERNORMS.text, _without_layernorms,
                 f"leaving the {2 * (2 * _SHAPE.n_layer + 1)} LayerNorm vectors out would send {_LAYERNORM_BYTES:,} B less than the exact row; no "
                 "row sends that."),
