@@ -136,3 +136,18 @@ def test_the_broken_mystery_variant_misses_parity_and_sends_what_its_suspect_sen
         assert summed["grad_norms"] == bug["grad_norms"]
         assert summed["parity"]["weights_max_abs_diff"] == bug["parity"]["weights_max_abs_diff"]
     assert not any(s.name.startswith("mystery-") for s in registry.available())  # gone again
+
+
+def test_00s_quiz_explanation_does_not_size_01s_bug():
+    """Issue 35: 00.debug's explanation said skipping the token embedding leaves out 16 KiB — which was
+    exactly 01's broken variant (Q5) and its never-synced size (Q6: 4,096 = 16 KiB / 4 B)."""
+    from mgpukit.exercises import get
+    from mgpukit.exercises.debugging import unsynced_numel
+    from mgpukit.exercises.suspects import ANSWERS, SUSPECTS, _full
+    gap = _full() - SUSPECTS["01"][ANSWERS["01"] - 1].sends()
+    numel = unsynced_numel("01")
+    assert gap == 4 * numel                                   # at n = 2 the ring factor is 1
+    quiz = get("00.debug")
+    said = " ".join([quiz.hint, quiz.why, *(text for _, text in quiz.mistakes)])
+    for shown in (f"{gap / 1024:g} KiB", f"{gap:,}", f"{numel:,}", str(numel)):
+        assert shown not in said, shown

@@ -205,3 +205,30 @@ def test_04s_bubble_claim_fails_on_the_old_labs_zb_h1():
     assert bubbles(unit) is None
     assert "zb-h1" in bubbles(old)
     assert any("every_bubble_lands_on_its_closed_form" in p for p in claim_problems("04_pipeline_parallel", old))
+
+
+def test_01s_warmup_claim_fails_on_the_old_demo_where_both_runs_blow_up():
+    """Issue 35: 01's old warmup demo (SGD, lr 0.8) blew up with and without warmup (worst 4.56 vs 3.28)."""
+    from mgpukit.exercises.claims_00_04 import warmup_prevents_adams_early_blow_up as warmup
+    head = "AdamW, lr 0.024 = 0.0015 × 16   loss at step 0  worst loss  at step    final   (losses)\n"
+    new = _nb(_code("w", head + "0 warmup steps                           0.396       5.845        1   0.1297\n"
+                    "30 warmup steps                          0.396       0.396        0   0.0418\n", tags=["claim:warmup"]))
+    old = _nb(_code("w", head + "0 warmup steps                           0.396       4.561       10   0.3930\n"
+                    "30 warmup steps                          0.396       3.281       13   0.1744\n", tags=["claim:warmup"]))
+    assert warmup(new) is None
+    found = warmup(old)
+    assert "no blow-up without warmup" in found and "rises to 3.281" in found, found
+
+
+def test_01s_rule_claim_needs_d_star_between_a_comm_bound_and_a_compute_bound_run():
+    from mgpukit.exercises.claims_00_04 import dp_is_compute_bound_above_d_star as rule
+    rows = ("tokens / GPU   backward  all-reduce  DDP waits       step   (emulated, rank 0)\n"
+            "       1,024    24.1 ms     58.1 ms      40 ms    77.3 ms\n"
+            "       8,192     152 ms     58.1 ms    15.5 ms     240 ms\n")
+    good = _nb(_code("r", "D* = 2(n−1)/n · F/β = 3,550 tokens per GPU (predicted)\n" + rows, tags=["claim:dp-rule"]))
+    assert rule(good) is None
+    nvlink = _nb(_code("r", "D* = 2(n−1)/n · F/β = 142 tokens per GPU (predicted)\n" + rows, tags=["claim:dp-rule"]))
+    assert "is not between" in rule(nvlink)
+    hidden = _nb(_code("r", "D* = 2(n−1)/n · F/β = 3,550 tokens per GPU (predicted)\n"
+                       + rows.replace("24.1 ms     58.1 ms      40 ms", "64.1 ms     58.1 ms      4 ms"), tags=["claim:dp-rule"]))
+    assert "below D*" in rule(hidden)
