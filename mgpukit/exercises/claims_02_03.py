@@ -1,0 +1,135 @@
+"""The claims notebooks 02 and 03 make beside a table, checked on the executed notebook (`claims`).
+
+Each function reads the printed output of the cell tagged `claim:<name>` and returns what is
+wrong, or None. Where a claim says "the emulator lands on the formula", the formula is
+recomputed here from `mgpukit.costmodel.comm` and the profile, so the notebook's cell shows only
+the emulated number. (02's first claim, the ring by hand, sits in `claims_00_04`.)
+"""
+from __future__ import annotations
+
+import re
+
+from mgpukit.costmodel import comm
+from mgpukit.costmodel.hardware import load_profile
+from mgpukit.exercises.claims import claim, number, table, tagged_text
+
+_SECONDS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}
+
+
+def _time(cell: str) -> float:
+    """'7.57 ms' -> 0.00757."""
+    value, unit = cell.split()
+    return float(value) * _SECONDS[unit]
+
+
+def _rows(nb: dict, name: str) -> list[list[str]]:
+    """The whitespace-split data rows (header left out) of the cell tagged `claim:<name>`."""
+    return [line.split() for line in tagged_text(nb, name).splitlines()[1:] if line.strip()]
+
+
+# ---- 02 · communication
+@claim("02_communication")
+def every_all_reduce_equals_the_backend(nb: dict) -> str | None:
+    """Section 3: every all-reduce equals `dist.all_reduce` exactly; ring and halving-doubling send
+    2(n−1)/n · B give or take one element per message (1001 does not divide by n); naive's rank 0
+    sends (n−1)·B and the others B."""
+    rows, wrong = _rows(nb, "checked"), []
+    for n, algo, same, rank0, rank1, formula in rows:
+        n, b = int(n), 4 * 1001
+        r0, r1, f = (float(x.replace(",", "")) for x in (rank0, rank1, formula))
+        if same != "True":
+            wrong.append(f"{algo} on {n} ranks differs from the backend")
+        elif algo == "naive" and (r0, r1) != ((n - 1) * b, b):
+            wrong.append(f"naive on {n} ranks sends {r0:,.0f} / {r1:,.0f}, not (n−1)·B / B")
+        elif algo != "naive" and max(abs(r0 - f), abs(r1 - f)) > 4 * 2 * (n - 1):
+            wrong.append(f"{algo} on {n} ranks sends {r0:,.0f} / {r1:,.0f}, not 2(n−1)/n·B = {f:,.0f}")
+    return "; ".join(wrong) if wrong else (None if len(rows) == 8 else f"{len(rows)} rows, not 8")
+
+
+@claim("02_communication")
+def the_exercises_link_is_h100_nvlink(nb: dict) -> str | None:
+    """Section 5 prints h100-nvlink's NVLink as exercises 8.2 and 8.4 state it: α = 2 µs, β = 370 GB/s."""
+    link = load_profile("h100-nvlink").intra_node
+    text = tagged_text(nb, "emulated-link")
+    if (link.alpha, link.beta) != (2e-6, 370e9):
+        return f"h100-nvlink's NVLink is α = {link.alpha}, β = {link.beta}: exercises 8.2 and 8.4 say 2 µs, 370 GB/s"
+    return None if "α = 2 µs, β = 370 GB/s" in text else f"the link line reads {text.strip()!r}"
+
+
+@claim("02_communication")
+def the_emulated_algorithms_land_on_their_formulas(nb: dict) -> str | None:
+    """Section 5's table: the ring (and the backend, charged as the ring) sits on the cost model's
+    ring within 2 % at both ends; at 1 KiB halving-doubling and naive beat the ring; at 16 MiB naive
+    is under half the ring and on the emulator's (1 + (n−1)) message times within 2 %."""
+    link, n = load_profile("h100-nvlink").intra_node, 4
+    rows = {r[0]: r for r in _rows(nb, "emulated")[:4]}
+    bw = {k: (float(r[2]) * 1e9, float(r[3]) * 1e9) for k, r in rows.items()}
+    ring_pred = [comm.bus_factor("all_reduce", n) * s / comm.allreduce_time(s, n, link) for s in (2**10, 2**24)]
+    naive_pred = comm.bus_factor("all_reduce", n) * 2**24 / ((1 + n - 1) * (link.alpha + 2**24 / link.beta))
+    wrong = []
+    for name in ("backend", "ring"):
+        if any(abs(b / p - 1) > 0.02 for b, p in zip(bw[name], ring_pred)):
+            wrong.append(f"{name} {bw[name]} is off the ring's prediction {ring_pred}")
+    if not (bw["halv-doub"][0] > bw["ring"][0] and bw["naive"][0] > bw["ring"][0]):
+        wrong.append("at 1 KiB the ring is not the slowest")
+    if not bw["naive"][1] < 0.5 * bw["ring"][1]:
+        wrong.append("at 16 MiB naive is not under half the ring")
+    if abs(bw["naive"][1] / naive_pred - 1) > 0.02:
+        wrong.append(f"naive at 16 MiB {bw['naive'][1]:.3g} is off the emulator's formula {naive_pred:.3g}")
+    return "; ".join(wrong) or None
+
+
+@claim("02_communication")
+def the_ring_is_bandwidth_bound_above_n_alpha_beta(nb: dict) -> str | None:
+    """Section 5's rule: the emulated ring's busbw is above β/2 exactly where B > B* = nαβ."""
+    link = load_profile("h100-nvlink").intra_node
+    rows = _rows(nb, "rule")[1:]   # after the B* line and the header
+    b_star = 4 * link.alpha * link.beta
+    wrong = [r[0] for r in rows if (float(r[2]) > 0.5) != (float(r[0].replace(",", "")) > b_star)
+             or r[1] != str(float(r[0].replace(",", "")) > b_star)]
+    return None if len(rows) == 5 and not wrong else f"busbw/β against β/2 disagrees with B > nαβ at {wrong or rows}"
+
+
+@claim("02_communication")
+def staleness_orders_the_losses(nb: dict) -> str | None:
+    """Section 6: staleness 0 ends below ps-sync, which ends below staleness 1; staleness 1 turns
+    back up after its lowest loss; staleness 0 starts below single, staleness 1 starts on it."""
+    rows = {r[0]: [number(c) for c in r[1:]] for r in table(nb, "ps-losses")[1:]}
+    single, sync, s1, s0 = (rows[k] for k in ("single", "ps-sync", "ps-async", "ps-async (staleness 0)"))
+    wrong = []
+    if not s0[-1] < sync[-1] < s1[-1]:
+        wrong.append(f"final losses {s0[-1]}, {sync[-1]}, {s1[-1]} are not staleness 0 < sync < staleness 1")
+    if not s1[-1] > s1[1]:
+        wrong.append("staleness 1 did not turn back up")
+    if not (s0[0] < single[0] and abs(s1[0] - single[0]) < 1e-3):
+        wrong.append(f"step 0: staleness 0 {s0[0]}, staleness 1 {s1[0]}, single {single[0]}")
+    return "; ".join(wrong) or None
+
+
+@claim("02_communication")
+def the_server_sends_n_over_2_the_ring(nb: dict) -> str | None:
+    """Section 6: counted at n = 3, the server sends n/2 = 1.5× what a ring rank sends per step."""
+    line = next(line for line in tagged_text(nb, "ps-bytes").splitlines() if "counted" in line)
+    ratio = float(re.search(r"([\d.]+)×", line).group(1))
+    return None if abs(ratio - 1.5) < 0.01 else f"the counted ratio is {ratio}, not n/2 = 1.5"
+
+
+@claim("02_communication")
+def the_async_round_runs_twice_the_updates_and_is_shorter(nb: dict) -> str | None:
+    """Section 6, emulated: the async server runs n − 1 = 2× sync's optimizer steps per round,
+    and its round is shorter (the markdown says so)."""
+    rows = {r[0]: r for r in table(nb, "ps-round")[1:]}
+    sync, asyn = rows["ps-sync"], rows["ps-async"]
+    if int(asyn[4]) != 2 * int(sync[4]):
+        return f"the async server ran {asyn[4]} updates, not twice sync's {sync[4]}"
+    return None if _time(asyn[1]) < _time(sync[1]) else f"the async round {asyn[1]} is not shorter than {sync[1]}"
+
+
+@claim("02_communication")
+def one_gpu_per_node_costs_the_link_ratio(nb: dict) -> str | None:
+    """Section 7: at 1 GiB, one GPU per node is slower than one full node by the two links' β
+    ratio (within 10 %)."""
+    line = tagged_text(nb, "nodes").splitlines()[-1]
+    slower = float(re.search(r"is ([\d.]+)× slower", line).group(1))
+    ratio = float(re.search(r"InfiniBand β = ([\d.]+)\)", line).group(1))
+    return None if abs(slower / ratio - 1) < 0.1 else f"{slower}× slower against a β ratio of {ratio}"

@@ -1,0 +1,81 @@
+"""The claims of notebooks 02 and 03 (`mgpukit.exercises.claims_02_03`) fail when what they read
+stops being true: each test feeds a claim the table the executed notebook printed (it passes) and
+the same table with the one number that would make the markdown wrong (it fails)."""
+from __future__ import annotations
+
+from mgpukit.exercises import claims_02_03 as C
+from mgpukit.exercises.claims import claim_problems
+
+
+def _cell(tag, text):
+    return {"cell_type": "code", "execution_count": 1, "id": tag, "metadata": {"tags": [f"claim:{tag}"]},
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": text}], "source": ""}
+
+
+def _nb(*cells):
+    return {"cells": list(cells), "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+RULE = ("B* = n·α·β = 2.82 MiB on 4 × h100-nvlink; at B* the busbw is β/2 = 185 GB/s\n"
+        "       bytes  B > B*  busbw / β   (emulated ring)\n"
+        "       1,024   False      0.000\n"
+        "      16,384   False      0.006\n"
+        "     262,144   False      0.081\n"
+        "   4,194,304    True      0.586\n"
+        "  16,777,216    True      0.850\n")
+
+EMULATED = (" algorithm latencies  busbw 1 KiB  busbw 16 MiB   GB/s (emulated, 4 × h100-nvlink)\n"
+            "   backend         6        0.128         314.5\n"
+            "      ring         6        0.128         314.5\n"
+            " halv-doub         4        0.192         331.1\n"
+            "     naive         4        0.192         132.9\n"
+            "naive at 16 MiB (predicted): table's 2(n−1) messages 88.6 GB/s · emulator's 1 + (n−1) 132.9 GB/s\n")
+
+ROUND = ("      run      round  server idle  worker idle  updates  their time   (emulated h100-nvlink)\n"
+         "  ps-sync    7.57 ms       7.4 ms       179 µs        1      154 µs\n"
+         " ps-async     7.4 ms      6.83 ms       307 µs        2      568 µs\n")
+
+CHECKED = (" n  algorithm  == backend  bytes sent by rank 0  by rank 1  2(n-1)/n·B\n"
+           " 2       ring        True                 4,004      4,004       4,004\n"
+           " 2      naive        True                 4,004      4,004       4,004\n"
+           " 2  halv-doub        True                 4,004      4,004       4,004\n"
+           " 3       ring        True                 5,336      5,340       5,339\n"
+           " 3      naive        True                 8,008      4,004       5,339\n"
+           " 4       ring        True                 6,004      6,008       6,006\n"
+           " 4      naive        True                12,012      4,004       6,006\n"
+           " 4  halv-doub        True                 6,004      6,004       6,006\n")
+
+
+def test_the_ring_rule_fails_when_a_row_is_on_the_wrong_side_of_beta_over_2():
+    assert C.the_ring_is_bandwidth_bound_above_n_alpha_beta(_nb(_cell("rule", RULE))) is None
+    latency_bound = RULE.replace("0.586", "0.414")   # B > B* but under β/2: the rule would be wrong
+    assert "4,194,304" in C.the_ring_is_bandwidth_bound_above_n_alpha_beta(_nb(_cell("rule", latency_bound)))
+
+
+def test_the_emulated_table_fails_off_the_ring_formula_and_on_contention():
+    assert C.the_emulated_algorithms_land_on_their_formulas(_nb(_cell("emulated", EMULATED))) is None
+    off = EMULATED.replace("      ring         6        0.128         314.5", "      ring         6        0.128         300.0")
+    assert "ring" in C.the_emulated_algorithms_land_on_their_formulas(_nb(_cell("emulated", off)))
+    serial = EMULATED.replace("     naive         4        0.192         132.9", "     naive         4        0.192          88.6")
+    assert "emulator's formula" in C.the_emulated_algorithms_land_on_their_formulas(_nb(_cell("emulated", serial)))
+
+
+def test_the_async_round_claim_fails_when_async_is_longer_or_runs_one_update():
+    assert C.the_async_round_runs_twice_the_updates_and_is_shorter(_nb(_cell("ps-round", ROUND))) is None
+    longer = ROUND.replace("     7.4 ms      6.83 ms", "    7.74 ms      6.83 ms")
+    assert "not shorter" in C.the_async_round_runs_twice_the_updates_and_is_shorter(_nb(_cell("ps-round", longer)))
+    once = ROUND.replace("        2      568 µs", "        1      568 µs")
+    assert "not twice" in C.the_async_round_runs_twice_the_updates_and_is_shorter(_nb(_cell("ps-round", once)))
+
+
+def test_the_check_table_fails_on_a_mismatch_and_a_byte_off():
+    assert C.every_all_reduce_equals_the_backend(_nb(_cell("checked", CHECKED))) is None
+    wrong = CHECKED.replace(" 3      naive        True", " 3      naive       False")
+    assert "naive on 3 ranks differs" in C.every_all_reduce_equals_the_backend(_nb(_cell("checked", wrong)))
+    off = CHECKED.replace("12,012      4,004", "12,012      8,008")
+    assert "naive on 4 ranks sends" in C.every_all_reduce_equals_the_backend(_nb(_cell("checked", off)))
+
+
+def test_02s_claims_say_which_cell_is_missing():
+    found = claim_problems("02_communication", _nb())
+    assert found and all("no cell is tagged" in p for p in found), found
