@@ -79,3 +79,45 @@ def test_the_check_table_fails_on_a_mismatch_and_a_byte_off():
 def test_02s_claims_say_which_cell_is_missing():
     found = claim_problems("02_communication", _nb())
     assert found and all("no cell is tagged" in p for p in found), found
+
+
+RULE03 = ("method       bytes saved  T_own + Δα  β* GB/s  pays on 10 GbE  emulated ×\n"
+          "dp-fp16          424,704    0.876 µs      485            True        1.21\n"
+          "dp-int8          635,584    -8.48 µs      inf            True        1.36\n"
+          "dp-topk          832,416    -11.4 µs      inf            True        1.53\n"
+          "dp-powersgd      795,648      1.2 ms    0.663           False        0.82\n")
+
+BYTES = ("method        bytes/step  expected ×  measured ×\n"
+         "ddp              849,408        1.00        1.00\n"
+         "dp-fp16          424,704        2.00        2.00\n"
+         "dp-bf16          424,704        2.00        2.00\n"
+         "dp-int8          213,824        3.98        3.97\n"
+         "dp-topk           16,992       50.00       49.99\n"
+         "dp-powersgd       53,760       15.80       15.80\n")
+
+STEPS = ("method        NVLink step     ×  10 GbE step     ×   (emulated; × = speed-up vs ddp)\n"
+         "ddp               1.42 ms  1.00      2.22 ms  1.00\n"
+         "dp-fp16           1.42 ms  1.00      1.83 ms  1.21\n"
+         "dp-int8           1.42 ms  1.00      1.63 ms  1.36\n"
+         "dp-topk           1.42 ms  1.00      1.45 ms  1.53\n"
+         "dp-powersgd       2.57 ms  0.55      2.69 ms  0.82\n")
+
+
+def test_03s_rule_fails_when_the_emulator_disagrees_with_the_inequality():
+    assert C.the_rule_says_who_pays_on_10_gbe(_nb(_cell("rule", RULE03))) is None
+    # PowerSGD emulated faster on 10 GbE while the rule says it does not pay
+    disagree = RULE03.replace("False        0.82", "False        1.05")
+    assert "dp-powersgd" in C.the_rule_says_who_pays_on_10_gbe(_nb(_cell("rule", disagree)))
+    one_verdict = RULE03.replace("False        0.82", " True        1.05").replace("0.663", "  inf")
+    assert "one verdict" in C.the_rule_says_who_pays_on_10_gbe(_nb(_cell("rule", one_verdict)))
+
+
+def test_03s_step_claim_fails_when_bytes_do_not_order_the_speed_ups():
+    good = _nb(_cell("emulated-steps", STEPS), _cell("bytes", BYTES))
+    assert C.fewer_bytes_win_only_on_the_slow_link(good) is None
+    swapped = STEPS.replace("1.63 ms  1.36", "1.63 ms  1.60")     # int8 ahead of top-k, which saves more
+    assert "follow the bytes" in C.fewer_bytes_win_only_on_the_slow_link(_nb(_cell("emulated-steps", swapped),
+                                                                            _cell("bytes", BYTES)))
+    nvlink_gain = STEPS.replace("1.42 ms  1.00      1.83", "1.20 ms  1.18      1.83")
+    assert "dp-fp16 on NVLink" in C.fewer_bytes_win_only_on_the_slow_link(_nb(_cell("emulated-steps", nvlink_gain),
+                                                                             _cell("bytes", BYTES)))

@@ -133,3 +133,94 @@ def one_gpu_per_node_costs_the_link_ratio(nb: dict) -> str | None:
     slower = float(re.search(r"is ([\d.]+)× slower", line).group(1))
     ratio = float(re.search(r"InfiniBand β = ([\d.]+)\)", line).group(1))
     return None if abs(slower / ratio - 1) < 0.1 else f"{slower}× slower against a β ratio of {ratio}"
+
+
+# ---- 03 · gradient compression
+@claim("03_gradient_compression")
+def every_method_passes_its_stated_check(nb: dict) -> str | None:
+    """Section 3: each method passes the check section 3 states for it (elementwise or final loss)."""
+    rows = table(nb, "parity")[1:]
+    failed = [r[0] for r in rows if r[2] != "True"]
+    return None if len(rows) == 6 and not failed else f"failed their check: {failed or rows}"
+
+
+@claim("03_gradient_compression")
+def measured_bytes_are_the_expected_factor(nb: dict) -> str | None:
+    """Section 3: every method's measured byte factor is its formula's within 1 %."""
+    off = [r[0] for r in table(nb, "bytes")[1:] if abs(number(r[3]) / number(r[2]) - 1) > 0.01]
+    return f"measured × off the formula for {off}" if off else None
+
+
+@claim("03_gradient_compression")
+def recoders_stay_on_fp32_and_top_k_falls_behind(nb: dict) -> str | None:
+    """Section 3: fp16 and int8 stay within 0.5 % of fp32 early and late; top-k's gap grows."""
+    rows = {r[0]: [number(c) for c in r[1:3]] for r in table(nb, "gaps")[1:]}
+    wrong = [n for n in ("dp-fp16", "dp-int8") if max(abs(g) for g in rows[n]) >= 0.005]
+    early, late = rows["dp-topk"]
+    if not late > early > 0:
+        wrong.append(f"top-k's gap {early:+.2%} → {late:+.2%} does not grow")
+    return "; ".join(wrong) or None
+
+
+@claim("03_gradient_compression")
+def error_feedback_keeps_top_k_closer(nb: dict) -> str | None:
+    """Section 4: without error feedback top-k ends further above fp32 than with it."""
+    gaps = [float(x) for x in re.findall(r"\(([\d.]+) % above\)", tagged_text(nb, "ef"))]
+    return None if len(gaps) == 2 and gaps[1] > gaps[0] else f"gaps with / without error feedback: {gaps}"
+
+
+@claim("03_gradient_compression")
+def fewer_bytes_win_only_on_the_slow_link(nb: dict) -> str | None:
+    """Section 5: on NVLink every method but PowerSGD takes fp32's step (within 5 %); PowerSGD is
+    slower on both links; on 10 GbE the re-encoders win in the order of the bytes they save, each
+    by far less than its byte factor (section 3's measured ×)."""
+    rows = {r[0]: r for r in table(nb, "emulated-steps")[1:]}
+    factor = {r[0]: number(r[3]) for r in table(nb, "bytes")[1:]}
+    nv, eth = ({n: number(r[i]) for n, r in rows.items()} for i in (2, 4))
+    recoders = sorted((n for n in rows if n != "dp-powersgd"), key=factor.get)   # fp32 first, top-k last
+    wrong = [f"{n} on NVLink {g}×" for n, g in nv.items() if n != "dp-powersgd" and not 0.95 < g < 1.05]
+    if not (nv["dp-powersgd"] < 1 and eth["dp-powersgd"] < 1):
+        wrong.append("PowerSGD is not slower on both links")
+    if [eth[n] for n in recoders] != sorted(eth[n] for n in recoders):
+        wrong.append(f"10 GbE speed-ups {[eth[n] for n in recoders]} do not follow the bytes saved")
+    wrong += [f"{n} wins {eth[n]}× of a {factor[n]}× byte factor" for n in recoders[1:] if eth[n] >= factor[n]]
+    return "; ".join(wrong) or None
+
+
+@claim("03_gradient_compression")
+def the_rule_says_who_pays_on_10_gbe(nb: dict) -> str | None:
+    """Section 5's rule: (1 − r)·2(n−1)/n·4Ψ / β > T_own + Δα says which methods pay on the 10 GbE
+    link; the emulated 10 GbE runs (which the rule did not use) agree, row by row, and both
+    verdicts occur."""
+    rows = table(nb, "rule")[1:]
+    pays = {r[0]: r[4] == "True" for r in rows}
+    wrong = [r[0] for r in rows if pays[r[0]] != (number(r[5]) > 1)
+             or (r[3] != "inf" and pays[r[0]] != (1.1 < number(r[3])))]
+    if len(set(pays.values())) != 2:
+        return f"the rule gives one verdict for every method: {pays}"
+    return f"the rule and the emulator disagree for {wrong}" if wrong else None
+
+
+@claim("03_gradient_compression")
+def gpt2s_rows_land_where_the_markdown_says(nb: dict) -> str | None:
+    """Section 5, GPT-2: ddp is DDP's closed form (within 5 %), not compute + exchange; fp16 is
+    compute + exchange (within 2 %); PowerSGD's own work makes it slower than that sum."""
+    text = tagged_text(nb, "gpt2")
+    rows = {r[0]: r for r in table(nb, "gpt2")[1:4]}
+    closed = _time(re.search(r"closed form ([\d.]+ \S+):", text).group(1))
+    wrong = []
+    if abs(_time(rows["ddp"][1]) / closed - 1) > 0.05:
+        wrong.append(f"ddp {rows['ddp'][1]} is off DDP's closed form")
+    if abs(_time(rows["dp-fp16"][1]) / _time(rows["dp-fp16"][3]) - 1) > 0.02:
+        wrong.append(f"fp16 {rows['dp-fp16'][1]} is off compute + exchange {rows['dp-fp16'][3]}")
+    if not _time(rows["dp-powersgd"][4]) > 0:
+        wrong.append("PowerSGD is not slower than compute + exchange")
+    return "; ".join(wrong) or None
+
+
+@claim("03_gradient_compression")
+def gpt2_turns_powersgd_around(nb: dict) -> str | None:
+    """Section 5: PowerSGD is faster than fp32 for GPT-2 124M on 10 GbE and slower for gpt-tiny."""
+    rows = {r[0]: r for r in table(nb, "scale")[1:]}
+    big, tiny = number(rows["gpt2-124m"][3]), number(rows["gpt-tiny"][3])
+    return None if big > 1 > tiny else f"PowerSGD × is {big} for GPT-2 and {tiny} for gpt-tiny"
