@@ -121,3 +121,11 @@ def test_03s_step_claim_fails_when_bytes_do_not_order_the_speed_ups():
     nvlink_gain = STEPS.replace("1.42 ms  1.00      1.83", "1.20 ms  1.18      1.83")
     assert "dp-fp16 on NVLink" in C.fewer_bytes_win_only_on_the_slow_link(_nb(_cell("emulated-steps", nvlink_gain),
                                                                              _cell("bytes", BYTES)))
+
+
+def test_03s_residual_by_hand_fails_without_the_residual():
+    steps = [[0, 1], [0, 2], [0, 1], [2, 3], [0, 1], [2, 4], [0, 1], [3, 5], [0, 2], [1, 6]]
+    with_ef = "".join(f"step {i}: sent coordinates {s}\n" for i, s in enumerate(steps))
+    assert C.the_residual_by_hand_is_the_kits_top_k(_nb(_cell("ef-by-hand", with_ef))) is None
+    no_ef = "".join(f"step {i}: sent coordinates [0, 1]\n" for i in range(10))   # acc = g every step
+    assert "the kit's TopK" in C.the_residual_by_hand_is_the_kits_top_k(_nb(_cell("ef-by-hand", no_ef)))

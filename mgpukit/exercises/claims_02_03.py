@@ -224,3 +224,20 @@ def gpt2_turns_powersgd_around(nb: dict) -> str | None:
     rows = {r[0]: r for r in table(nb, "scale")[1:]}
     big, tiny = number(rows["gpt2-124m"][3]), number(rows["gpt-tiny"][3])
     return None if big > 1 > tiny else f"PowerSGD × is {big} for GPT-2 and {tiny} for gpt-tiny"
+
+
+@claim("03_gradient_compression")
+def the_residual_by_hand_is_the_kits_top_k(nb: dict) -> str | None:
+    """Section 4: the eight-number loop sends, step by step, what the kit's `TopK` (k = 2 of 8,
+    error feedback on) sends, and seven of the eight coordinates go out within 10 steps."""
+    import torch
+
+    from mgpukit.strategies.compression.topk import TopK
+    text = tagged_text(nb, "ef-by-hand")
+    shown = [sorted(int(x) for x in re.findall(r"\d+", m)) for m in re.findall(r"sent coordinates \[([\d, ]+)\]", text)]
+    g, topk = torch.tensor([4.0, -3.1, 2.2, 1.3, -0.9, 0.7, 0.4, 0.2]), TopK(8, 0.25)
+    kit = [sorted(topk.compress(g)[1].tolist()) for _ in range(10)]
+    if shown != kit:
+        return f"the loop sent {shown}, the kit's TopK {kit}"
+    reached = len({i for step in shown for i in step})
+    return None if reached == 7 else f"{reached} of 8 coordinates were sent, not 7"
