@@ -54,13 +54,10 @@ from mgpukit.strategies.registry import Strategy
 from mgpukit.threads import policy as thread_policy
 from mgpukit.training.building import build_model, build_optimizer
 from mgpukit.training.checkpoint import checkpointing, has_checkpoint
-from mgpukit.training.backup import DropSlowest
 from mgpukit.training.checkpoint_data import check_folder
 from mgpukit.training.checkpoint_files import FolderLock
-from mgpukit.training.hetero import RankProfiles, parse_profiles, parse_split
-from mgpukit.training.hooks import Hook, Progress
-from mgpukit.training.lr_scaling import LrSchedule
-from mgpukit.training.straggler import MarkIdle, Straggle, Straggler
+from mgpukit.training.hooks import Progress
+from mgpukit.training.knob_hooks import hooks_for
 from mgpukit.training.trainer import train
 
 _REFERENCE_CACHE: dict[str, dict] = {}
@@ -263,26 +260,6 @@ def _train_unguarded(strat: Strategy, ctx, rec, cfg) -> dict | None:
     saving = checkpointing(ctx, rec, cfg, parts, optimizer)  # resume: loaded here, before the loop
     return train(ctx, rec, cfg, parts, optimizer,
                  hooks=[Progress(), *hooks_for(cfg, ctx.world_size), *([saving] if saving else [])])
-
-
-def hooks_for(cfg: RunConfig, world_size: int) -> list[Hook]:
-    """The hooks the run's knobs ask for, in the order they run at each point (`training/hooks.py`):
-    what a lesson adds around the one loop. Checkpoints (`checkpoint.checkpointing`) and the
-    progress bar are installed beside them by `_train_unguarded`."""
-    o = cfg.options
-    straggler = Straggler.from_options(o, world_size)
-    hooks: list[Hook] = []
-    if straggler is not None:  # one rank computes `factor`x slower (training/straggler.py)
-        hooks.append(Straggle(straggler))
-    if o.get("rank_profiles"):  # a mixed cluster, emulated (training/hetero.py)
-        hooks.append(RankProfiles(parse_profiles(o["rank_profiles"])))
-    if o.get("lr_scaling") not in (None, "none"):  # Goyal et al.'s rule (training/lr_scaling.py)
-        hooks.append(LrSchedule())
-    if o.get("drop_slowest"):  # backup workers (training/backup.py)
-        hooks.append(DropSlowest(int(o["drop_slowest"]), parse_split(o.get("batch_split"))))
-    if straggler is not None or o.get("show_idle"):  # the wait for the slowest rank, drawn
-        hooks.append(MarkIdle())
-    return hooks
 
 
 def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool = True,
