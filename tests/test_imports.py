@@ -334,12 +334,7 @@ COMMAND_PROTOCOL = {"main", "register", "run"}
 # Public names still defined twice, each in another engineer's area (issue 34): who owes the fix.
 # A name may leave this list; none may join it.
 OWED = {
-    "finish": "experiment.finish (core) vs plots.layout.finish",
-    "get": "exercises.registry.get (lessA) vs strategies.registry.get (core)",
     "layout_from_args": "cli vs the planner's flags: one resolver of layouts (core, item 1/3)",
-    "mystery_runs": "exercises/__init__ re-defines exercises.debugging's (lessA)",
-    "parity_report": "exercises/__init__ re-defines exercises.debugging's (lessA)",
-    "predict": "costmodel.published vs costmodel.validation (truth)",
     "fixes": "fits.fixes vs lessons.planning.fixes: two 'which change would fit' engines",
 }
 
