@@ -325,6 +325,27 @@ def test_lessons_build_no_figure_and_no_widget():
     assert not {m: b for m, b in bad.items() if b}
 
 
+def figures_built(source: str) -> list[str]:
+    """What a module draws itself: its `plot_*` functions and its calls of a plotly figure or
+    trace (`go.Figure(`, `go.Bar(` …); a `go.FigureWidget` is a control, updated in place."""
+    tree = ast.parse(source)
+    plots = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("plot_")]
+    calls = [ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+             and n.func.value.id == "go" and n.func.attr != "FigureWidget"]
+    return plots + calls
+
+
+def test_widgets_build_controls_and_call_the_plots():
+    """A widget builds controls and calls `mgpukit.plots` for its figure (was: 12 `plot_*` and a
+    hand-built bar chart in `widgets/`)."""
+    assert figures_built("def plot_x():\n    return go.Figure(go.Bar())\nw = go.FigureWidget()\n") == [
+        "plot_x", "go.Figure", "go.Bar"]  # the test of the test
+    bad = {name: figures_built(path.read_text()) for name, path in _modules().items()
+           if _within(name, ("mgpukit.widgets",))}
+    assert not {m: f for m, f in bad.items() if f}
+
+
 # A module that is a command (`mgpukit <name>`) has the command protocol: `register(sub)` adds its
 # parser, `run(args)` runs it, `main(argv)` runs it alone. The same three names in each is the point.
 COMMANDS = {"mgpukit.cli", "mgpukit.commands.plan", "mgpukit.calibrate",
