@@ -3,7 +3,7 @@
 The parallel layout is not kept here beside it: `micro_batches` and `layout` are what was asked,
 and `mgpukit.prepare` resolves them once into the run's `Layout`, which the workers then read
 (`ctx.layout`). A record's `config` is this object as a dict, so `RunConfig(**record["config"])`
-rebuilds it (widgets/compression.py, notebook 03, saved records).
+rebuilds it (studies/compression.py, notebook 03, saved records).
 
 Why the two stay fields: `micro_batches` is the experiment's gradient accumulation as asked,
 which the single-process reference also trains with (`experiment._reference_config` drops the

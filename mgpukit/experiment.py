@@ -2,7 +2,7 @@
 
 `mgpukit run`, `mgpukit.run`, the notebooks, the tour, the benchmarks and the exported scripts
 (`mgpukit.launched`, under `torchrun` / `accelerate launch`) all go through `prepare` (every
-check, before anything starts), `run_rank` (what each worker does) and `finish` (the record,
+check, before anything starts), `run_rank` (what each worker does) and `finish_run` (the record,
 its parity, the files):
 
     rec = mgpukit.run("ddp", workers=2, steps=20)
@@ -10,7 +10,7 @@ its parity, the files):
     rec["parity"]["ok"], rec["tokens_per_s"], rec["layout"]
 
 Parity (`mgpukit.parity`): the strategy's losses, gradient norms and final weights against the
-`single` reference trained on the same global batches, in `finish`. A run *is* the reference
+`single` reference trained on the same global batches, in `finish_run`. A run *is* the reference
 (`single`, no parity) or *has no* reference (`ps-async`): the record says which.
 
 Shape mode (`shape=True`, emulated only; `mgpukit.measure.shape`): every rank runs the same
@@ -54,13 +54,10 @@ from mgpukit.strategies.registry import Strategy
 from mgpukit.threads import policy as thread_policy
 from mgpukit.training.building import build_model, build_optimizer
 from mgpukit.training.checkpoint import checkpointing, has_checkpoint
-from mgpukit.training.backup import DropSlowest
 from mgpukit.training.checkpoint_data import check_folder
 from mgpukit.training.checkpoint_files import FolderLock
-from mgpukit.training.hetero import RankProfiles, parse_profiles, parse_split
-from mgpukit.training.hooks import Hook, Progress
-from mgpukit.training.lr_scaling import LrSchedule
-from mgpukit.training.straggler import MarkIdle, Straggle, Straggler
+from mgpukit.training.hooks import Progress
+from mgpukit.training.knob_hooks import hooks_for
 from mgpukit.training.trainer import train
 
 _REFERENCE_CACHE: dict[str, dict] = {}
@@ -131,7 +128,7 @@ def run(strategy: str, *, workers: int | None = None, mode: str = "auto", profil
     finally:
         if lock is not None:
             lock.release()
-    record = finish(p, [r["result"] for r in results], results[0].get("weights"), parity=parity,
+    record = finish_run(p, [r["result"] for r in results], results[0].get("weights"), parity=parity,
                     tolerance=tolerance, timeout_s=timeout_s)
     record["restarts"] = restarts
     record["memory_check"] = memory_check
@@ -207,7 +204,7 @@ def run_each(runs: list[Prepared], *, timeout_s: float = 600.0, echo: bool = Fal
                      echo=echo, collective_timeout_s=min(timeout_s, max(
                          default_collective_timeout(p.cfg, p.mode, shape=p.shape) for p in runs)),
                      options={"shape": first.shape})
-    return [finish(p, [r[k]["result"] for r in results], results[0][k].get("weights"), parity=False)
+    return [finish_run(p, [r[k]["result"] for r in results], results[0][k].get("weights"), parity=False)
             for k, p in enumerate(runs)]
 
 
@@ -265,27 +262,7 @@ def _train_unguarded(strat: Strategy, ctx, rec, cfg) -> dict | None:
                  hooks=[Progress(), *hooks_for(cfg, ctx.world_size), *([saving] if saving else [])])
 
 
-def hooks_for(cfg: RunConfig, world_size: int) -> list[Hook]:
-    """The hooks the run's knobs ask for, in the order they run at each point (`training/hooks.py`):
-    what a lesson adds around the one loop. Checkpoints (`checkpoint.checkpointing`) and the
-    progress bar are installed beside them by `_train_unguarded`."""
-    o = cfg.options
-    straggler = Straggler.from_options(o, world_size)
-    hooks: list[Hook] = []
-    if straggler is not None:  # one rank computes `factor`x slower (training/straggler.py)
-        hooks.append(Straggle(straggler))
-    if o.get("rank_profiles"):  # a mixed cluster, emulated (training/hetero.py)
-        hooks.append(RankProfiles(parse_profiles(o["rank_profiles"])))
-    if o.get("lr_scaling") not in (None, "none"):  # Goyal et al.'s rule (training/lr_scaling.py)
-        hooks.append(LrSchedule())
-    if o.get("drop_slowest"):  # backup workers (training/backup.py)
-        hooks.append(DropSlowest(int(o["drop_slowest"]), parse_split(o.get("batch_split"))))
-    if straggler is not None or o.get("show_idle"):  # the wait for the slowest rank, drawn
-        hooks.append(MarkIdle())
-    return hooks
-
-
-def finish(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool = True,
+def finish_run(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: bool = True,
            tolerance: dict | None = None, timeout_s: float = 600.0, json_path=None, trace_path=None,
            weights_path=None, in_process=None) -> dict:
     """The record from every rank's result, its parity, and the files asked for.
@@ -385,5 +362,5 @@ def reference(name: str, cfg: RunConfig, *, mode: str = "cpu", timeout_s: float 
                           t0=in_process.t0, threads=in_process.threads, dims=p.dims, layout=p.layout,
                           mesh=False)
     out = run_rank(solo, name, p.cfg)
-    finish(dataclasses.replace(p, mode=mode), [out["result"]], out["weights"], parity=False)
+    finish_run(dataclasses.replace(p, mode=mode), [out["result"]], out["weights"], parity=False)
     return _REFERENCE_CACHE[key]

@@ -4,7 +4,7 @@
 launcher's environment, sets up Accelerate's state (with `cpu=True` when there is no GPU — the
 trap `mgpukit.launch` closes for notebooks), builds the same device mesh `mgpukit.launch` gives
 its workers, and runs the one runner's `run_rank`; rank 0 gathers the per-rank results into the
-same result record, with the same parity check, that `mgpukit run` writes (`experiment.finish`).
+same result record, with the same parity check, that `mgpukit run` writes (`experiment.finish_run`).
 `name="all"` runs every strategy in turn on the same process group.
 
 Several nodes need nothing else: `torchrun --nnodes 2 ... --rdzv-endpoint HOST:PORT` or
@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from mgpukit.config import RunConfig
-from mgpukit.experiment import finish, run_rank
+from mgpukit.experiment import finish_run, run_rank
 from mgpukit.export import exportable
 from mgpukit.prepare import check_outputs, prepare
 from mgpukit.runtime import context as _context
@@ -116,7 +116,7 @@ def training_function(name: str, cfg: RunConfig, *, layout: dict | None = None,
         record = None
         if ctx.rank == 0:
             path = json_path if len(prepared) == 1 else None
-            record = finish(p, results, out["weights"], parity=parity, json_path=path, in_process=ctx)
+            record = finish_run(p, results, out["weights"], parity=parity, json_path=path, in_process=ctx)
         yield p.strategy.name, record
 
 

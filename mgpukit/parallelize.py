@@ -29,7 +29,7 @@ from mgpukit.strategies.registry import Strategy
 from mgpukit.strategies.tensor_parallel.apply import apply_tp
 from mgpukit.strategies.tensor_parallel.native import apply_tp_native
 from mgpukit.training.building import loss_fn
-from mgpukit.training.hetero import loss_weight, weighted
+from mgpukit.training.batch_split import loss_weight, weighted
 from mgpukit.training.local import LocalEngine
 from mgpukit.training.parts import NoSync, Parts
 

@@ -29,9 +29,9 @@ from mgpukit.strategies.policies.checkpointing import check_checkpointing
 from mgpukit.strategies.policies.precision import check_precision
 from mgpukit.strategies.registry import Strategy
 from mgpukit.strategies.tensor_parallel.apply import check_divides
-from mgpukit.training import backup, hetero
+from mgpukit.training.batch_split import check_batch_split
+from mgpukit.training.knob_hooks import check_knobs
 from mgpukit.training.resources import check_memory
-from mgpukit.training.straggler import Straggler
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -92,14 +92,13 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
         check_batch(cfg, strat.batch_ranks(dims.world_size) if strat.batch_ranks else dims.batch_coords(0)[1])
     if strat.validate:
         strat.validate(cfg, dims)
-    Straggler.from_options(cfg.options, dims.world_size)  # the slow rank is one of this run's
     check_memory(cfg, dims.world_size, strat.batch_ranks(dims.world_size) if strat.batch_ranks else dims.dp,
                  shape=bool(shape))  # a batch that cannot fit is refused here, not in a rank
     if mode == "emulated" and not strat.emulation:
         raise ValueError(f"strategy {strategy!r} has no emulated mode; use mode='cpu'.")
     mode = resolve_mode(mode, dims.world_size)
-    hetero.check(cfg, dims, mode)  # unequal batches / per-rank profiles (training/hetero.py)
-    backup.check(cfg, dims, strat.name)  # dropping the slowest ranks (training/backup.py)
+    check_batch_split(cfg, dims)  # unequal batches per dp rank (training/batch_split.py)
+    check_knobs(cfg, dims, mode, strat.name)  # a lesson's hooks: straggler, mixed cluster, backups
     if mode == "emulated" and not profile:
         raise ValueError("mode='emulated' needs a hardware profile, e.g. profile='h100-nvlink'.")
     if mode == "emulated" and isinstance(profile, str):

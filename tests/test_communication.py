@@ -217,7 +217,9 @@ def test_ps_async_staleness_bound_is_respected_emulated():
 
 
 def test_widget_predictions_and_headless_explorer():
-    from mgpukit.widgets.communication import alpha_beta_explorer, plot_alpha_beta, predict_all_reduce
+    from mgpukit.plots.alpha_beta import plot_alpha_beta
+    from mgpukit.studies.alpha_beta import predict_all_reduce
+    from mgpukit.widgets.communication import alpha_beta_explorer
 
     link = load_profile("h100-nvlink").intra_node
     p = predict_all_reduce(2**24, 8, "ring", "h100-nvlink")

@@ -156,7 +156,8 @@ def test_topk_with_error_feedback_reaches_fp32_loss_and_without_it_does_not():
 
 
 def test_widget_draws_once_headless_and_figures_say_their_source():
-    from mgpukit.widgets.compression import compression_explorer, plot_bytes_vs_ratio, plot_step_time
+    from mgpukit.plots.compression import plot_bytes_vs_ratio, plot_step_time
+    from mgpukit.widgets.compression import compression_explorer
 
     box = compression_explorer(steps=3)  # builds and draws; launches nothing until the button
     assert box.children[0].children[0].value == pytest.approx(0.01)

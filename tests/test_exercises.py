@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mgpukit import exercises
-from mgpukit.exercises import EXERCISES, check, debugging, expected_value, get, hint, reveal
+from mgpukit.exercises import EXERCISES, check, debugging, expected_value, get_exercise, hint, reveal
 from mgpukit.exercises.leaks import mechanism_leak, variant_table
 from mgpukit.exercises.suspects import ANSWERS, SUSPECTS, suspects
 from mgpukit.experiment import run
@@ -85,9 +85,9 @@ def test_check_says_right_or_wrong_and_why_without_giving_the_answer(capsys):
     assert check("00.ring-bytes", None) is None
     out = capsys.readouterr().out
     assert f"{want:,.0f}" not in out and str(int(want)) not in out
-    assert get("00.ring-bytes").hint not in out and "hint('00.ring-bytes')" in out   # no hint before a try
+    assert get_exercise("00.ring-bytes").hint not in out and "hint('00.ring-bytes')" in out   # no hint before a try
     hint("00.ring-bytes")
-    assert get("00.ring-bytes").hint in capsys.readouterr().out
+    assert get_exercise("00.ring-bytes").hint in capsys.readouterr().out
     assert check("00.ring-bytes", want) is True and "why" in capsys.readouterr().out
     assert check("00.ring-bytes", 2 * want) is False
     out = capsys.readouterr().out

@@ -6,7 +6,7 @@ torch's fp32 tolerances); the same run with the loss weighting switched off must
 (the plain average over-weights the small shard's rows). (2) Emulated DDP on a mixed cluster
 (rank 0 computes on the A100 profile, rank 1 on the H100; links of h100-nvlink): an even split
 runs at the A100's pace, and the split `balanced_split` picks runs within 5 % of
-`predicted_step` (the analytic model, `costmodel.gpt_step`) — and faster.
+`predicted_mixed_step` (the analytic model, `costmodel.gpt_step`) — and faster.
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_rebalanced_mixed_cluster_runs_at_the_predicted_time():
     assert split[0] < split[1]  # the A100 gets fewer rows
     even, balanced = _emulated((16, 16)), _emulated(split)
     t_even, t_bal = even["step_time_s"][-1], balanced["step_time_s"][-1]
-    slow = hetero.predicted_step(cfg, (16, 16), (PROFILES[0],) * 2, "h100-nvlink")  # all-A100
+    slow = hetero.predicted_mixed_step(cfg, (16, 16), (PROFILES[0],) * 2, "h100-nvlink")  # all-A100
     assert t_even == pytest.approx(slow, rel=0.05)  # the even split runs at the slow rank's pace
-    assert t_bal == pytest.approx(hetero.predicted_step(cfg, split, PROFILES, "h100-nvlink"), rel=0.05)
+    assert t_bal == pytest.approx(hetero.predicted_mixed_step(cfg, split, PROFILES, "h100-nvlink"), rel=0.05)
     assert t_bal < 0.8 * t_even

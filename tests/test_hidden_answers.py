@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgpukit.exercises import EXERCISES, expected_value, get, registry, suspects
+from mgpukit.exercises import EXERCISES, expected_value, get_exercise, registry, suspects
 from mgpukit.exercises.leaks import find_leaks, gives, largest_somewhere, numbers, singled_out, stands_out, variant_table
 from mgpukit.exercises.suspects import ANSWERS, SUSPECTS, Suspect
 
@@ -238,9 +238,9 @@ def test_every_debugging_quiz_asks_for_the_mechanism_not_the_row():
     assert sorted(quizzes) == [f"{nn}.debug" for nn in ("00", "01", "02", "03", "04")]
     for name in quizzes:
         want, listed = expected_value(name), SUSPECTS[name[:2]]
-        assert isinstance(want, int) and not isinstance(want, bool) and get(name).choice, name
+        assert isinstance(want, int) and not isinstance(want, bool) and get_exercise(name).choice, name
         assert len(listed) >= 4 and 1 <= want <= len(listed) and want == ANSWERS[name[:2]]
-        assert [i for i, _ in get(name).mistakes] == [i for i in range(1, len(listed) + 1) if i != want]
+        assert [i for i, _ in get_exercise(name).mistakes] == [i for i in range(1, len(listed) + 1) if i != want]
         assert all(s.refuted for i, s in enumerate(listed, 1) if i != want), name
 
 

@@ -2,9 +2,10 @@
 
 Method: the trainer's source is read with `ast` (its size, no knob read in it); hooks are run
 in this process on one rank (the `single` layout, mlp-tiny) and what they see is compared with
-the documented protocol; the knobs a lesson needs turn into hooks (`experiment.hooks_for`).
+the documented protocol; the knobs a lesson needs turn into hooks (`knob_hooks.hooks_for`).
 """
 import ast
+import dataclasses
 import time
 from pathlib import Path
 
@@ -14,7 +15,6 @@ import torch
 import mgpukit
 from mgpukit import strategies
 from mgpukit.config import RunConfig
-from mgpukit.experiment import hooks_for
 from mgpukit.measure.recorder import Recorder
 from mgpukit.parallelize import parallelize
 from mgpukit.prepare import prepare
@@ -22,7 +22,8 @@ from mgpukit.runtime.context import worker_context
 from mgpukit.strategies.knobs import TRAINER_KNOBS
 from mgpukit.training.backup import DropSlowest
 from mgpukit.training.building import build_model, build_optimizer
-from mgpukit.training.hooks import Hook
+from mgpukit.training.hooks import Hook, Loop
+from mgpukit.training.knob_hooks import hooks_for
 from mgpukit.training.lr_scaling import LrSchedule
 from mgpukit.training.straggler import MarkIdle, Straggle
 from mgpukit.training.trainer import train
@@ -46,6 +47,13 @@ def test_train_is_the_loop_in_at_most_60_lines_reading_no_knob():
     # no knob or branch names a lesson: the loop does not know the hooks it runs
     assert not {"straggler", "drop", "idle", "lr_at", "hetero"} & {
         n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+
+
+def test_the_loop_has_no_field_of_a_lesson():
+    """A straggler's slow-down is a hook's `around_compute`, a dropped backup worker an engine
+    its hook empties: `Loop` keeps only what every run has (was: `slowed` and `computes`)."""
+    assert {f.name for f in dataclasses.fields(Loop)} == {"ctx", "rec", "cfg", "parts", "optimizer",
+                                                          "start_step", "logs"}
 
 
 def _solo(layout=None):
@@ -96,13 +104,19 @@ def test_hooks_see_the_documented_points_in_order():
 
 
 class SkipStep1(Hook):
+    """As `backup.DropSlowest` does: this rank's engine runs nothing at step 1."""
+
+    def on_train_start(self, loop):
+        engine, run = loop.parts.engine, loop.parts.engine.forward_backward
+        engine.forward_backward = lambda *a, **kw: run(*a, **kw) if self.step != 1 else 0.0
+
     def before_forward(self, loop, step):
-        loop.computes = step != 1
+        self.step = step
 
 
 def test_a_hook_that_skips_the_compute_leaves_the_weights_of_a_zero_gradient():
-    """`loop.computes = False` (a dropped backup worker): no forward or backward, the gradient
-    zero_grad left — with SGD and no momentum the weights do not move at that step."""
+    """A dropped backup worker: no forward or backward, the gradient zero_grad left — with SGD
+    and no momentum the weights do not move at that step."""
     ctx, rec, cfg, parts, opt = _single(steps=2)
     assert cfg.optimizer == "sgd"
     before = {}

@@ -274,6 +274,31 @@ def test_the_core_imports_no_tool():
     assert not _tool_imports(import_graph())
 
 
+# What a lesson adds around the loop (notebook 10's straggler, mixed cluster and backup workers,
+# notebook 01's learning-rate rule) and the one module that installs and refuses it (issue 34).
+LESSON_HOOKS = ("mgpukit.training.hetero", "mgpukit.training.backup", "mgpukit.training.straggler",
+                "mgpukit.training.lr_scaling")
+KNOB_SEAM = "mgpukit.training.knob_hooks"
+
+
+def _lesson_hook_imports(graph) -> dict[str, list[str]]:
+    """Modules of the package, outside the lesson hooks, the seam and `lessons/`, that import a
+    lesson hook."""
+    return {m: sorted(d for d in deps if _within(d, LESSON_HOOKS)) for m, deps in graph.items()
+            if not _within(m, (*LESSON_HOOKS, KNOB_SEAM, "mgpukit.lessons"))
+            and any(_within(d, LESSON_HOOKS) for d in deps)}
+
+
+def test_the_core_names_no_lesson_hook():
+    """`prepare`, `parallelize`, the experiment, the builders and the trainer import no lesson's
+    hook: `training.knob_hooks` turns the knobs into hooks (`hooks_for`) and refuses them
+    (`check_knobs`, which `prepare` calls), in one place. (Was: `prepare` imported `backup`, `hetero`
+    and `straggler`, `parallelize` and `training.building` imported `hetero`.)"""
+    assert _lesson_hook_imports({"mgpukit.prepare": {"mgpukit.training.hetero"}}) == {
+        "mgpukit.prepare": ["mgpukit.training.hetero"]}  # the test of the test
+    assert not _lesson_hook_imports(import_graph())
+
+
 def test_the_benchmarks_import_no_lesson():
     """A benchmark times what the library and its studies (`mgpukit.studies`) do, never a
     notebook's composition of them."""
@@ -300,6 +325,27 @@ def test_lessons_build_no_figure_and_no_widget():
     assert not {m: b for m, b in bad.items() if b}
 
 
+def figures_built(source: str) -> list[str]:
+    """What a module draws itself: its `plot_*` functions and its calls of a plotly figure or
+    trace (`go.Figure(`, `go.Bar(` …); a `go.FigureWidget` is a control, updated in place."""
+    tree = ast.parse(source)
+    plots = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("plot_")]
+    calls = [ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+             and n.func.value.id == "go" and n.func.attr != "FigureWidget"]
+    return plots + calls
+
+
+def test_widgets_build_controls_and_call_the_plots():
+    """A widget builds controls and calls `mgpukit.plots` for its figure (was: 12 `plot_*` and a
+    hand-built bar chart in `widgets/`)."""
+    assert figures_built("def plot_x():\n    return go.Figure(go.Bar())\nw = go.FigureWidget()\n") == [
+        "plot_x", "go.Figure", "go.Bar"]  # the test of the test
+    bad = {name: figures_built(path.read_text()) for name, path in _modules().items()
+           if _within(name, ("mgpukit.widgets",))}
+    assert not {m: f for m, f in bad.items() if f}
+
+
 # A module that is a command (`mgpukit <name>`) has the command protocol: `register(sub)` adds its
 # parser, `run(args)` runs it, `main(argv)` runs it alone. The same three names in each is the point.
 COMMANDS = {"mgpukit.cli", "mgpukit.commands.plan", "mgpukit.calibrate",
@@ -309,14 +355,7 @@ COMMAND_PROTOCOL = {"main", "register", "run"}
 # Public names still defined twice, each in another engineer's area (issue 34): who owes the fix.
 # A name may leave this list; none may join it.
 OWED = {
-    "check": "exercises.check (lessA) vs training.backup / training.hetero (core)",
-    "finish": "experiment.finish (core) vs plots.layout.finish",
-    "get": "exercises.registry.get (lessA) vs strategies.registry.get (core)",
     "layout_from_args": "cli vs the planner's flags: one resolver of layouts (core, item 1/3)",
-    "mystery_runs": "exercises/__init__ re-defines exercises.debugging's (lessA)",
-    "parity_report": "exercises/__init__ re-defines exercises.debugging's (lessA)",
-    "predict": "costmodel.published vs costmodel.validation (truth)",
-    "predicted_step": "strategies.hybrid.theory vs training.hetero (core)",
     "fixes": "fits.fixes vs lessons.planning.fixes: two 'which change would fit' engines",
 }
 

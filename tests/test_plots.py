@@ -384,7 +384,7 @@ def _finite_log_range(fig):
 @pytest.mark.parametrize("profile", ["h100-nvlink", "h100-ib", "a100-nvlink"])
 @pytest.mark.parametrize("n", [2, 8, 64])
 def test_alpha_beta_explorer_keeps_a_finite_log_range(profile, n):
-    from mgpukit.widgets.communication import plot_alpha_beta
+    from mgpukit.plots.alpha_beta import plot_alpha_beta
 
     fig = plot_alpha_beta(2**20, n, "ring", profile)
     assert fig.layout.yaxis.type == "log"

@@ -91,7 +91,7 @@ def megatron_layout(run: PublishedRun) -> Layout:
                                     checkpointing="full", dtype="fp16", flash_attention=False, **kw)
 
 
-def predict(run: PublishedRun, profile: "str | HardwareProfile" = "a100-nvlink") -> dict:
+def megatron_prediction(run: PublishedRun, profile: "str | HardwareProfile" = "a100-nvlink") -> dict:
     """The planner's step time for ``run`` and its achieved TFLOP/s per GPU (Megatron's count)."""
     hw = load_profile(profile) if isinstance(profile, str) else profile
     shape, layout = megatron_shape(run), megatron_layout(run)
@@ -102,8 +102,8 @@ def predict(run: PublishedRun, profile: "str | HardwareProfile" = "a100-nvlink")
 
 
 def published_table(profile: "str | HardwareProfile" = "a100-nvlink") -> list[dict]:
-    """:func:`predict` for every row of Megatron-LM's Table 1."""
-    return [predict(run, profile) for run in MEGATRON_TABLE_1]
+    """:func:`megatron_prediction` for every row of Megatron-LM's Table 1."""
+    return [megatron_prediction(run, profile) for run in MEGATRON_TABLE_1]
 
 
 def format_table(rows: list[dict]) -> str:

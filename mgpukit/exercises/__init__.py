@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 
-from mgpukit.exercises.debugging import mystery_runs as _runs, parity_report as _report
-from mgpukit.exercises.registry import Exercise, EXERCISES, expected_value, get
+from mgpukit.exercises.debugging import mystery_runs, parity_report  # the debugging exercises' runs
+from mgpukit.exercises.registry import Exercise, EXERCISES, expected_value, get_exercise
 from mgpukit.exercises.suspects import suspects
 # the answers register themselves with the registry when imported: every exercise, notebook by notebook
 from mgpukit.exercises import answers_00_04, answers_05_10, answers_11  # noqa: F401
@@ -34,7 +34,7 @@ from mgpukit.exercises import claims_02_03  # noqa: F401
 
 _MISSING = object()
 
-__all__ = ["check", "hint", "reveal", "expected_value", "get", "EXERCISES", "Exercise", "mystery_runs",
+__all__ = ["check", "hint", "reveal", "expected_value", "get_exercise", "EXERCISES", "Exercise", "mystery_runs",
            "parity_report", "suspects"]
 
 
@@ -66,7 +66,7 @@ def check(name: str, answer, expected=_MISSING, *, rel: float | None = None,
           abs_tol: float | None = None, hint: str | None = None, reveal: bool = False) -> bool | None:
     """Print whether `answer` is right (numbers within a relative tolerance) and why; None
     when unanswered. `expected` defaults to the library's value for exercise `name`."""
-    ex = get(name) if expected is _MISSING else None
+    ex = get_exercise(name) if expected is _MISSING else None
     if ex is not None:
         expected = ex.expected()
         rel = ex.rel if rel is None else rel
@@ -100,20 +100,10 @@ def check(name: str, answer, expected=_MISSING, *, rel: float | None = None,
 
 def hint(name: str) -> None:
     """Show exercise `name`'s hint — the reader asked for it (an unanswered check does not)."""
-    print(f"[{name}] hint: {get(name).hint}")
+    print(f"[{name}] hint: {get_exercise(name).hint}")
 
 
 def reveal(name: str) -> None:
     """Show exercise `name`'s expected value and why — the reader asked for it."""
-    ex = get(name)
+    ex = get_exercise(name)
     print(f"[{name}] expected: {ex.expected()!r}" + (f"\n  why: {ex.why}" if ex.why else ""))
-
-
-def mystery_runs(name: str, **kwargs) -> dict:
-    """The variants of debugging exercise `name` (see `debugging.py`), labelled A, B, C."""
-    return _runs(name, **kwargs)
-
-
-def parity_report(records: dict) -> str:
-    """One line per variant: what its parity check and its bytes say."""
-    return _report(records)

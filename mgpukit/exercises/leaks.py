@@ -56,7 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgpukit.exercises.registry import get
+from mgpukit.exercises.registry import get_exercise
 from mgpukit.exercises.suspects import SUSPECTS
 
 _CHECK = re.compile(r"""\bcheck\(\s*["']([\w.\-]+)["']""")
@@ -228,7 +228,7 @@ def _question(nb: dict, i: int) -> str:
 @functools.lru_cache(maxsize=None)
 def _expected(name: str):
     """An exercise's expected value, computed once per process (some build a model to count)."""
-    return get(name).expected()
+    return get_exercise(name).expected()
 
 
 def _flat(value):
@@ -237,7 +237,7 @@ def _flat(value):
 
 def number_leak(name: str, seen: list[tuple[int, str]], question: str) -> str | None:
     """Where the reader already saw exercise `name`'s numeric answer, or None."""
-    ex = get(name)
+    ex = get_exercise(name)
     want = [v for v in _flat(_expected(name))
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v]
     given = {s.value for s in numbers(question)}
@@ -257,7 +257,7 @@ def number_leak(name: str, seen: list[tuple[int, str]], question: str) -> str | 
 
 def hover_leak(name: str, points: list[tuple[int, list[tuple[float, float]]]], question: str) -> str | None:
     """A plotted point at the question's own parameter whose y is exercise `name`'s answer."""
-    ex = get(name)
+    ex = get_exercise(name)
     want = [v for v in _flat(_expected(name)) if isinstance(v, (int, float)) and not isinstance(v, bool) and v]
     if len(want) != 1:
         return None

@@ -34,7 +34,7 @@ def add(name: str, expected: Callable[[], Any], **kw) -> None:
     EXERCISES[name] = Exercise(name=name, expected=expected, **kw)
 
 
-def get(name: str) -> Exercise:
+def get_exercise(name: str) -> Exercise:
     if name not in EXERCISES:
         raise KeyError(f"no exercise {name!r}; known: {', '.join(sorted(EXERCISES))}")
     return EXERCISES[name]
@@ -42,5 +42,5 @@ def get(name: str) -> Exercise:
 
 def expected_value(name: str):
     """The expected answer of exercise `name` (tests use it; notebooks call `reveal`)."""
-    return get(name).expected()
+    return get_exercise(name).expected()
 

@@ -37,6 +37,7 @@ from mgpukit.lessons import stragglers, syllabus  # noqa: F401  (notebook 10 use
 from mgpukit.lessons import tensor_parallel
 from mgpukit.studies.sharding import (model_state_table, offload_trade, sharding_study,
                                       step_time_ratio)
+from mgpukit.studies.compression import METHOD_OF, breakeven_label, step_time_curves  # 03
 
 
 # The library pieces a notebook names directly, re-exported so a notebook's imports never reach
@@ -74,6 +75,7 @@ from mgpukit.training.building import count_params  # 08
 __all__ = ["launch_bound_study", "held_against_real_gpus", "h100_measured_step", "gradient_tensors", "fastest_split", "run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
            "lr_scaling_study", "warm_parent", "run_lab", "tensor_parallel", "sharding_study",
            "step_time_ratio", "model_state_table", "offload_trade", "syllabus", "stragglers",
+           "METHOD_OF", "breakeven_label", "step_time_curves",
            # re-exported from the layers underneath
            "RunConfig", "Layout", "allreduce_time", "comm_cost", "spot", "bus_factor", "ddp_step_time",
            "pipeline_step_time", "Link", "load_profile", "model_state_bytes", "offload_traffic_bytes",

@@ -34,10 +34,10 @@ def mixed_cluster_study(*, profiles=("a100-nvlink", "h100-nvlink"), links: str =
                   parity=False, global_batch=global_batch, options={"batch_split": ",".join(map(str, split)),
                                                       "rank_profiles": ",".join(profiles)})
         rows.append({"split": label, "rows": split, "emulated_s": rec["step_time_s"][-1],
-                     "predicted_s": hetero.predicted_step(cfg, split, profiles, links)})
+                     "predicted_s": hetero.predicted_mixed_step(cfg, split, profiles, links)})
     for p in dict.fromkeys(profiles):  # a homogeneous cluster of each kind, predicted
         rows.append({"split": f"all {p}", "rows": splits["even"], "emulated_s": None,
-                     "predicted_s": hetero.predicted_step(cfg, splits["even"], (p,) * n, links)})
+                     "predicted_s": hetero.predicted_mixed_step(cfg, splits["even"], (p,) * n, links)})
     for p in dict.fromkeys(profiles):  # one GPU of each kind alone with the whole batch, predicted
         alone = hetero.rank_times(cfg, (global_batch,), (p,), links)[0]
         rows.append({"split": f"{p} alone", "rows": (global_batch,), "emulated_s": None,

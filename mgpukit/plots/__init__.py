@@ -9,6 +9,11 @@ Every title says where its numbers come from — measured, emulated (virtual clo
 - `timeline`  per-rank Gantt, pipeline bubble
 - `comm`      bytes sent per rank, bus bandwidth vs message size
 - `summary`   `table_summary`, one row per record
+
+One module per topic beside them, imported by name (`from mgpukit.plots.memory import …`):
+`alpha_beta`, `compression`, `memory`, `pipeline`, `sharding` (the widgets' figures, which
+`mgpukit.widgets` only calls), `hybrid`, `long_context`, `planner`, `planning`, `spot`,
+`tensor_parallel`.
 """
 
 from .comm import plot_bandwidth, plot_comm_bytes

@@ -1,4 +1,5 @@
-"""Notebook 05's figures: one transformer block under tp (and SP), step time vs tp degree."""
+"""Notebook 05's figures: one transformer block under tp (and SP), step time vs tp degree, and
+one step split into compute and tp communication over each link (its explorer's figure)."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -61,3 +62,18 @@ def plot_tp_scaling(model: str = "gpt-tiny", tps=(1, 2, 4), emulated: list[dict]
                            "profile", legend="below")
 
 
+def plot_tp_step_split(model: str, tp: int, rows: list[dict], links: list[str], *, batch: int, seq_len: int,
+                       dtype: str) -> go.Figure:
+    """One predicted step per link (`rows`: `studies.tp_links.predicted_tp_step` on each of
+    `links`), stacked: GEMMs, memory-bound kernels and the optimizer, tp communication."""
+    fig = go.Figure()
+    for keys, label, color in ((("compute_s",), "GEMMs", "#4C78A8"),
+                               (("memory_s", "optimizer_s"), "memory-bound kernels and optimizer", "#9ECAE9"),
+                               (("comm_tp_s",), "tp communication", "#E45756")):
+        fig.add_trace(go.Bar(y=[n.split(" (")[0] for n in links], x=[sum(r[k] for k in keys) * 1e3 for r in rows],
+                             name=label, orientation="h", marker_color=color))
+    fig.update_layout(barmode="stack", xaxis_title="ms")
+    return finish(fig, title=f"{model}, tp={tp}: one step",
+                  subtitle=f"{PREDICTED}, kernels only; {batch} sequences of {seq_len:,} tokens in one "
+                           f"micro-batch, dp 1, {dtype}",
+                  legend="below")

@@ -35,7 +35,7 @@ TRAINER_KNOBS = (
          minimum=1),
 )
 
-# what the hooks read that an experiment installs around the loop (`experiment.hooks_for`,
+# what the hooks read that an experiment installs around the loop (`knob_hooks.hooks_for`,
 # `training/hooks.py`; checkpoints: `training/checkpoint.py`): the loop never sees these
 HOOK_KNOBS = (
     Knob("straggler", dict, None, 'one slow rank: {"rank": 1, "factor": 3}'),

@@ -9,4 +9,6 @@ they sit below both. Nothing here draws, prints or builds a control.
 - `checkpointing`  activation checkpointing's trade, measured (notebook 07, `bench checkpointing`)
 - `tp_links`       one GPU over three tp links, predicted (notebook 05, `bench tp`)
 - `hybrid`         dp × tp × pp runs, the closed form beside the virtual clock (notebook 08, `bench hybrid`)
+- `alpha_beta`     one all-reduce under the alpha-beta model, predicted (notebook 02's explorer)
+- `compression`    compression's step time against link bandwidth, from emulated runs (notebook 03)
 """

@@ -8,8 +8,11 @@
 - `trainer`   `train(ctx, rec, cfg, parts, optimizer, hooks=...)`: the loop, logging, memory, weights
 - `hooks`     the `Hook` protocol: what an experiment adds around the loop, and `Checkpointing`
 - `loader`    the input pipeline the loop reads batches from
+- `batch_split` unequal rows per data-parallel rank, each loss weighted so the average stays exact
 - `straggler`, `hetero`, `backup`, `lr_scaling`  hooks an experiment installs from the run's knobs
-  (`experiment.hooks_for`; `backup`: `drop_slowest`, the slowest ranks skip their compute)
+  (`backup`: `drop_slowest`, the slowest ranks skip their compute)
+- `knob_hooks` the one place that turns those knobs into hooks (`hooks_for`) and refuses them
+  (`check_knobs`): the core above names no lesson
 """
 from mgpukit.training.hooks import Checkpointing, Hook, Loop
 from mgpukit.training.parts import GradSync, NoSync, Parts

@@ -64,7 +64,7 @@ def runs_in_full(step: int) -> bool:
     return step <= first or (step - first) % RETIME_EVERY == 0
 
 
-def check(cfg, dims, strategy: str) -> None:
+def check_drop_slowest(cfg, dims, strategy: str) -> None:
     """Refuse `drop_slowest` where it cannot work (ValueError saying what to change)."""
     k = cfg.options.get("drop_slowest") or 0
     if not k:
@@ -82,7 +82,8 @@ def check(cfg, dims, strategy: str) -> None:
 class DropSlowest(Hook):
     """Installed by `drop_slowest=k`: this rank's side of backup workers (module docstring) —
     before forward it learns whether it computes this step (`computes`), after backward it
-    keeps the seconds its compute took (`timed`)."""
+    keeps the seconds its compute took (`timed`). A dropped rank's engine does nothing: no
+    forward, no backward — a zero gradient and no share of the loss."""
 
     no_parity = ("no reference: drop_slowest trains on the kept ranks' rows "
                  "(tests/test_stragglers.py checks that gradient)")
@@ -93,6 +94,7 @@ class DropSlowest(Hook):
         self.step = 0
         self.scale = 1.0  # B / B_kept on a kept rank this step
         self.start = 0.0
+        self.computing = True  # False: this rank is dropped this step
 
     def on_train_start(self, loop):
         ctx, self.rec = loop.ctx, loop.rec
@@ -101,14 +103,16 @@ class DropSlowest(Hook):
         engine = loop.parts.engine
         inner = engine.loss_fn
         engine.loss_fn = lambda *a, **kw: inner(*a, **kw) * self.scale  # LocalEngine's loss
+        step = engine.forward_backward
+        engine.forward_backward = lambda *a, **kw: step(*a, **kw) if self.computing else 0.0
         self.rec.extra["dropped"] = []  # per step, the dp ranks that skipped their compute
 
     def before_forward(self, loop, step):
-        loop.computes = self.computes(step)
+        self.computing = self.computes(step)
         self.start = self.rec.now()
 
     def after_backward(self, loop, step):
-        if loop.computes:
+        if self.computing:
             self.timed(self.rec.now() - self.start)
 
     def computes(self, step: int) -> bool:

@@ -14,7 +14,7 @@ from mgpukit.config import RunConfig
 from mgpukit.data import get_batch, load_tokens, mlp_batch
 from mgpukit.models import GPT, MLP, MoEConfig, MoEGPT
 from mgpukit.models.gpt import lm_loss
-from mgpukit.training.hetero import parse_split
+from mgpukit.training.batch_split import parse_split
 
 
 def build_model(cfg: RunConfig) -> torch.nn.Module:

@@ -18,9 +18,8 @@ of the weighted losses) is the global batch's mean loss.
 
 Knobs (trainer knobs, every data-parallel strategy):
 
-- `batch_split="24,8"`: rows of the global batch per dp rank, in rank order (they must add up
-  to `global_batch`, each a multiple of `micro_batches`); rank i takes the next `b_i` rows, so
-  the slices concatenated are still the single-process batch — parity comes free.
+- `batch_split="24,8"`: rows of the global batch per dp rank (`batch_split.py`, in the core: the
+  loader and the loss weight read it).
 - `rank_profiles="a100-nvlink,h100-nvlink"` (emulated only): the *compute* profile of each rank
   (peak FLOP/s, memory bandwidth, efficiency, dispatch overhead); links stay the launch
   profile's, so every rank prices a collective the same way. A mixed cluster on one clock
@@ -29,7 +28,7 @@ Knobs (trainer knobs, every data-parallel strategy):
 `split_by_speed` picks a split from measured seconds per row (a throttled CPU rank, timed);
 `balanced_split` picks the split from the analytic step model (`costmodel.gpt_step`): rows
 handed out one micro-batch at a time to the rank that would finish soonest, which minimises
-the slowest rank's time; `predicted_step` is that model's step time for a split.
+the slowest rank's time; `predicted_mixed_step` is that model's step time for a split.
 """
 from __future__ import annotations
 
@@ -39,43 +38,15 @@ from mgpukit.measure.vclock import compute_of
 from mgpukit.training.hooks import Hook
 
 
-def parse_split(spec) -> tuple[int, ...] | None:
-    """"24,8" (or a list) -> (24, 8); None/"" -> None."""
-    if spec is None or spec == "":
-        return None
-    parts = spec.split(",") if isinstance(spec, str) else list(spec)
-    try:
-        rows = tuple(int(p) for p in parts)
-    except (TypeError, ValueError):
-        raise ValueError(f"batch_split={spec!r}: give rows per data-parallel rank, e.g. '24,8'.") from None
-    if any(r < 1 for r in rows):
-        raise ValueError(f"batch_split={spec!r}: every rank needs at least one row.")
-    return rows
-
-
 def parse_profiles(spec) -> tuple[str, ...] | None:
     if not spec:
         return None
     return tuple(p.strip() for p in (spec.split(",") if isinstance(spec, str) else spec))
 
 
-def check(cfg, dims, mode: str) -> None:
-    """Refuse a split or per-rank profiles that cannot work (ValueError saying what to change)."""
-    split = parse_split(cfg.options.get("batch_split"))
-    if split is not None:
-        if dims.tp > 1 or dims.pp > 1:
-            raise ValueError("batch_split weights each data-parallel rank's loss; it runs with "
-                             "data parallelism alone (tp = pp = 1).")
-        if len(split) != dims.dp:
-            raise ValueError(f"batch_split={cfg.options['batch_split']!r} gives {len(split)} ranks' "
-                             f"rows; the run has dp={dims.dp}.")
-        if sum(split) != cfg.global_batch:
-            raise ValueError(f"batch_split={cfg.options['batch_split']!r} adds up to {sum(split)} rows; "
-                             f"global_batch is {cfg.global_batch}.")
-        m = cfg.layout.num_micro_batches
-        if any(r % m for r in split):
-            raise ValueError(f"batch_split={cfg.options['batch_split']!r}: each rank's rows must split "
-                             f"into micro_batches={m}.")
+def check_profiles(cfg, dims, mode: str) -> None:
+    """Refuse per-rank profiles that cannot work (ValueError saying what to change); the split's
+    own refusals are `batch_split.check_batch_split`'s."""
     profiles = parse_profiles(cfg.options.get("rank_profiles"))
     if profiles is not None:
         if mode != "emulated":
@@ -85,25 +56,6 @@ def check(cfg, dims, mode: str) -> None:
             raise ValueError(f"rank_profiles names {len(profiles)} profiles for {dims.world_size} ranks.")
         for name in profiles:
             load_profile(name)  # an unknown one fails here, naming the known ones
-
-
-def loss_weight(cfg, dp_rank: int, dp_size: int) -> float:
-    """`w_i = n · b_i / B` (1.0 without a split): the plain average then weighs rows equally."""
-    split = parse_split(cfg.options.get("batch_split"))
-    if split is None:
-        return 1.0
-    return dp_size * split[dp_rank] / cfg.global_batch
-
-
-def weighted(loss_fn, weight: float):
-    """`loss_fn` times `weight` (returned unchanged when the weight is 1)."""
-    if weight == 1.0:
-        return loss_fn
-
-    def loss(*args, **kwargs):
-        return loss_fn(*args, **kwargs) * weight
-
-    return loss
 
 
 class RankProfiles(Hook):
@@ -143,7 +95,7 @@ def rank_times(cfg, split, profiles, link_profile) -> list[dict]:
     return out
 
 
-def predicted_step(cfg, split, profiles, link_profile) -> float:
+def predicted_mixed_step(cfg, split, profiles, link_profile) -> float:
     """Synchronous DP (DDP, one bucket) with unequal ranks: the all-reduce starts when the
     slowest rank's gradients are ready; the step ends when the slowest rank has stepped."""
     times = rank_times(cfg, split, profiles, link_profile)

@@ -4,7 +4,7 @@ The trainer (`trainer.py`) is the loop every strategy shares — data, forward a
 gradient sync, unscale and check, optimizer step. What a lesson adds to it — a straggler rank,
 a mixed cluster, the wait for the slowest rank drawn as idle, backup workers that skip their
 compute, a learning-rate rule, a progress bar, checkpoints — is a `Hook` the experiment
-installs (`experiment.hooks_for` turns the run's knobs into hooks). This is the callback shape
+installs (`knob_hooks.hooks_for` turns the run's knobs into hooks). This is the callback shape
 of Keras, Lightning and the Hugging Face `Trainer` (`TrainerCallback`), cut to the points this
 loop has:
 
@@ -14,14 +14,15 @@ loop has:
     after_sync(loop, step)        the gradients are averaged over the data-parallel group
     after_step(loop, step)        the optimizer stepped and the step's time was taken
     on_train_end(loop)            after the last step, before the record is filled
+    around_compute()              a context around each of this rank's compute phases
+                                  (forward, backward, optimizer step): a measured straggler
 
-A hook talks to the loop through `Loop`, and only through the three fields the loop reads back:
-`slowed` (a context wrapped around this rank's compute: a measured straggler), `computes`
-(False: this rank skips forward and backward this step — its gradient stays zero) and
+A hook talks to the loop through `Loop`, and only through the fields the loop reads back:
 `start_step` / `logs` (where a resumed run starts and the logs it restored). Everything else a
-hook does — a clock's profile, a learning rate, an event on the timeline — it does to the
-objects it is handed. A hook that makes a run train other numbers than the single-process
-reference says so in `no_parity` (the experiment then reports no parity, and why).
+hook does — a clock's profile, a learning rate, an event on the timeline, an engine that skips
+this rank's compute (`backup.DropSlowest`) — it does to the objects it is handed. A hook that
+makes a run train other numbers than the single-process reference says so in `no_parity` (the
+experiment then reports no parity, and why).
 """
 from __future__ import annotations
 
@@ -45,8 +46,6 @@ class Loop:
     start_step: int = 0  # a resumed run starts later
     # this rank's share of the logged (loss, Σ‖g‖²) per step; a resumed run's restored steps first
     logs: list = dataclasses.field(default_factory=list)
-    slowed: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
-    computes: bool = True  # False: this rank skips forward and backward this step
 
 
 class Hook:
@@ -72,12 +71,27 @@ class Hook:
     def on_train_end(self, loop: Loop) -> None:
         pass
 
+    def around_compute(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
 
 class Hooks(Hook):
     """Several hooks called in the order they were installed."""
 
     def __init__(self, hooks: Iterable[Hook] = ()):
         self.hooks = list(hooks)
+        # only the hooks that wrap compute are entered around it (none: a bare nullcontext)
+        self.wrapping = [h for h in self.hooks if type(h).around_compute is not Hook.around_compute]
+
+    def around_compute(self) -> contextlib.AbstractContextManager:
+        return self._wrapped() if self.wrapping else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def _wrapped(self):
+        with contextlib.ExitStack() as stack:
+            for h in self.wrapping:
+                stack.enter_context(h.around_compute())
+            yield
 
     def on_train_start(self, loop):
         for h in self.hooks:

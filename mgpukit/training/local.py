@@ -42,7 +42,7 @@ class LocalEngine:
         self.around = around or contextlib.nullcontext  # e.g. torch's loss_parallel()
         self.steps_run = 0
 
-    def forward_backward(self, x, y, slowed=contextlib.nullcontext):
+    def forward_backward(self, x, y, compute_ctx=contextlib.nullcontext):
         """The step's loss as a 0-dim tensor on the device (not read here: reading it waits for
         the device; the trainer reads it once per step together with the gradient norm), or
         None in shape mode."""
@@ -57,11 +57,11 @@ class LocalEngine:
             mb = m if k > 1 else None
             with (contextlib.nullcontext() if last else self.sync.no_sync()), self.around():
                 with rec.compute("fwd", microbatch=mb), \
-                        self.meter.track() if metered else contextlib.nullcontext(), slowed():
+                        self.meter.track() if metered else contextlib.nullcontext(), compute_ctx():
                     loss = self.loss_fn(self.module(xm), ym)
                     if k > 1:
                         loss = loss / k  # mean over the slice
-                with rec.compute("bwd", microbatch=mb), slowed():
+                with rec.compute("bwd", microbatch=mb), compute_ctx():
                     loss.backward()
             if is_fake(loss):  # shape mode: a fake loss has no value
                 loss_sum = None

@@ -6,7 +6,8 @@ or a pipeline schedule), and a *gradient sync* over the data-parallel group. The
 (`trainer.py`) only ever talks to these three, so every strategy — and every composition of
 them, dp × pp — trains through the same loop.
 
-    engine.forward_backward(x, y, slowed) -> this rank's share of the step's loss, or None
+    engine.forward_backward(x, y, compute_ctx) -> this rank's share of the step's loss, or None
+                                          (`compute_ctx()`: the hooks' context around each compute)
     engine.memory_note, engine.finish(steps) -> what the record says of its memory; its figures
     sync.no_sync()                        -> backward inside must not communicate
     sync.sync(step)                       -> after the last backward: gradients averaged
@@ -68,7 +69,7 @@ class Engine(Protocol):
     memory_note: str | None  # what the memory figures leave out (None: nothing), for the record
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor,
-                         slowed=contextlib.nullcontext) -> float | None: ...
+                         compute_ctx=contextlib.nullcontext) -> float | None: ...
 
     def finish(self, steps: int) -> dict:
         """After the last step: the engine's own figures for `rec.extra` (a pipeline's bubble)."""

@@ -103,10 +103,11 @@ class _SlowDown(TorchDispatchMode):
 class Straggle(Hook):
     """Installed by the `straggler` knob: rank `s.rank` computes `s.factor`× slower (module
     docstring) — on the virtual clock its hardware is slower (`VirtualClock.slow_down`); measured,
-    its compute runs under `_SlowDown` (the loop wraps compute in `loop.slowed`)."""
+    its compute runs under `_SlowDown` (the loop enters `around_compute` around each compute)."""
 
     def __init__(self, straggler: Straggler):
         self.s = straggler
+        self.mode: _SlowDown | None = None  # measured, on the slow rank
 
     def on_train_start(self, loop):
         s, rec = self.s, loop.rec
@@ -115,14 +116,10 @@ class Straggle(Hook):
         if rec.clock.emulated:
             rec.clock.slow_down(s.factor)
             return
-        mode = _SlowDown(s.factor, loop.ctx.device)
+        self.mode = _SlowDown(s.factor, loop.ctx.device)
 
-        @contextlib.contextmanager
-        def slowed():
-            with mode:
-                yield
-
-        loop.slowed = slowed
+    def around_compute(self):
+        return self.mode if self.mode is not None else contextlib.nullcontext()
 
 
 class MarkIdle(Hook):

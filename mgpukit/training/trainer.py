@@ -11,7 +11,7 @@ Per step, on every rank:
 That is all `train` does. What a lesson adds around it — a straggler rank (`straggler.py`),
 a mixed cluster (`hetero.py`), dropping the slowest ranks (`backup.py`), the learning-rate rule
 (`lr_scaling.py`), a progress bar, checkpoints (`checkpoint.py`) — is a hook the experiment
-installs (`hooks.py`; `experiment.hooks_for` turns the run's knobs into hooks), never a branch
+installs (`hooks.py`; `knob_hooks.hooks_for` turns the run's knobs into hooks), never a branch
 here. The input pipeline is `loader.py` (`loader_delay_s`, `prefetch`, `batch_split`).
 
 What is logged: the loss of the global batch and the norm of the full gradient, per step. Each
@@ -73,8 +73,7 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, hooks: Sequence[Hook] = (),
                     x, y = loader.next(rec)
                     x, y = x.to(ctx.device), y.to(ctx.device)
                 hooks.before_forward(loop, step)
-                # a dropped backup worker skips its compute: a zero gradient, no share of the loss
-                loss = parts.engine.forward_backward(x, y, loop.slowed) if loop.computes else 0.0
+                loss = parts.engine.forward_backward(x, y, hooks.around_compute)
                 hooks.after_backward(loop, step)
                 parts.sync.sync(step)
                 hooks.after_sync(loop, step)
@@ -83,7 +82,7 @@ def train(ctx, rec, cfg, parts: Parts, optimizer, *, hooks: Sequence[Hook] = (),
                 loss, sq_norm = step_values(rec, parts, loss)  # the step's one wait for the device
                 if finite and not rec.shape:  # anything non-finite stops here, before the weights change
                     check_finite(loss, sq_norm, step=step, rank=ctx.rank)
-                with rec.compute("opt"), loop.slowed():
+                with rec.compute("opt"), hooks.around_compute():
                     if finite:
                         optimizer.step()
                     if not free_grads:

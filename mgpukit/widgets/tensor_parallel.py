@@ -3,15 +3,14 @@ real emulated tp run beside its prediction (`tp_run_lab`)."""
 from __future__ import annotations
 
 import ipywidgets as w
-import plotly.graph_objects as go
 from IPython.display import display
 
 from mgpukit.costmodel import list_shapes
 from mgpukit.display import errors_shown_in, show
 from mgpukit.lessons.tensor_parallel import emulated_run
 from mgpukit.plots import plot_timeline
-from mgpukit.plots.layout import finish
 from mgpukit.plots.style import PREDICTED
+from mgpukit.plots.tensor_parallel import plot_tp_step_split
 from mgpukit.studies.tp_links import LINKS, explorer_dtype, predicted_tp_step, shape_of, steady_step
 
 
@@ -32,18 +31,8 @@ def tp_explorer(model: str = "1.3b"):
             dtype = explorer_dtype(models.value)
             rows = [predicted_tp_step(models.value, degree.value, link, global_batch=EXPLORER_BATCH, dtype=dtype)
                     for link in names]
-            fig = go.Figure()
-            for keys, label, color in ((("compute_s",), "GEMMs", "#4C78A8"),
-                                       (("memory_s", "optimizer_s"), "memory-bound kernels and optimizer", "#9ECAE9"),
-                                       (("comm_tp_s",), "tp communication", "#E45756")):
-                fig.add_trace(go.Bar(y=[n.split(" (")[0] for n in names], x=[sum(r[k] for k in keys) * 1e3 for r in rows],
-                                     name=label, orientation="h", marker_color=color))
-            fig.update_layout(barmode="stack", xaxis_title="ms")
-            seq = shape_of(models.value).seq_len
-            finish(fig, title=f"{models.value}, tp={degree.value}: one step",
-                   subtitle=f"{PREDICTED}, kernels only; {EXPLORER_BATCH} sequences of {seq:,} tokens in one "
-                            f"micro-batch, dp 1, {dtype}",
-                   legend="below")
+            fig = plot_tp_step_split(models.value, degree.value, rows, names, batch=EXPLORER_BATCH,
+                                     seq_len=shape_of(models.value).seq_len, dtype=dtype)
             share = ", ".join(f"{n.split(' (')[0]} {r['comm_tp_s'] / r['total_s']:.0%}" for n, r in zip(names, rows))
             show(out, f"share of the step spent in tp communication ({PREDICTED}): {share}", fig)
 

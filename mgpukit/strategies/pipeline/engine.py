@@ -52,7 +52,7 @@ class PipelineEngine:
         self.device = ctx.device
         self.sync = sync  # the dp gradient sync: it waits until the whole schedule has run
 
-    def forward_backward(self, x, y, slowed=contextlib.nullcontext):
+    def forward_backward(self, x, y, compute_ctx=contextlib.nullcontext):
         # one tensor per micro-batch (as a loader would give them: the meter counts storages)
         xs = [c.detach().clone() for c in x.chunk(self.m)]
         ys = [c.clone() for c in y.chunk(self.m)]

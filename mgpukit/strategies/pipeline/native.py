@@ -82,7 +82,7 @@ class NativePipelineEngine:
         self.pp_group = ctx.group("pp")
         rec.extra["comm_timing"] = "not timed: the sends and receives run inside torch.distributed.pipelining"
 
-    def forward_backward(self, x, y, slowed=contextlib.nullcontext):
+    def forward_backward(self, x, y, compute_ctx=contextlib.nullcontext):
         losses: list = []
         with self.rec.compute("fwd_bwd"):
             self.sched.step(*((x,) if self.first else ()), target=y if self.last else None,
