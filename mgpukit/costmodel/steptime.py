@@ -40,7 +40,7 @@ The model, per GPU of each pipeline stage, for one micro-batch of ``b`` sequence
    plus the fill and drain ``k · (Σ_s t_s − max_s t_s)``, with ``k = 1`` (GPipe, 1F1B),
    ``1/v`` (interleaved), ``1/3`` (ZB-H1), ``m`` (naive). For equal stages this is exactly
    :func:`~mgpukit.costmodel.pipeline.bubble_fraction`'s table; the slowest stage sets the pace.
-8. **Data parallel** gradient sync is bucketed and overlapped with the backward (PyTorch DDP;
+8. **Data parallel** gradient sync (over the ``dp · cp`` ranks that hold the same weights) is bucketed and overlapped with the backward (PyTorch DDP;
    Li et al. 2020), so only ``max(last bucket, sync − backward)`` is exposed
    (``overlap_dp=False``: all of it, after the pipeline flush, as Megatron-LM 2021 did).
    ZeRO-1's parameter all-gather after the optimizer step is exposed; ZeRO-2 reduce-scatters
@@ -230,10 +230,14 @@ def _ends(shape: ModelShape, layout: Layout, profile: HardwareProfile, *, embed:
 def _dp_exposed(shape, layout, profile, *, fwd, bwd, layer_fwd, layer_bwd, layers,
                 bucket_bytes) -> tuple[float, float, float]:
     """(exposed per micro-batch, exposed once at the end, total un-overlapped) DP comm seconds."""
-    if layout.dp == 1:
+    # the cp ranks of a replica hold the same weights (each saw other tokens), so the gradients are
+    # reduced, and ZeRO shards, over dp × cp ranks: Megatron-Core's DDP and distributed optimizer use
+    # the "intra_dp_cp_group" (megatron/core/optimizer/__init__.py), torchtitan's FSDP the dp_shard_cp
+    # mesh; rank order tp, cp, dp: one group of dp·cp ranks at stride tp
+    n, e = layout.dp * layout.cp, layout.dtype_bytes
+    if n == 1:
         return 0.0, 0.0, 0.0
-    link = group_link(profile, layout.dp, stride=layout.tp * layout.cp)
-    n, e = layout.dp, layout.dtype_bytes
+    link = group_link(profile, n, stride=layout.tp)
     nbytes = max(stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer)) * e
     split, replicated = layer_param_split(shape)
     layer_bytes = min(nbytes, (split / layout.tp + replicated) * e)
@@ -403,7 +407,7 @@ def step_time(
 
     # optimizer step over the local (possibly ZeRO-sharded) parameters
     psi = max(stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer))
-    optimizer_s = ADAM_BYTES_PER_PARAM * psi / (layout.dp if layout.zero >= 1 else 1) / profile.memory_bandwidth
+    optimizer_s = ADAM_BYTES_PER_PARAM * psi / (layout.dp * layout.cp if layout.zero >= 1 else 1) / profile.memory_bandwidth
     if layout.dtype == "fp8":  # the weights cast to fp8 once per step (Transformer Engine caches them over micro-batches)
         optimizer_s += memory_seconds(3 * psi, profile)
 
