@@ -19,6 +19,10 @@ The same layout runs at different speeds in different frameworks. What differs i
 * ``tp_overlap``: whether it can hide tensor-parallel collectives behind the layer's GEMMs
   (Megatron-Core with Transformer Engine's userbuffers, ``--tp-comm-overlap``; Wang et al. 2022,
   "Overlap Communication with Dependent Computation via Decomposition"); the search tries it.
+* ``overlap_p2p``: whether the interleaved schedule's pipeline sends and receives run beside the
+  compute (issued before a chunk runs, waited on after it): Megatron-LM's ``overlap_p2p_comm``, on
+  by default (the training CLI's ``--no-overlap-p2p-communication`` turns it off; forced off for
+  the non-interleaved schedules). Megatron-LM 2021 (Narayanan et al. §4.1) waited on each send.
 * ``kernel_efficiency``: how fast its kernels run relative to Megatron-LM's fused kernels, on
   which the profiles' GEMM tables were fitted (Megatron-LM Table 1: 1.0 by construction). Where
   no measurement isolates it, the value is a *fit* over the framework's published runs, said so
@@ -51,6 +55,7 @@ class Framework:
     kernel_efficiency: float = 1.0
     autocast: bool = False  # 16-bit layouts under torch.autocast with fp32 weights (steptime._autocast_bytes)
     tp_overlap: bool = False  # offers tp collectives overlapped with the GEMMs (the search tries it)
+    overlap_p2p: bool = False  # the interleaved schedule's p2p runs beside the next chunk's compute
     validated_by: tuple[str, ...] = ()  # frameworks whose published runs give this one's error bar (default: itself)
     sources: tuple[str, ...] = ()
 

@@ -4,7 +4,9 @@
 Trillion Parameter Models", §3 and Figure 1). With mixed precision and Adam each of the Ψ
 parameters on a GPU costs 2 bytes (bf16 weights) + 2 (bf16 gradients) + K = 12 (fp32 master
 copy, momentum, variance): ``(2 + 2 + K)·Ψ = 16Ψ``. Plain fp32 training is 4 + 4 + 8. ZeRO
-shards over the ``N_d`` data-parallel ranks:
+shards over the ``N_d`` data-parallel ranks — ``dp · cp`` of them: the ranks of a context-parallel
+group hold the same weights, so Megatron-Core's distributed optimizer (its ``intra_dp_cp_group``,
+``megatron/core/optimizer/__init__.py``) and torchtitan's FSDP (the ``dp_shard_cp`` mesh) shard over both:
 
 =====  ======================================
 stage  bytes per GPU (mixed precision)
@@ -122,7 +124,7 @@ def model_state_bytes(psi: float, layout: Layout, *, gather_bytes: float = 0.0,
     temporarily gathered full layers, counted under params. ``optimizer_states``: fp32 tensors
     the optimizer keeps per parameter — 2 for Adam (m, v: the paper's K = 8 in fp32, 12 with
     the master copy), 1 for SGD with momentum, 0 for plain SGD."""
-    n = layout.dp
+    n = layout.dp * layout.cp  # ZeRO shards over dp × cp: cp ranks hold the same weights (steptime._dp_exposed)
     if layout.dtype in ("bf16", "fp16", "fp8"):
         p, g, k = 2, 2, 4 + 4 * optimizer_states  # 16-bit weights and grads, fp32 master + states
     else:
@@ -148,7 +150,7 @@ def offload_traffic_bytes(psi: float, layout: Layout, *, shard_bytes: int = 4) -
     the reduce-scattered gradient back to fp32 before copying it out (`foreach_reduce`). So
     ``3·4Ψ/N`` per micro-batch, × ``num_micro_batches`` per step (each micro-batch gathers and
     reduces again unless gradient sync is switched off between them)."""
-    return 3 * psi * shard_bytes / layout.dp * layout.num_micro_batches
+    return 3 * psi * shard_bytes / (layout.dp * layout.cp) * layout.num_micro_batches
 
 
 def stage_memory(shape: ModelShape, layout: Layout, stage: int, *, micro_batch: int | None = None) -> dict[str, float]:
@@ -221,7 +223,7 @@ def allocator_peak(shape: ModelShape, layout: Layout, *, stage: int = 0, micro_b
     if autocast:  # fp32 weights, gradients and states; 2-byte copies of the weights
         fp32 = replace(layout, dtype="fp32")
         mem.update(model_state_bytes(psi, fp32, optimizer_states=optimizer_states))
-        mem["params"] += 2 * psi / (layout.dp if layout.zero >= 3 else 1)
+        mem["params"] += 2 * psi / (layout.dp * layout.cp if layout.zero >= 3 else 1)
         if layout.checkpointing == "none":
             layers = layout.layers_of_stage(shape.n_layer, stage)
             in_flight = microbatches_in_flight(layout.schedule, layout.pp, layout.num_micro_batches, layout.v, stage)

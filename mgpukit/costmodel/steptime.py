@@ -32,7 +32,9 @@ The model, per GPU of each pipeline stage, for one micro-batch of ``b`` sequence
    passing a K and V chunk to the next rank (forward) or K, V, dK, dV (backward) while the
    attention core of the chunk it holds runs; exposed per step = ``max(0, p2p − core / cp)``.
 6. **Pipeline** sends: one activation forward and one gradient back per micro-batch and chunk,
-   not overlapped. With tp > 1 the message is ``1/tp`` of the activation and an all-gather
+   not overlapped — except where the framework overlaps the interleaved schedule's sends with
+   the next chunk's compute (``Framework.overlap_p2p``: Megatron-Core's ``overlap_p2p_comm``):
+   exposed per hop = ``max(0, hop − chunk)``, the chunk's forward (or backward) seconds. With tp > 1 the message is ``1/tp`` of the activation and an all-gather
    inside the node restores it (Narayanan et al. 2021, §4.1 "scatter/gather"; with sequence
    parallelism the activation is split anyway).
 7. **Pipeline schedule** with per-stage busy time ``t_s`` per micro-batch (stages may hold
@@ -40,7 +42,7 @@ The model, per GPU of each pipeline stage, for one micro-batch of ``b`` sequence
    plus the fill and drain ``k · (Σ_s t_s − max_s t_s)``, with ``k = 1`` (GPipe, 1F1B),
    ``1/v`` (interleaved), ``1/3`` (ZB-H1), ``m`` (naive). For equal stages this is exactly
    :func:`~mgpukit.costmodel.pipeline.bubble_fraction`'s table; the slowest stage sets the pace.
-8. **Data parallel** gradient sync is bucketed and overlapped with the backward (PyTorch DDP;
+8. **Data parallel** gradient sync (over the ``dp · cp`` ranks that hold the same weights) is bucketed and overlapped with the backward (PyTorch DDP;
    Li et al. 2020), so only ``max(last bucket, sync − backward)`` is exposed
    (``overlap_dp=False``: all of it, after the pipeline flush, as Megatron-LM 2021 did).
    ZeRO-1's parameter all-gather after the optimizer step is exposed; ZeRO-2 reduce-scatters
@@ -230,10 +232,14 @@ def _ends(shape: ModelShape, layout: Layout, profile: HardwareProfile, *, embed:
 def _dp_exposed(shape, layout, profile, *, fwd, bwd, layer_fwd, layer_bwd, layers,
                 bucket_bytes) -> tuple[float, float, float]:
     """(exposed per micro-batch, exposed once at the end, total un-overlapped) DP comm seconds."""
-    if layout.dp == 1:
+    # the cp ranks of a replica hold the same weights (each saw other tokens), so the gradients are
+    # reduced, and ZeRO shards, over dp × cp ranks: Megatron-Core's DDP and distributed optimizer use
+    # the "intra_dp_cp_group" (megatron/core/optimizer/__init__.py), torchtitan's FSDP the dp_shard_cp
+    # mesh; rank order tp, cp, dp: one group of dp·cp ranks at stride tp
+    n, e = layout.dp * layout.cp, layout.dtype_bytes
+    if n == 1:
         return 0.0, 0.0, 0.0
-    link = group_link(profile, layout.dp, stride=layout.tp * layout.cp)
-    n, e = layout.dp, layout.dtype_bytes
+    link = group_link(profile, n, stride=layout.tp)
     nbytes = max(stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer)) * e
     split, replicated = layer_param_split(shape)
     layer_bytes = min(nbytes, (split / layout.tp + replicated) * e)
@@ -258,7 +264,7 @@ def _dp_exposed(shape, layout, profile, *, fwd, bwd, layer_fwd, layer_bwd, layer
 
 
 def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather: bool = True,
-           autocast: bool = False) -> dict[str, float]:
+           autocast: bool = False, overlap_p2p: bool = False) -> dict[str, float]:
     """Busy seconds of one micro-batch on one GPU of pipeline ``stage``, by part."""
     p, t, e = layout.pp, layout.tp, layout.dtype_bytes
     layers = layout.layers_of_stage(shape.n_layer, stage)
@@ -305,6 +311,9 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
         steps = sum(max(0.0, p2p_time(nbytes, cp_link) - core / layout.cp) for nbytes, core in passes)
         cp_s = layers * (layout.cp - 1) * steps
 
+    fwd = layers * (k["gemm_fwd"] + k["mem_fwd"]) + ends["gemm_fwd"] + ends["mem_fwd"]
+    bwd = (layers * (k["gemm_bwd"] + k["mem_bwd"] + recompute_gemm + recompute_mem)
+           + ends["gemm_bwd"] + ends["mem_bwd"])
     pp_s = 0.0
     if p > 1:  # neighbouring stages; 1/tp of the activation, all-gathered inside the tp group
         pp_link = group_link(profile, 2, stride=t * layout.cp * layout.dp)
@@ -313,10 +322,11 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
         else:  # the framework sends the whole activation from every tp rank (frameworks.Framework)
             hop = p2p_time(activation, pp_link)
         pp_s = 2 * layout.v * hop
+        if overlap_p2p and layout.schedule == "interleaved":  # each hop beside a chunk's compute
+            v = layout.v
+            pp_s = v * (max(0.0, hop - fwd / v) + max(0.0, hop - bwd / v))
     return {"gemm": gemm, "mem": mem, "tp": tp_s, "tp_hidden": tp_raw - tp_s, "cp": cp_s, "pp": pp_s, "layers": layers,
-            "fwd": layers * (k["gemm_fwd"] + k["mem_fwd"]) + ends["gemm_fwd"] + ends["mem_fwd"],
-            "bwd": layers * (k["gemm_bwd"] + k["mem_bwd"] + recompute_gemm + recompute_mem)
-                   + ends["gemm_bwd"] + ends["mem_bwd"]}
+            "fwd": fwd, "bwd": bwd}
 
 
 def step_time(
@@ -373,7 +383,7 @@ def step_time(
         key = (layout.layers_of_stage(shape.n_layer, s), s == 0, s == p - 1)
         if key not in memo:
             memo[key] = _stage(shape, layout, profile, s, kernels, scatter_gather=fw.pp_scatter_gather,
-                               autocast=autocast)
+                               autocast=autocast, overlap_p2p=fw.overlap_p2p)
         return memo[key]
 
     stages = [stage(s) for s in range(p)]
@@ -403,7 +413,7 @@ def step_time(
 
     # optimizer step over the local (possibly ZeRO-sharded) parameters
     psi = max(stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer))
-    optimizer_s = ADAM_BYTES_PER_PARAM * psi / (layout.dp if layout.zero >= 1 else 1) / profile.memory_bandwidth
+    optimizer_s = ADAM_BYTES_PER_PARAM * psi / (layout.dp * layout.cp if layout.zero >= 1 else 1) / profile.memory_bandwidth
     if layout.dtype == "fp8":  # the weights cast to fp8 once per step (Transformer Engine caches them over micro-batches)
         optimizer_s += memory_seconds(3 * psi, profile)
 
@@ -454,7 +464,7 @@ def stage_cost_terms(shape: ModelShape, layout: Layout, profile: HardwareProfile
     def busy(stage: int, layers: int) -> float:
         lay = replace(layout, pp=3, stage_layers=(layers,) * 3, schedule="1f1b", v=1)
         return _busy(_stage(shape, lay, profile, stage, kernels, scatter_gather=fw.pp_scatter_gather,
-                            autocast=fw.autocast))
+                            autocast=fw.autocast, overlap_p2p=fw.overlap_p2p))
 
     one = busy(1, 1)
     return busy(1, 2) - one, busy(0, 1) - one, busy(2, 1) - one

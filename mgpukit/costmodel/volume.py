@@ -40,7 +40,7 @@ def dp_collective_bytes(psi: float, layout: Layout) -> dict[str, float]:
     as counts × size: ``all_reduce``, ``reduce_scatter``, ``all_gather`` → (count, nbytes)."""
     nbytes = psi * layout.dtype_bytes
     m = layout.num_micro_batches
-    if layout.dp == 1:
+    if layout.dp * layout.cp == 1:  # cp ranks reduce their gradients too (steptime._dp_exposed)
         return {}
     if layout.zero == 0:
         return {"all_reduce": (1, nbytes)}
@@ -54,7 +54,7 @@ def dp_collective_bytes(psi: float, layout: Layout) -> dict[str, float]:
 def comm_bytes_per_step(shape: ModelShape, layout: Layout) -> dict[str, float]:
     """Bytes sent per GPU per step: ``dp``, ``tp``, ``pp``, ``cp`` and ``total`` (fullest stage)."""
     psi = max(stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer))
-    n = layout.dp
+    n = layout.dp * layout.cp
     dp = 0.0
     for kind, (count, nbytes) in dp_collective_bytes(psi, layout).items():
         dp += count * bus_factor(kind, n) * nbytes
