@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import re
 
+import torch
+
 from mgpukit.costmodel import comm
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.exercises.claims import claim, number, table, tagged_text
+from mgpukit.strategies.compression.topk import TopK
 
 _SECONDS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}
 
@@ -230,9 +233,6 @@ def gpt2_turns_powersgd_around(nb: dict) -> str | None:
 def the_residual_by_hand_is_the_kits_top_k(nb: dict) -> str | None:
     """Section 4: the eight-number loop sends, step by step, what the kit's `TopK` (k = 2 of 8,
     error feedback on) sends, and seven of the eight coordinates go out within 10 steps."""
-    import torch
-
-    from mgpukit.strategies.compression.topk import TopK
     text = tagged_text(nb, "ef-by-hand")
     shown = [sorted(int(x) for x in re.findall(r"\d+", m)) for m in re.findall(r"sent coordinates \[([\d, ]+)\]", text)]
     g, topk = torch.tensor([4.0, -3.1, 2.2, 1.3, -0.9, 0.7, 0.4, 0.2]), TopK(8, 0.25)
