@@ -20,9 +20,13 @@ import torch
 import mgpukit
 import mgpukit.prepare as preparing
 from mgpukit import strategies
+from mgpukit.cli import build_parser
+from mgpukit.commands.plan_args import planned_layout
 from mgpukit.config import DENSE_GPT_MODELS, GPT_MODELS, MODELS, MOE_MODELS, RunConfig
+from mgpukit.costmodel.layout import Layout
 from mgpukit.prepare import prepare
 from mgpukit.runtime import launcher
+from mgpukit.run_args import LAYOUT_FLAGS, layout_from_args
 from mgpukit.runtime.context import worker_context
 
 ROOT = Path(mgpukit.__file__).parent
@@ -248,3 +252,19 @@ def test_a_run_resolves_its_mode_once(monkeypatch):
 def _rank():
     return mgpukit.current().rank
 
+
+def test_plan_and_run_read_the_same_layout_flags():
+    """One argparse definition of the layout flags (`mgpukit.run_args`): `plan` takes them from
+    there and reads them back with the same `layout_from_args` as `run`; the planner's one
+    resolver (`Layout.on_gpus`) fills in the rest. Was: `plan` defined its own `--dp … --dtype`
+    (`--ckpt` into `args.ckpt`) and its own `layout_from_args`, beside `lessons.planning`'s."""
+    parser = build_parser()
+    flags = ["--dp", "2", "--tp", "2", "--pp", "2", "--no-sp", "--schedule", "1f1b", "--v", "1",
+             "--dtype", "fp32"]
+    ran = layout_from_args(parser.parse_args(["run", "hybrid", *flags, "--checkpointing", "full"]))
+    planned = parser.parse_args(["plan", "--gpus", "8", *flags, "--ckpt", "full"])
+    assert layout_from_args(planned) == {**ran, "ep": None}
+    assert set(ran) == set(LAYOUT_FLAGS) and ran["sp"] is False and ran["checkpointing"] == "full"
+    lay = planned_layout(planned)
+    assert (lay.dp, lay.tp, lay.pp, lay.sp, lay.checkpointing, lay.dtype) == (2, 2, 2, False, "full", "fp32")
+    assert lay == Layout.on_gpus(8, **{k: v for k, v in ran.items() if k != "ep"}, micro_batches=None)

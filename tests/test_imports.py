@@ -312,7 +312,6 @@ OWED = {
     "check": "exercises.check (lessA) vs training.backup / training.hetero (core)",
     "finish": "experiment.finish (core) vs plots.layout.finish",
     "get": "exercises.registry.get (lessA) vs strategies.registry.get (core)",
-    "layout_from_args": "cli vs the planner's flags: one resolver of layouts (core, item 1/3)",
     "mystery_runs": "exercises/__init__ re-defines exercises.debugging's (lessA)",
     "parity_report": "exercises/__init__ re-defines exercises.debugging's (lessA)",
     "predict": "costmodel.published vs costmodel.validation (truth)",
