@@ -69,16 +69,23 @@ def parallelize(model: nn.Module, cfg, ctx, rec, strat: Strategy) -> Parts:
         if split is not None:
             return _sharded(Parts(
                 module=module, engine=engine, sync=sync, params=params, scaler=scaler, extra=split.extra,
+                loss_of=_loss_of(module, loss),
                 state_dict=lambda: (split.state_dict or full_state_dict)(module),
                 grad_sq=(lambda: split.grad_sq(params)) if split.grad_sq is not None else None))
         return _sharded(Parts(module=module, engine=engine, sync=sync, params=params, scaler=scaler,
-                              state_dict=lambda: full_state_dict(module)))
+                              state_dict=lambda: full_state_dict(module), loss_of=_loss_of(module, loss)))
     sync = tp.wrap_sync(sync)
     engine = LocalEngine(rec, module, sync=sync, loss_fn=loss, micro_batches=layout.num_micro_batches,
                          params=params, around=tp.around)
     return _sharded(Parts(module=module, engine=engine, sync=sync, params=params, holds_loss=tp.holds_loss,
                           scaler=scaler, grad_sq=lambda: tp.grad_sq(params),
-                          state_dict=lambda: tp.state_dict(module), holding=tp.holding))
+                          state_dict=lambda: tp.state_dict(module), holding=tp.holding,
+                          loss_of=_loss_of(module, loss) if tp.around is None else None))  # else loss_parallel
+
+
+def _loss_of(module, loss):
+    """`Parts.loss_of`: one micro-batch's forward and loss, as `LocalEngine` runs them."""
+    return lambda x, y: loss(module(x), y)
 
 
 def _tensor_parallel(model, cfg, ctx, rec, strat: Strategy, layout: Layout):

@@ -7,8 +7,11 @@ notebook's `mgpukit.run(..., layout=...)`, under `torchrun`).
 """
 from __future__ import annotations
 
+import argparse
+
 from mgpukit.argtypes import key_value, positive_int
 from mgpukit.config import MODELS, SHAPE_MODELS, RunConfig
+from mgpukit.costmodel.actions import SCHEDULES
 
 LAYOUT_FLAGS = ("dp", "tp", "sp", "pp", "cp", "ep", "schedule", "v", "checkpointing", "dtype")
 
@@ -27,25 +30,64 @@ def add_config_arguments(p) -> None:
                    help="strategy knob, e.g. -o bucket_mb=1 (typed; unknown keys are refused)")
 
 
-def add_layout_arguments(p) -> None:
-    """The parallel layout: each degree, the pipeline schedule, the memory and precision policies."""
-    layout = p.add_argument_group("parallel layout (default: the strategy's)")
-    layout.add_argument("--dp", type=positive_int, default=None, help="data-parallel degree")
-    layout.add_argument("--tp", type=positive_int, default=None, help="tensor-parallel degree")
-    layout.add_argument("--sp", action="store_true", default=None,
-                        help="sequence parallelism in the tensor-parallel group (with --tp)")
-    layout.add_argument("--pp", type=positive_int, default=None, help="pipeline-parallel degree")
-    layout.add_argument("--cp", type=positive_int, default=None,
-                        help="context-parallel degree (run cp: each sequence split, ring attention)")
-    layout.add_argument("--ep", type=positive_int, default=None,
-                        help="expert-parallel degree (run ep: the MoE experts split, all-to-all)")
-    layout.add_argument("--schedule", default=None,
-                        help="pipeline schedule with --pp: naive | gpipe | 1f1b | interleaved | zb-h1")
-    layout.add_argument("--v", type=positive_int, default=None, help="model chunks per pipeline rank")
-    layout.add_argument("--checkpointing", default=None, choices=["none", "full", "selective"],
-                        help="activation checkpointing: every block (full) or the attention core (selective)")
-    layout.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"],
-                        help="bf16 / fp16: autocast with fp32 master weights (fp16 with dynamic loss scaling)")
+# What `mgpukit plan` predicts beside what `run` trains: fp8 GEMMs (Transformer Engine's recipe).
+RUN_DTYPES = ("fp32", "bf16", "fp16")
+PLAN_DTYPES = ("bf16", "fp16", "fp8", "fp32")
+
+
+def add_layout_arguments(p, *, planner: bool = False) -> None:
+    """The parallel layout: each degree, the pipeline schedule, the memory and precision policies.
+
+    The one definition of the layout flags, for `run`, the exported scripts and `plan`. For
+    `run` a flag left out is the strategy's choice; for `plan` (``planner=True``) it is the
+    planner's default (dp fills the GPUs, 1f1b, bf16, no checkpointing), the degrees are whole
+    numbers the planner bounds by a cluster's size (`commands.plan_args.check_positive`),
+    fp8 GEMMs can be predicted, checkpointing is spelled `--ckpt`, and the knobs only a
+    prediction takes are added: the ZeRO stage, the micro-batch size, uneven stages, tp overlap,
+    unfused attention."""
+    count = int if planner else positive_int
+    title = ("parallel layout (default: dp fills the GPUs the other degrees leave)" if planner
+             else "parallel layout (default: the strategy's)")
+    layout = p.add_argument_group(title)
+    layout.add_argument("--dp", type=count, default=None, help="data-parallel degree")
+    layout.add_argument("--tp", type=count, default=None, help="tensor-parallel degree"
+                        + (" (default 1; with --search: only this tp)" if planner else ""))
+    layout.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
+                        help="sequence parallelism in the tensor-parallel group (with --tp"
+                        + ("; default: on when tp > 1)" if planner else ")"))
+    layout.add_argument("--pp", type=count, default=None, help="pipeline-parallel degree"
+                        + (" (default 1; with --search: only this pp)" if planner else ""))
+    layout.add_argument("--cp", type=count, default=None,
+                        help="context-parallel degree: each sequence split, ring attention"
+                        + (" (default 1)" if planner else " (run cp)"))
+    if not planner:  # the planner has no experts (yet)
+        layout.add_argument("--ep", type=count, default=None,
+                            help="expert-parallel degree (run ep: the MoE experts split, all-to-all)")
+    layout.add_argument("--schedule", default=None, choices=SCHEDULES if planner else None,
+                        help="pipeline schedule with --pp: " + " | ".join(SCHEDULES)
+                        + (" (default 1f1b)" if planner else ""))
+    layout.add_argument("--v", type=count, default=None, help="model chunks per pipeline rank"
+                        + (" for 'interleaved' (default 2)" if planner else ""))
+    ckpt_help = "activation checkpointing: every block (full) or the attention core (selective)"
+    if planner:
+        ckpt_help += (" (default none; selective saves the s×s scores only with --no-flash: flash "
+                      "attention never stores them)")
+    layout.add_argument("--ckpt" if planner else "--checkpointing", dest="checkpointing", default=None,
+                        choices=["none", "full", "selective"], help=ckpt_help)
+    layout.add_argument("--dtype", default=None, choices=PLAN_DTYPES if planner else RUN_DTYPES,
+                        help="bf16 / fp16: autocast with fp32 master weights (fp16 with dynamic loss scaling)"
+                        + ("; fp8: + fp8 GEMMs (H100/H200 only); default bf16" if planner else ""))
+    if not planner:
+        return
+    layout.add_argument("--zero", type=int, default=0, choices=range(4), help="ZeRO stage 0-3 (default 0)")
+    layout.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
+    layout.add_argument("--stage-layers", default=None, metavar="N,N,...",
+                        help="layers per pipeline stage, comma-separated (default: n_layer / pp each)")
+    layout.add_argument("--tp-overlap", action="store_true",
+                        help="overlap tp collectives with the layer's GEMMs")
+    layout.add_argument("--no-flash", dest="flash", action="store_false",
+                        help="unfused attention: s×s scores through HBM and kept for backward (Megatron-LM "
+                             "2021); default flash attention (one log-sum-exp per row kept)")
 
 
 def layout_from_args(args) -> dict:

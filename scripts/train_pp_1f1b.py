@@ -23,12 +23,14 @@ while this kit writes each strategy by hand (the lesson) and runs it on CPU and 
 loss scaler is the kit's own for the same reason (it unscales sharded gradients too).
 """
 import argparse
+import contextlib
 import time
 
 import torch
 import torch.distributed as dist
 from accelerate import PartialState
 
+from mgpukit.data import split_microbatches
 from mgpukit.measure.recorder import Recorder
 from mgpukit.parallelize import parallelize
 from mgpukit.prepare import prepare
@@ -55,7 +57,15 @@ def training_function(run, rank: int, world_size: int, device: torch.device) -> 
     for step in range(cfg.steps):                                         # 4. the loop
         start = time.perf_counter()
         x, y = (t.to(ctx.device) for t in batches(step))
-        loss = parts.engine.forward_backward(x, y)  # over micro-batches, or a pipeline schedule
+        if parts.loss_of is None:  # a pipeline, or torch's tp: its engine runs each micro-batch
+            loss_sum = parts.engine.forward_backward(x, y)
+        else:  # a whole replica: k micro-batches (gradient accumulation), one gradient sync
+            k, loss_sum = ctx.layout.num_micro_batches, 0.0
+            for i, (xm, ym) in enumerate(split_microbatches(x, y, k)):
+                with parts.sync.no_sync() if i < k - 1 else contextlib.nullcontext():  # last: sync
+                    loss = parts.loss_of(xm, ym) / k  # forward and loss: the mean over the k
+                    loss.backward()  # backward (DDP: each full bucket's all-reduce starts here)
+                loss_sum += loss.detach()
         parts.sync.sync(step)  # gradients averaged over dp (DDP did it inside backward: a wait)
         finite = parts.scaler.unscale_(parts.params) if parts.scaler is not None else True
         if finite:  # fp16 only: an overflowing step is skipped and the scale halved
@@ -65,7 +75,7 @@ def training_function(run, rank: int, world_size: int, device: torch.device) -> 
             parts.after_step(step)  # ZeRO: all-gather the updated shards
         if parts.scaler is not None:
             parts.scaler.update(finite)
-        print_loss(step, loss, parts, ctx, time.perf_counter() - start)
+        print_loss(step, loss_sum, parts, ctx, time.perf_counter() - start)
     return gather_weights(rec, ctx, parts)
 
 

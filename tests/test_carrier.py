@@ -20,9 +20,13 @@ import torch
 import mgpukit
 import mgpukit.prepare as preparing
 from mgpukit import strategies
+from mgpukit.cli import build_parser
+from mgpukit.commands.plan_args import planned_layout
 from mgpukit.config import DENSE_GPT_MODELS, GPT_MODELS, MODELS, MOE_MODELS, RunConfig
+from mgpukit.costmodel.layout import Layout
 from mgpukit.prepare import prepare
 from mgpukit.runtime import launcher
+from mgpukit.run_args import LAYOUT_FLAGS, layout_from_args
 from mgpukit.runtime.context import worker_context
 
 ROOT = Path(mgpukit.__file__).parent
@@ -155,16 +159,22 @@ def globals_read(source: str) -> list[str]:
             if isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1] in ("current", "set_current")]
 
 
-@pytest.mark.parametrize("path", [*GUARDED, ROOT / "experiment.py", ROOT / "launched.py", ROOT / "prepare.py"],
-                         ids=lambda p: str(p.relative_to(ROOT)))
-def test_the_library_passes_the_context_as_an_argument(path):
-    """Was: `run_rank`, `run_ranks`, the in-process reference, the exported scripts and the
-    bandwidth lab took their context from a module global (`set_current` / `current()`); the
-    launch now hands it as the first argument (`launch(..., takes_context=True)`).
+# the one module that sets the global: the worker, for a function written in a notebook cell
+SETS_THE_GLOBAL = {ROOT / "runtime" / "worker.py"}
+
+
+def test_the_library_passes_the_context_as_an_argument():
+    """Was: `run_rank`, `run_ranks`, the in-process reference, the exported scripts, the
+    bandwidth lab, then the lessons' and benchmarks' rank functions (tp's LayerNorm bytes, the
+    nodes' all-reduce, the overhead pairs, the ring bandwidth) took their context from a module
+    global (`set_current` / `current()`); the launch now hands it as the first argument
+    (`launch(..., takes_context=True)`), everywhere in the package.
     `mgpukit.current()` stays for functions written in a notebook cell."""
     assert globals_read("ctx = current()\n_context.set_current(None)\nx.current\n") == \
         ["1: current()", "2: _context.set_current(None)"]
-    assert not globals_read(path.read_text())
+    sources = {str(p.relative_to(ROOT)): p.read_text() for p in sorted(set(ROOT.rglob("*.py")) - SETS_THE_GLOBAL)}
+    found = {p: globals_read(text) for p, text in sources.items() if "current" in text}  # parse only those
+    assert not {p: calls for p, calls in found.items() if calls}
 
 
 def test_the_mesh_is_derived_from_the_layout_and_one_launch_runs_only_its_mesh():
@@ -241,3 +251,20 @@ def test_a_run_resolves_its_mode_once(monkeypatch):
 
 def _rank():
     return mgpukit.current().rank
+
+
+def test_plan_and_run_read_the_same_layout_flags():
+    """One argparse definition of the layout flags (`mgpukit.run_args`): `plan` takes them from
+    there and reads them back with the same `layout_from_args` as `run`; the planner's one
+    resolver (`Layout.on_gpus`) fills in the rest. Was: `plan` defined its own `--dp … --dtype`
+    (`--ckpt` into `args.ckpt`) and its own `layout_from_args`, beside `lessons.planning`'s."""
+    parser = build_parser()
+    flags = ["--dp", "2", "--tp", "2", "--pp", "2", "--no-sp", "--schedule", "1f1b", "--v", "1",
+             "--dtype", "fp32"]
+    ran = layout_from_args(parser.parse_args(["run", "hybrid", *flags, "--checkpointing", "full"]))
+    planned = parser.parse_args(["plan", "--gpus", "8", *flags, "--ckpt", "full"])
+    assert layout_from_args(planned) == {**ran, "ep": None}
+    assert set(ran) == set(LAYOUT_FLAGS) and ran["sp"] is False and ran["checkpointing"] == "full"
+    lay = planned_layout(planned)
+    assert (lay.dp, lay.tp, lay.pp, lay.sp, lay.checkpointing, lay.dtype) == (2, 2, 2, False, "full", "fp32")
+    assert lay == Layout.on_gpus(8, **{k: v for k, v in ran.items() if k != "ep"}, micro_batches=None)

@@ -27,16 +27,22 @@ def test_committed_script_is_what_the_exporter_writes():
         assert loop.read_text() == script_for(name), f"{loop} is stale: run `mgpukit export {name} --force`"
 
 
-def test_the_loop_script_shows_the_loop_in_order():
-    """The program a learner takes to a cluster: forward and backward, the gradient sync, the
-    optimizer step and the log, in that order, in the script itself — not behind the kit's trainer."""
-    text = script_for("ddp")
+@pytest.mark.parametrize("name", ["ddp", "pp-1f1b"])
+def test_the_loop_script_shows_the_loop_in_order(name):
+    """The program a learner takes to a cluster: forward and backward (a pipeline's schedule
+    step, or a replica's micro-batch loop with `loss.backward()` itself), the gradient sync, the
+    optimizer step and the log, in that order, in the script itself — not behind the kit's
+    trainer, and no Recorder in the loop."""
+    text = script_for(name)
     body = text[text.index("def training_function"):text.index("def print_loss")]
-    order = ["for step in range(cfg.steps):", "parts.engine.forward_backward(x, y)", "parts.sync.sync(step)",
+    loop = body[body.index("for step in range(cfg.steps):"):body.index("return gather_weights")]
+    order = ["for step in range(cfg.steps):", "parts.engine.forward_backward(x, y)", "parts.loss_of(xm, ym)",
+             "loss.backward()", "parts.sync.sync(step)",
              "optimizer.step()", "parts.after_step(step)", "print_loss("]
     assert [body.index(line) for line in order] == sorted(body.index(line) for line in order)
+    assert not re.search(r"\brec\b", loop)  # timing and bytes stay outside the loop
     assert "launched" not in text and "training.trainer import train" not in text
-    assert len(body.splitlines()) <= 35  # the whole training function reads in one screen
+    assert len(body.splitlines()) <= 40  # the whole training function reads in one screen
 
 
 def _run_loop(launcher, nproc, script, args, cwd):

@@ -355,7 +355,6 @@ COMMAND_PROTOCOL = {"main", "register", "run"}
 # Public names still defined twice, each in another engineer's area (issue 34): who owes the fix.
 # A name may leave this list; none may join it.
 OWED = {
-    "layout_from_args": "cli vs the planner's flags: one resolver of layouts (core, item 1/3)",
     "fixes": "fits.fixes vs lessons.planning.fixes: two 'which change would fit' engines",
 }
 

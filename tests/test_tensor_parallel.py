@@ -76,8 +76,8 @@ def test_bytes_and_counts_per_step_match_the_cost_model(strategy):
 
 
 def test_sequence_parallel_splits_the_layernorm_activations():
-    plain = mgpukit.launch(layernorm_saved_bytes, 2, False, dims=mgpukit.ParallelDims(tp=2))[0]
-    split = mgpukit.launch(layernorm_saved_bytes, 2, True, dims=mgpukit.ParallelDims(tp=2))[0]
+    plain = mgpukit.launch(layernorm_saved_bytes, 2, False, dims=mgpukit.ParallelDims(tp=2), takes_context=True)[0]
+    split = mgpukit.launch(layernorm_saved_bytes, 2, True, dims=mgpukit.ParallelDims(tp=2), takes_context=True)[0]
     assert plain["logits_shape"] == split["logits_shape"] == (4, 64, 32)  # vocab-split logits: V/t each
     assert 0 < split["bytes"] <= plain["bytes"] / 2, (split["bytes"], plain["bytes"])
 

@@ -25,7 +25,6 @@ from mgpukit.costmodel.comm import bus_factor
 from mgpukit.experiment import run
 from mgpukit.studies.warm import warm_parent
 from mgpukit.measure.recorder import Recorder
-from mgpukit.runtime.context import current
 from mgpukit.runtime.launcher import launch
 from mgpukit.strategies.communication.collectives import ring_all_reduce
 
@@ -74,9 +73,9 @@ def _time_all_reduce(fn, tensor, iters: int) -> float:
     return (time.perf_counter() - start) / iters
 
 
-def _bus_bandwidths(nbytes: int, iters: int) -> dict:
+def _bus_bandwidths(ctx, nbytes: int, iters: int) -> dict:
     """Runs on every rank: seconds per all-reduce of the backend and of our ring."""
-    rec = Recorder(current())  # both sides go through it: same bookkeeping per call
+    rec = Recorder(ctx)  # both sides go through it: same bookkeeping per call
     n = dist.get_world_size()
     tensor = torch.ones(nbytes // 4)
     bus = bus_factor("all_reduce", n) * nbytes  # bytes each rank sends in a ring all-reduce
@@ -92,7 +91,7 @@ def bench_ring(*, nbytes: int = 16 * 2**20, iters: int, workers: int = 2) -> dic
         from mgpukit.strategies.communication.collectives import ring_all_reduce  # noqa: F401
     except ImportError as e:
         return {"skipped": True, "note": f"ring all-reduce not available yet ({e}); skipped"}
-    out = launch(_bus_bandwidths, workers, nbytes, iters, mode="cpu", echo=False)[0]
+    out = launch(_bus_bandwidths, workers, nbytes, iters, mode="cpu", echo=False, takes_context=True)[0]
     ratio = out["ring_busbw"] / out["backend_busbw"]
     return {"skipped": False, "bytes": nbytes, "workers": workers, **out, "ratio": ratio}
 

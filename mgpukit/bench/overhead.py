@@ -46,7 +46,6 @@ from mgpukit.fits import check_fits
 from mgpukit.studies.warm import warm_parent
 from mgpukit.measure.spread import summarize
 from mgpukit.models.gpt import lm_loss
-from mgpukit.runtime.context import current
 from mgpukit.runtime.hardware import cuda_device_count
 from mgpukit.runtime.launcher import launch
 from mgpukit.training.building import build_model
@@ -89,9 +88,8 @@ def plain_steps(cfg: RunConfig, device: torch.device, steps: int, *, dtype: str 
     return times
 
 
-def _pairs(strategies, cfgs: dict, steps: int, repeats: int, plain_threads: int | None) -> dict:
+def _pairs(ctx, strategies, cfgs: dict, steps: int, repeats: int, plain_threads: int | None) -> dict:
     """Runs in the one worker: plain and kit blocks alternated `repeats` times."""
-    ctx = current()
     threads = torch.get_num_threads()
     out = {"plain": [], "threads": threads, "plain_threads": plain_threads or threads,
            "losses": {}, **{name: [] for name in strategies}}
@@ -153,7 +151,7 @@ def measure_overhead(*, model: str = "gpt-tiny", optimizer: str = "sgd", dtype: 
         check_fits(cfg, cfg.layout, workers=1, mode=mode, strategy=name, parity=False)
     check_time(cfgs, steps, repeats, mode)
     raw = launch(_pairs, 1, tuple(strategies), cfgs, steps, repeats, plain_threads, mode=mode,
-                 layout=layouts.pop(), echo=False, timeout_s=LAUNCH_LIMIT_S)[0]
+                 layout=layouts.pop(), echo=False, timeout_s=LAUNCH_LIMIT_S, takes_context=True)[0]
     plain = [summarize(t) for t in raw["plain"]]  # one per (repeat, strategy), in order
     rows = {}
     for i, name in enumerate(strategies):

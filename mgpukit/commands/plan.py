@@ -27,17 +27,17 @@ import sys
 
 from mgpukit.files import OutputError, write_text
 
-from mgpukit.costmodel.actions import SCHEDULES
 from mgpukit.costmodel.frameworks import DP_SYNC, get_framework, list_frameworks
 from mgpukit.costmodel.hardware import list_profiles, load_profile
-from mgpukit.costmodel.layout import DTYPE_BYTES
-from mgpukit.commands.plan_args import (budget, check_positive, check_search_args, layout_from_args,
+from mgpukit.costmodel.layout import Layout
+from mgpukit.commands.plan_args import (budget, check_positive, check_search_args, planned_layout,
                                         shape_from_args)
 from mgpukit.commands.plan_format import format_plan, format_search
 from mgpukit.costmodel.planner import plan, search
 from mgpukit.costmodel.shapes import NORMS, POSITIONS, list_shapes
 from mgpukit.costmodel.validation import format_error_bars, format_validation, predict, runs, validation_report
 from mgpukit.costmodel.training_cost import format_training, format_training_table, time_to_train
+from mgpukit.run_args import add_layout_arguments
 
 SEARCH_GLOBAL_BATCH = 512
 
@@ -66,31 +66,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=int, default=8, help="number of GPUs (default 8)")
     p.add_argument("--profile", default="h100-nvlink",
                    help=f"hardware profile: {', '.join(list_profiles())}, or a .toml path (default h100-nvlink)")
-    p.add_argument("--dp", type=int, help="data-parallel degree (default: gpus / (tp·pp))")
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel degree (default 1; with --search: only this tp)")
-    p.add_argument("--pp", type=int, default=None, help="pipeline stages (default 1; with --search: only this pp)")
-    p.add_argument("--cp", type=int, default=1, help="context-parallel degree: ring attention over seq (default 1)")
-    p.add_argument("--stage-layers", default=None, metavar="N,N,...",
-                   help="layers per pipeline stage, comma-separated (default: n_layer / pp each)")
-    p.add_argument("--tp-overlap", action="store_true", help="overlap tp collectives with the layer's GEMMs")
-    p.add_argument("--no-flash", dest="flash", action="store_false",
-                   help="unfused attention: s×s scores through HBM and kept for backward (Megatron-LM 2021); "
-                        "default flash attention (one log-sum-exp per row kept)")
-    p.add_argument("--zero", type=int, default=0, choices=range(4), help="ZeRO stage 0-3 (default 0)")
-    p.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
-                   help="sequence parallelism (default: on when tp > 1)")
-    p.add_argument("--schedule", default="1f1b", choices=SCHEDULES, help="pipeline schedule (default 1f1b)")
-    p.add_argument("--v", type=int, default=None, help="model chunks per stage for 'interleaved' (default 2)")
-    p.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
+    add_layout_arguments(p, planner=True)  # the layout flags `run` takes too (mgpukit.run_args)
     p.add_argument("--global-batch", type=int, default=None,
                    help=f"sequences per step (default: dp·micro-batch·micro-batches; {SEARCH_GLOBAL_BATCH} with --search)")
     p.add_argument("--micro-batches", type=int, default=None,
                    help="micro-batches per replica when --global-batch is not given (default 4·pp, or 1 without pp)")
-    p.add_argument("--ckpt", default="none", choices=("none", "selective", "full"),
-                   help="activation checkpointing (default none; selective recomputes the attention core, "
-                        "which saves the s×s scores only with --no-flash: flash attention never stores them)")
-    p.add_argument("--dtype", default="bf16", choices=tuple(DTYPE_BYTES),
-                   help="bf16 / fp16 mixed precision, fp8 GEMMs (H100/H200 only), or fp32 (default bf16)")
     p.add_argument("--framework", default=None, choices=list_frameworks(),
                    help="the implementation: its dp-sync convention, pipeline sends and kernels "
                         "(data/frameworks/*.toml; default megatron-core)")
@@ -136,7 +116,8 @@ def run(args) -> int:
             check_search_args(args)
             gb = args.global_batch or SEARCH_GLOBAL_BATCH
             plans = search(shape, args.gpus, profile, global_batch=gb, top=args.top, include_unfit=True,
-                           dtype=args.dtype, framework=framework, flash_attention=getattr(args, "flash", True),
+                           dtype=args.dtype or Layout.dtype, framework=framework,
+                           flash_attention=getattr(args, "flash", True),
                            tp=args.tp, pp=args.pp, stragglers=getattr(args, "stragglers", True))
             if not plans and (args.tp or args.pp):
                 what = " ".join(f"--{k} {getattr(args, k)}" for k in ("tp", "pp") if getattr(args, k))
@@ -152,7 +133,7 @@ def run(args) -> int:
                 for row, b in zip(result["plans"], budgets):
                     row["training"] = b
         else:
-            result_plan = plan(shape, args.gpus, profile, layout_from_args(args), framework=framework,
+            result_plan = plan(shape, args.gpus, profile, planned_layout(args), framework=framework,
                                stragglers=getattr(args, "stragglers", True))
             print(format_plan(result_plan))
             result = result_plan.to_dict()
@@ -185,8 +166,10 @@ def _validation(args) -> int:
     layout flag beside it would be ignored, so it is refused."""
     defaults = argparse.ArgumentParser()
     add_arguments(defaults)
-    given = [f"--{k.replace('_', '-')}" for k, v in vars(defaults.parse_args([])).items()
-             if k not in ("validation", "json", "stragglers") and getattr(args, k, v) != v]
+    # each flag as it is typed (--ckpt, --no-flash), not its dest: argparse keeps them in `_actions`
+    given = [a.option_strings[0] for a in defaults._actions
+             if a.option_strings and a.dest not in ("help", "validation", "json", "stragglers")
+             and getattr(args, a.dest, a.default) != a.default]
     if given:
         raise ValueError(f"--validation prints the published runs and error bars only, so {', '.join(given)} "
                          f"would be ignored; drop {'them' if len(given) > 1 else 'it'}")

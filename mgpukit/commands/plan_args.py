@@ -10,6 +10,7 @@ from __future__ import annotations
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.shapes import get_shape, shape_from_dict, shape_to_dict
 from mgpukit.costmodel.training_cost import check_price, token_budget
+from mgpukit.run_args import layout_from_args
 
 SIZE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "gated_mlp", "norm", "positions",
               "tied_embeddings", "bias", "dropout")
@@ -47,28 +48,21 @@ def shape_from_args(args):
     return shape_from_dict(d, where="the model flags")
 
 
-def layout_from_args(args) -> Layout:
-    tp, pp, cp = args.tp or 1, args.pp or 1, getattr(args, "cp", 1)
-    if args.dp is None and args.gpus % (tp * pp * cp):
-        what = "tp × pp × cp" if cp > 1 else "tp × pp"
-        raise ValueError(f"{what} = {tp * pp * cp} does not divide --gpus {args.gpus}; choose degrees whose product does")
-    dp = args.dp if args.dp is not None else args.gpus // (tp * pp * cp)
-    v = args.v if args.v is not None else (2 if args.schedule == "interleaved" else 1)
-    stage_layers = getattr(args, "stage_layers", None)
+def planned_layout(args) -> Layout:
+    """The layout the flags ask for on ``--gpus`` GPUs: the layout flags (`mgpukit.run_args`,
+    shared with ``run``) and the batch, resolved by `Layout.on_gpus`."""
+    stage_layers = args.stage_layers
     if stage_layers is not None:
         try:
             stage_layers = tuple(int(x) for x in stage_layers.split(","))
         except ValueError:
             raise ValueError(f"--stage-layers {stage_layers!r}: give whole numbers separated by commas, "
                              f"one per stage (e.g. 7,9,9,7)") from None
-    kw = dict(dp=dp, tp=tp, pp=pp, cp=cp, zero=args.zero, sp=(tp > 1) if args.sp is None else args.sp,
-              schedule=args.schedule, v=v, micro_batch=args.micro_batch, checkpointing=args.ckpt, dtype=args.dtype,
-              stage_layers=stage_layers, tp_overlap=getattr(args, "tp_overlap", False),
-              flash_attention=getattr(args, "flash", True))
-    if args.global_batch is not None:
-        return Layout.from_global_batch(global_batch=args.global_batch, **kw)
-    m = args.micro_batches if args.micro_batches is not None else (4 * pp if pp > 1 else 1)
-    return Layout(num_micro_batches=m, **kw)
+    asked = {k: v for k, v in layout_from_args(args).items() if k != "ep"}  # the planner has no experts
+    return Layout.on_gpus(args.gpus, **asked, global_batch=args.global_batch,
+                          micro_batches=args.micro_batches,
+                          zero=args.zero, micro_batch=args.micro_batch, stage_layers=stage_layers,
+                          tp_overlap=args.tp_overlap, flash_attention=args.flash)
 
 
 def check_positive(args) -> None:
@@ -81,15 +75,15 @@ def check_positive(args) -> None:
                              f"cluster; give a realistic number")
 
 
-# the layout flags --search chooses itself, with the value that means "not given" (--tp and --pp
+# the layout flags --search chooses itself, with the values that mean "not given" (--tp and --pp
 # are not among them: with --search they keep only that degree)
-_SEARCHED = {"dp": None, "cp": 1, "v": None, "micro_batches": None, "stage_layers": None}
+_SEARCHED = {"dp": (None,), "cp": (None, 1), "v": (None,), "micro_batches": (None,), "stage_layers": (None,)}
 
 
 def check_search_args(args) -> None:
     """--search picks the layout; a layout flag beside it was silently ignored: refuse it."""
     given = [f"--{k.replace('_', '-')} {getattr(args, k)}" for k, unset in _SEARCHED.items()
-             if getattr(args, k, unset) != unset]
+             if getattr(args, k, None) not in unset]
     if given:
         raise ValueError(f"--search chooses the layout itself, so {', '.join(given)} would be ignored; "
                          f"drop {'them' if len(given) > 1 else 'it'}, or drop --search to predict that "

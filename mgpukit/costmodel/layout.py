@@ -148,6 +148,34 @@ class Layout:
             )
         return cls(dp=dp, micro_batch=micro_batch, num_micro_batches=global_batch // per_replica, **kw)
 
+    @classmethod
+    def on_gpus(cls, gpus: int, *, dp: int | None = None, tp: int | None = None, pp: int | None = None,
+                cp: int | None = None, sp: bool | None = None, schedule: str | None = None,
+                v: int | None = None, checkpointing: str | None = None, dtype: str | None = None,
+                global_batch: int | None = None, micro_batches: int | None = None,
+                **fields) -> "Layout":
+        """The layout a plan on ``gpus`` GPUs asks for, the rest filled in: the one resolver of
+        the planner's layouts (``mgpukit plan``'s flags, notebook 09's explorer). A degree left
+        out is 1 and dp fills the GPUs the others leave; sp comes with tp; the interleaved
+        schedule takes v=2 chunks; a policy left out is the field's default (1f1b, no
+        checkpointing, bf16); the micro-batches come from the global batch, else 4·pp
+        (1 without a pipeline). ``fields``: any other field (``zero``, ``micro_batch`` …).
+        ``mgpukit run``'s layouts are resolved against a strategy (`mgpukit.prepare.resolve_layout`)."""
+        tp, pp, cp = tp or 1, pp or 1, cp or 1
+        if dp is None and gpus % (tp * pp * cp):
+            what = "tp × pp × cp" if cp > 1 else "tp × pp"
+            raise LayoutError(f"{what} = {tp * pp * cp} does not divide --gpus {gpus}; "
+                              f"choose degrees whose product does")
+        policies = {k: x for k, x in (("schedule", schedule), ("checkpointing", checkpointing),
+                                      ("dtype", dtype)) if x is not None}  # else the field's default
+        kw = dict(dp=gpus // (tp * pp * cp) if dp is None else dp, tp=tp, pp=pp, cp=cp,
+                  sp=(tp > 1) if sp is None else sp,
+                  v=(2 if schedule == "interleaved" else 1) if v is None else v, **policies, **fields)
+        if global_batch is not None:
+            return cls.from_global_batch(global_batch=global_batch, **kw)
+        m = micro_batches if micro_batches is not None else (4 * pp if pp > 1 else 1)
+        return cls(num_micro_batches=m, **kw)
+
     def describe(self) -> str:
         """One line: ``dp 8 × tp 8 × pp 1, ZeRO-1, SP, micro-batch 1 × 64 micro-batches × dp 8 =
         global batch 512, ckpt selective, bf16`` (teacher4: the product left out dp)."""

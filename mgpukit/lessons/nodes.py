@@ -25,7 +25,6 @@ import torch
 from mgpukit.costmodel.comm import allreduce_time, link_for_ranks
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.measure.recorder import Recorder, group_ranks
-from mgpukit.runtime.context import current
 from mgpukit.runtime.launcher import launch
 
 
@@ -42,8 +41,7 @@ def predicted_allreduce(nbytes: float, workers: int, profile: str = "h100-ib",
     return allreduce_time(nbytes, workers, link_for_ranks(range(workers), hw))
 
 
-def _allreduce_rank(nbytes: int, probe_bytes: int) -> dict:
-    ctx = current()
+def _allreduce_rank(ctx, nbytes: int, probe_bytes: int) -> dict:
     rec = Recorder(ctx)
     group = ctx.group("dp")
     with rec.untimed():  # the clock's own timestamp exchange; charges the full buffer, moves none
@@ -61,7 +59,8 @@ def emulated_allreduce(nbytes: int = 2**30, workers: int = 8, *, profile: str = 
     """One all-reduce of `nbytes` on `workers` emulated GPUs, `ranks_per_node` to a node,
     beside the cost model's prediction (times in seconds)."""
     hw = placed(profile, ranks_per_node)
-    ranks = launch(_allreduce_rank, workers, nbytes, probe_bytes, mode="emulated", profile=hw, echo=False)
+    ranks = launch(_allreduce_rank, workers, nbytes, probe_bytes, mode="emulated", profile=hw, echo=False,
+                   takes_context=True)
     return {"workers": workers, "ranks_per_node": hw.gpus_per_node,
             "nodes": len({r["node"] for r in ranks}), "bytes": nbytes,
             "emulated_s": max(r["charged_s"] for r in ranks),

@@ -18,7 +18,6 @@ Everything but `emulated_vs_predicted` is closed-form arithmetic (no torch, mill
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import statistics
 import warnings
 
@@ -36,17 +35,13 @@ GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 CHINCHILLA_TOKENS_PER_PARAM = 20  # Hoffmann et al. 2022, "Training Compute-Optimal Large Language Models"
 
 
-def make_layout(*, gpus: int, tp: int = 1, pp: int = 1, global_batch: int = 512, micro_batch: int = 1,
-                zero: int = 0, schedule: str = "1f1b", v: int = 1, checkpointing: str = "none",
-                dtype: str = "bf16", sp: bool | None = None) -> Layout:
-    """A layout on `gpus` GPUs: dp = gpus / (tp · pp), micro-batches from the global batch."""
-    if gpus % (tp * pp):
-        raise LayoutError(f"tp × pp = {tp * pp} does not divide {gpus} GPUs; choose tp and pp whose product does")
-    if schedule != "interleaved":
-        v = 1
-    return Layout.from_global_batch(global_batch=global_batch, dp=gpus // (tp * pp), tp=tp, pp=pp, zero=zero,
-                                    sp=(tp > 1) if sp is None else sp, schedule=schedule, v=v,
-                                    micro_batch=micro_batch, checkpointing=checkpointing, dtype=dtype)
+def make_layout(*, gpus: int, global_batch: int = 512, **asked) -> Layout:
+    """A layout on `gpus` GPUs as the explorer asks it: `Layout.on_gpus` (dp fills the GPUs,
+    micro-batches from the global batch), with a global batch of 512 sequences unless asked; the
+    explorer's v counts only with the interleaved schedule."""
+    if asked.get("schedule") != "interleaved":
+        asked["v"] = 1
+    return Layout.on_gpus(gpus, global_batch=global_batch, **asked)
 
 
 def _change(layout: Layout, n_gpus: int, **kw):
@@ -55,14 +50,10 @@ def _change(layout: Layout, n_gpus: int, **kw):
     fields = {**dataclasses.asdict(layout), **kw}
     fields.pop("num_micro_batches")
     fields.pop("dp")
-    takes = inspect.signature(make_layout).parameters
-    rest = {k: fields.pop(k) for k in list(fields) if k not in takes}  # e.g. tp_overlap, flash_attention
-    if rest.get("cp", 1) != 1:  # the explorer's layouts have no context parallelism
+    if fields["cp"] != 1:  # the explorer's layouts have no context parallelism
         return None
-    rest.pop("cp", None)
     try:
-        return dataclasses.replace(make_layout(gpus=gpus, global_batch=layout.global_batch, **fields),
-                                   **rest), gpus
+        return make_layout(gpus=gpus, global_batch=layout.global_batch, **fields), gpus
     except LayoutError:
         return None
 

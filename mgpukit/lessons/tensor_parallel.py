@@ -20,7 +20,6 @@ from mgpukit.measure.memory import ActivationMeter
 from mgpukit.measure.recorder import Recorder
 from mgpukit.models import GPT, gpt_small, gpt_tiny
 from mgpukit.plots.tensor_parallel import plot_block, plot_tp_scaling  # noqa: F401  (notebook 05: `tpl.plot_…`)
-from mgpukit.runtime.context import current
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.launcher import OversubscribedWarning, launch
 from mgpukit.strategies.tensor_parallel.apply import apply_tp
@@ -56,10 +55,9 @@ def bytes_table(record: dict) -> list[dict]:
 
 # ------------------------------------------------------------ 4. sequence parallelism's memory
 
-def layernorm_saved_bytes(sp: bool, *, batch: int = 4) -> dict:
-    """Inside a launch: bytes the LayerNorms of this rank's split GPT save for backward
+def layernorm_saved_bytes(ctx, sp: bool, *, batch: int = 4) -> dict:
+    """Inside `launch(..., takes_context=True)`: bytes the LayerNorms of this rank's split GPT save for backward
     (`bytes`), and the shape of this rank's logits (`logits_shape`: the vocabulary is split)."""
-    ctx = current()
     model = GPT(gpt_tiny())
     apply_tp(model, ctx, Recorder(ctx), sp=sp)
     meter = ActivationMeter(model.parameters())
@@ -82,7 +80,7 @@ def sequence_parallel_memory(t: int = 2) -> dict:
     """Measured LayerNorm activations per rank, tp vs tp + SP, on `t` CPU workers."""
     out = {}
     for sp in (False, True):
-        ranks = launch(layernorm_saved_bytes, t, sp, dims=ParallelDims(tp=t), echo=False)
+        ranks = launch(layernorm_saved_bytes, t, sp, dims=ParallelDims(tp=t), echo=False, takes_context=True)
         out["tp-sp" if sp else "tp"] = ranks[0]["bytes"]
     return out
 

@@ -94,6 +94,10 @@ class Parts:
     extra: dict = dataclasses.field(default_factory=dict)  # figures for rec.extra
     scaler: Any = None  # fp16's loss scaler (`policies.precision.LossScaler`), else None
     holding: Holding = dataclasses.field(default_factory=Holding)  # for checkpoints (holding.py)
+    # a whole replica's loss of one micro-batch `(x, y)`: the forward, then the loss as the engine
+    # computes it (weighted, fp16-scaled, tp's split vocabulary) — what an exported script's own
+    # loop calls before `loss.backward()`; None for a pipeline's stages and torch's loss_parallel
+    loss_of: Callable | None = None
 
 
 @dataclasses.dataclass(kw_only=True)

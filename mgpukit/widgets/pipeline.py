@@ -37,7 +37,7 @@ def schedule_explorer(*, name: str = "1f1b", p: int = 4, m: int = 8, v: int = 2)
                             layout=widgets.Layout(width="auto"))
     text, out, run_out = widgets.HTML(), widgets.Output(), widgets.Output()
 
-    def current():
+    def chosen():  # what the controls say: (schedule, p, m, v)
         return pick.value, sp.value, sm.value, sv.value if pick.value == "interleaved" else 1
 
     def draw(*_):
@@ -45,14 +45,14 @@ def schedule_explorer(*, name: str = "1f1b", p: int = 4, m: int = 8, v: int = 2)
         # a run drawn for the previous choice must not sit under the new one
         show(run_out, "press the button to run this schedule (emulated) and compare")
         try:
-            args = current()
+            args = chosen()
             text.value = _summary(*args)
             show(out, plot_schedule(*args))
         except ValueError as e:  # e.g. interleaved needs m to be a multiple of p
             text.value = f"<b>can't run this:</b> {e}"
 
     def run_it(*_):
-        s, pp, mm, vv = current()
+        s, pp, mm, vv = chosen()
         show(run_out, f"launching {pp} emulated workers: {s}, m={mm}, v={vv} (equal stages, p2p free)…")
         with errors_shown_in(run_out):
             try:
