@@ -51,3 +51,20 @@ def test_notebook_teaching_cells_are_short_and_assert_free(name):
     assert not [src for src in code if "assert " in src]
     last = "".join(nb["cells"][-1]["source"])
     assert "The course in one page" in last and "Where the code is" in last and "DiLoCo" in json.dumps(nb)
+
+
+def test_frameworks_map_in_the_notebook_is_the_modules():
+    """10 §5 shows the frameworks map as a markdown cell (a 3,000-character table printed by a code
+    cell broke the 1,200-character rule): it must stay the module's table, character for character."""
+    nb = json.loads((ROOT / "notebooks" / "10_beyond.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if c.get("id") == "c18")
+    assert cell["cell_type"] == "markdown"
+    assert "".join(cell["source"]) == syllabus.frameworks_markdown(link_prefix="../")
+
+
+def test_every_claim_has_a_theme():
+    """10 §6 shows the claims one theme per cell: no row may fall outside the themes."""
+    local = [{"H": 8, "bytes_saved": 0.875, "loss_gap": 0.001, "losses": [3.0] * 8}]
+    rows = claims(local_rows=local)
+    themes = syllabus.claims_by_theme(rows)
+    assert "other" not in themes and sum(len(v) for v in themes.values()) == len(rows)

@@ -33,12 +33,9 @@ PENDING: dict[str, str] = {
     "01_data_parallel": "lessA",
     "02_communication": "lessA",
     "03_gradient_compression": "lessA",
-    "05_tensor_parallel": "lessB",
     "06_sharding": "lessB",
     "07_memory_and_precision": "lessB",
     "08_hybrid_3d": "lessB",
-    "09_plan_a_cluster": "lessB",
-    "10_beyond": "lessB",
 }
 
 # ---- justified long cells: notebook stem -> {cell id: why it may be longer}
