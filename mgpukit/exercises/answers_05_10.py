@@ -41,9 +41,10 @@ def _zero2_13b_gb() -> float:
     return sum(model_state_bytes(psi, Layout(dp=32, zero=2, dtype="bf16")).values()) / 1e9
 
 
-def _zero3_volume_ratio() -> float:
-    return (predicted_model_states(1e9, dp=8, zero=3)["comm_bytes"]
-            / predicted_model_states(1e9, dp=8, zero=0)["comm_bytes"])
+def _zero3_volume_gb(zero: int = 3) -> float:
+    """GB each of 16 ranks sends per step for a 1B-parameter fp32 model (the ratio to DDP, 1.5, was
+    on screen in notebook 02 as another ratio: the question asks for the bytes)."""
+    return predicted_model_states(1e9, dp=16, zero=zero)["comm_bytes"] / 1e9
 
 
 def _offload_gb(model: str = "13b", dp: int = 32) -> float:
@@ -52,9 +53,12 @@ def _offload_gb(model: str = "13b", dp: int = 32) -> float:
 
 add("06.zero2", _zero2_13b_gb, hint="2Ψ (weights) + (2 + 12)Ψ / N (gradients and optimizer states sharded)",
     why="only the 16-bit weights stay whole on every GPU under ZeRO-2.")
-add("06.volume", _zero3_volume_ratio,
-    hint="two all-gathers and one reduce-scatter of Ψ, against one all-reduce (= reduce-scatter + all-gather)",
-    why="ZeRO-3 gathers the parameters again for backward: 3 half-all-reduces instead of 2.")
+add("06.volume", _zero3_volume_gb,
+    hint="two all-gathers and one reduce-scatter of the 4-byte parameters, each (n−1)/n of the buffer per rank",
+    why="3 · (15/16) · 4 GB: ZeRO-3 gathers the parameters again for backward — 3 half-all-reduces where DDP's "
+        "all-reduce is 2, so 1.5× DDP's bytes on any number of ranks.",
+    mistakes=((lambda: _zero3_volume_gb(0), "that is DDP's all-reduce (a reduce-scatter and one all-gather): ZeRO-3 "
+               "all-gathers the parameters a second time, for backward."),))
 add("06.offload", _offload_gb,
     hint="the parameter shard in twice (forward, backward) and the gradient shard out once — and the "
          "shards cross as the host holds them, fp32",

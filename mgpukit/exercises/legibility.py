@@ -33,7 +33,6 @@ PENDING: dict[str, str] = {
     "01_data_parallel": "lessA",
     "02_communication": "lessA",
     "03_gradient_compression": "lessA",
-    "06_sharding": "lessB",
     "07_memory_and_precision": "lessB",
     "08_hybrid_3d": "lessB",
 }
