@@ -73,8 +73,12 @@ def _memory(fn, *args, **kw):
     return getattr(memory, fn)(*args, **kw)
 
 
-add("07.model-states", lambda: _memory("model_state_gb", "13b"), rel=0.05, hint="16 bytes per parameter",
-    why="2 (bf16 weights) + 2 (bf16 grads) + 4 (fp32 master) + 8 (Adam m, v) bytes per parameter.")
+add("07.model-states", lambda: _memory("model_state_gb", "13b", optimizer_states=1), rel=0.05,
+    hint="section 1's 16 bytes per parameter, with one fp32 optimizer state where Adam keeps two",
+    why="2 (bf16 weights) + 2 (bf16 grads) + 4 (fp32 master) + 4 (momentum) = 12 bytes per parameter: Adam's "
+        "second moment is the 4 bytes SGD with momentum saves.",
+    mistakes=((lambda: _memory("model_state_gb", "13b"), "that is Adam's 16 bytes per parameter: SGD with momentum "
+               "keeps one fp32 state, not two."),))
 add("07.full-ckpt", lambda: _memory("activations_per_layer_gb", "7b", checkpointing="full"), rel=0.05,
     hint="only the layer's input survives: 2·s·b·h bytes",
     why="everything else is recomputed in backward from that one tensor.")

@@ -78,3 +78,125 @@ def the_prefetch_rule_is_the_comparison(nb: dict) -> str | None:
     by_tokens = {int(number(r[0])): r[3] for r in rows}
     return None if by_tokens.get(4096) == "True" else "a 4,096-token sequence does not clear the bound"
 
+
+# ---- 07 · memory and precision
+@claim("07_memory_and_precision")
+def autocast_keeps_16_bytes_per_parameter(nb: dict) -> str | None:
+    """Section 1: autocast keeps 4 + 4 + 8 bytes per parameter, and the total equals the ZeRO table's."""
+    rows = {r[0]: r[1:] for r in _rows(nb, "states", "bytes")}
+    per = [number(rows[c][2]) for c in ("params", "grads", "optimizer")]
+    if per != [4, 4, 8]:
+        return f"measured bytes per parameter {per}, not 4, 4, 8"
+    total = rows["total"]
+    return None if number(total[0]) == number(total[1]) else f"totals differ: {total}"
+
+
+@claim("07_memory_and_precision")
+def activations_overtake_model_states_past_the_bound(nb: dict) -> str | None:
+    """Section 2's rule: activations overtake a layer's model states exactly when s·b > 96h/17;
+    the cost model agrees on every row, and the rows fall on both sides."""
+    rows = _rows(nb, "overtake", "s·b tokens")
+    verdicts = [(r[3], r[4]) for r in rows]
+    if len(rows) != 4 or any(a != b for a, b in verdicts):
+        return f"rule and cost model disagree: {rows}"
+    return None if {a for a, _ in verdicts} == {"True", "False"} else "every row falls on one side of the bound"
+
+
+@claim("07_memory_and_precision")
+def checkpointing_keeps_less_and_changes_no_number(nb: dict) -> str | None:
+    """Section 3: full checkpointing keeps under half the activations, selective over 95 % here,
+    and all three runs end on the same loss."""
+    rows = {r[0]: r for r in _rows(nb, "checkpointing", "checkpointing")}
+    wrong = []
+    if not number(rows["full"][2]) < 0.5 or not number(rows["selective"][2]) > 0.95:
+        wrong.append(f"kept: full {rows['full'][2]}, selective {rows['selective'][2]}")
+    if len({r[3] for r in rows.values()}) != 1:
+        wrong.append(f"final losses differ: {[r[3] for r in rows.values()]}")
+    return "; ".join(wrong) or None
+
+
+@claim("07_memory_and_precision")
+def recomputing_costs_time_on_the_emulated_clock(nb: dict) -> str | None:
+    """Section 3: on the emulated H100, full checkpointing's step > selective's > none's, and
+    full costs less than the textbook's upper bound of one extra forward + backward (2×)."""
+    x = {r[0]: number(r[2]) for r in _rows(nb, "checkpointing-emulated", "checkpointing")}
+    return None if 2 > x["full"] > x["selective"] > x["none"] == 1 else f"emulated × none: {x}"
+
+
+@claim("07_memory_and_precision")
+def the_scaler_starts_at_2_16(nb: dict) -> str | None:
+    """Section 4: the fp16 loss scaler starts at S = 2¹⁶ (the text says so)."""
+    text = tagged_text(nb, "precision")
+    return None if "started 65,536," in text else f"the scaler line reads {text.splitlines()[-1]!r}"
+
+
+@claim("07_memory_and_precision")
+def bf16_activations_are_more_than_half(nb: dict) -> str | None:
+    """Section 4: bf16 activations are more than half of fp32's (autocast keeps 16-bit weight copies)."""
+    text = tagged_text(nb, "act-dtype")
+    ratio = float(re.search(r"bf16 / fp32 activations: ([\d.]+)", text).group(1))
+    return None if ratio > 0.5 else f"bf16 / fp32 = {ratio}"
+
+
+@claim("07_memory_and_precision")
+def an_overflow_skips_the_step_and_halves_s(nb: dict) -> str | None:
+    """Section 4: started at 2²⁰ the scaler skips steps; each skip halves S; every rank skips the same."""
+    rows = _rows(nb, "hot", "step")
+    hist = [(number(r[1]), r[2] == "True") for r in rows if len(r) == 3]
+    skipped = [i for i, (_, applied) in enumerate(hist) if not applied]
+    if not skipped:
+        return "no step was skipped"
+    if any(hist[i + 1][0] != hist[i][0] / 2 for i in skipped if i + 1 < len(hist)):
+        return f"a skip did not halve S: {hist}"
+    same = re.search(r"history: (\d+) of (\d+)", tagged_text(nb, "hot"))
+    return None if same and same.group(1) == same.group(2) else "the ranks' histories differ"
+
+
+@claim("07_memory_and_precision")
+def size_decides_what_bf16_buys(nb: dict) -> str | None:
+    """Section 4: on the H100 (reference file) the smallest GEMM's bf16 gain is under half of every other's."""
+    rows = _rows(nb, "gemm", "GEMM (m×k)·(k×n)")
+    gains = [float(r[5].rstrip("×")) for r in rows if len(r) == 7]
+    return None if len(gains) >= 2 and min(gains[1:]) > 2 * gains[0] else f"bf16 / fp32 gains {gains}"
+
+
+# ---- 08 · hybrid 3D
+def _times(text: str) -> list[float]:
+    """Every '×1.23' multiple printed in `text`, in order."""
+    return [float(x) for x in re.findall(r"×([\d.]+)", text)]
+
+
+@claim("08_hybrid_3d")
+def tp_all_reduces_are_counted_by_the_picture(nb: dict) -> str | None:
+    """Section 1: each stage's tp all-reduces are 4 per block and micro-batch plus the embedding
+    (stage 0) or the output layer and the loss (stage 1) — the cost model's counts."""
+    pairs = re.findall(r"= (\d+); the cost model: (\d+)", tagged_text(nb, "tp-count"))
+    return None if len(pairs) == 2 and all(a == b for a, b in pairs) else f"formula vs cost model: {pairs}"
+
+
+@claim("08_hybrid_3d")
+def tp_across_nodes_costs_more_than_pp(nb: dict) -> str | None:
+    """Section 4: moving tensor parallelism across nodes (2 → 1 GPU/node) costs more than moving
+    the pipeline (8 → 4), on gpt-tiny and GPT-3 1.3B (predicted, kernels only) and GPT-2 (emulated
+    and predicted)."""
+    wrong = []
+    for name in ("placements", "scale"):
+        pp, tp = _times(tagged_text(nb, name))[:2]
+        if not tp > pp:
+            wrong.append(f"{name}: tp ×{tp} not above pp ×{pp}")
+    pp, tp_emulated, tp_predicted = _times(tagged_text(nb, "gpt2"))[:3]
+    if not (tp_emulated > pp and tp_predicted > pp):
+        wrong.append(f"gpt2: pp ×{pp}, tp ×{tp_emulated} emulated, ×{tp_predicted} predicted")
+    return "; ".join(wrong) or None
+
+
+@claim("08_hybrid_3d")
+def launches_hide_the_links_at_micro_batch_1(nb: dict) -> str | None:
+    """Section 4: with the host's launches, GPT-3 1.3B at micro-batch 1 is launch-bound (over half
+    of every step) and the one-node-to-eight-nodes spread is under half of the kernels-only one."""
+    text = tagged_text(nb, "hosted")
+    hosted, kernels = _times(text)[:2]
+    low = float(re.search(r"issuing kernels is (\d+)%", text).group(1)) / 100
+    if low <= 0.5:
+        return f"issuing kernels is only {low:.0%} of a step"
+    return None if hosted - 1 < (kernels - 1) / 2 else f"launches spread ×{hosted} vs kernels ×{kernels}"

@@ -33,8 +33,6 @@ PENDING: dict[str, str] = {
     "01_data_parallel": "lessA",
     "02_communication": "lessA",
     "03_gradient_compression": "lessA",
-    "07_memory_and_precision": "lessB",
-    "08_hybrid_3d": "lessB",
 }
 
 # ---- justified long cells: notebook stem -> {cell id: why it may be longer}
