@@ -82,7 +82,7 @@ def local_sgd_emulated(H=(1, 4), *, profile: str = "h100-ib", workers: int = 2, 
     return rows
 
 
-def emulated_markdown(rows: list[dict]) -> str:
+def local_sgd_markdown(rows: list[dict]) -> str:
     """`local_sgd_emulated`'s rows as a Markdown table: emulated and predicted step time per H
     (DDP has no emulated column: it is the prediction's baseline)."""
     def us(s):

@@ -19,7 +19,7 @@ from __future__ import annotations
 # Re-exported: notebook 10 calls every study through this module.
 from mgpukit.lessons.claims import claims, claims_by_theme, claims_markdown  # noqa: F401
 from mgpukit.lessons.frameworks import FRAMEWORKS, frameworks_markdown  # noqa: F401
-from mgpukit.lessons.local_sgd import (emulated_markdown, local_sgd_emulated, local_sgd_study,  # noqa: F401
+from mgpukit.lessons.local_sgd import (local_sgd_emulated, local_sgd_markdown, local_sgd_study,  # noqa: F401
                                        one_gpu_per_node, rank_kernel_seconds)
 from mgpukit.lessons.mixed_cluster import mixed_cluster_study, mixed_markdown  # noqa: F401
 from mgpukit.lessons.profiling import profile_run  # noqa: F401
