@@ -52,3 +52,9 @@ def test_the_tp_count_claim_compares_formula_and_cost_model():
             "stage 1: 2 × 4 × 4 + 4 (output layer, backward) + 2 × 4 (vocabulary-parallel loss) = 44; the cost model: 44\n")
     assert c.tp_all_reduces_are_counted_by_the_picture(_nb("tp-count", text.format(36))) is None
     assert c.tp_all_reduces_are_counted_by_the_picture(_nb("tp-count", text.format(40)))
+
+
+def test_the_mesh_claim_reads_every_axis():
+    good = "".join(f"{a}: [[0, 1]]  the kit's groups: True\n" for a in ("tp", "dp", "pp"))
+    assert c.the_mesh_by_hand_is_the_kits(_nb("mesh-by-hand", good)) is None
+    assert c.the_mesh_by_hand_is_the_kits(_nb("mesh-by-hand", good.replace("True", "False", 1)))

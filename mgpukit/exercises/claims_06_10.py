@@ -200,3 +200,11 @@ def launches_hide_the_links_at_micro_batch_1(nb: dict) -> str | None:
     if low <= 0.5:
         return f"issuing kernels is only {low:.0%} of a step"
     return None if hosted - 1 < (kernels - 1) / 2 else f"launches spread ×{hosted} vs kernels ×{kernels}"
+
+
+@claim("08_hybrid_3d")
+def the_mesh_by_hand_is_the_kits(nb: dict) -> str | None:
+    """Section 1: slicing one (pp, dp, tp) tensor of ranks gives the kit's groups on every axis."""
+    lines = [line for line in tagged_text(nb, "mesh-by-hand").splitlines() if line.strip()]
+    return None if len(lines) == 3 and all(line.endswith("the kit's groups: True") for line in lines) else \
+        f"the slices differ: {lines}"
