@@ -30,8 +30,12 @@ def test_mixed_pair_pays_but_barely():
 def test_local_sgd_claim_says_how_few_steps():
     """10 §6: a +0.1 % loss after 8 steps is no evidence of stability, and the row says so."""
     local = [{"H": 8, "bytes_saved": 0.875, "loss_gap": 0.001, "losses": [3.0] * 8}]
-    row = next(r for r in claims(local_rows=local) if r["claim"].startswith("communication volume"))
+    rows = claims(local_rows=local)
+    row = next(r for r in rows if r["claim"].startswith("communication volume"))
     assert "after 8 steps (too few to speak of stability)" in row["kit"]
+    # 10 §6 shows the claims one theme per cell: no row may fall outside the themes
+    themes = syllabus.claims_by_theme(rows)
+    assert "other" not in themes and sum(len(v) for v in themes.values()) == len(rows)
 
 
 def test_spot_figure_draws_each_discount_twice():
@@ -51,3 +55,12 @@ def test_notebook_teaching_cells_are_short_and_assert_free(name):
     assert not [src for src in code if "assert " in src]
     last = "".join(nb["cells"][-1]["source"])
     assert "The course in one page" in last and "Where the code is" in last and "DiLoCo" in json.dumps(nb)
+
+
+def test_frameworks_map_in_the_notebook_is_the_modules():
+    """10 §5 shows the frameworks map as a markdown cell (a 3,000-character table printed by a code
+    cell broke the 1,200-character rule): it must stay the module's table, character for character."""
+    nb = json.loads((ROOT / "notebooks" / "10_beyond.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if c.get("id") == "c18")
+    assert cell["cell_type"] == "markdown"
+    assert "".join(cell["source"]) == syllabus.frameworks_markdown(links=False)

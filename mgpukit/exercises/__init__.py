@@ -31,6 +31,7 @@ from mgpukit.exercises import answers_00_04, answers_05_10, answers_11  # noqa: 
 # and the notebooks' claims register with `claims` (checked on the executed notebooks by nbmake)
 from mgpukit.exercises import claims_00_04  # noqa: F401
 from mgpukit.exercises import claims_02_03  # noqa: F401
+from mgpukit.exercises import claims_06_10  # noqa: F401
 
 _MISSING = object()
 

@@ -30,12 +30,6 @@ MAX_PRINTED_LINES = 16
 
 # ---- the notebooks whose checks are not switched on yet (notebook stem -> who rewrites it)
 PENDING: dict[str, str] = {
-    "05_tensor_parallel": "lessB",
-    "06_sharding": "lessB",
-    "07_memory_and_precision": "lessB",
-    "08_hybrid_3d": "lessB",
-    "09_plan_a_cluster": "lessB",
-    "10_beyond": "lessB",
 }
 
 # ---- justified long cells: notebook stem -> {cell id: why it may be longer}

@@ -149,3 +149,19 @@ def claims_markdown(rows: list[dict]) -> str:
     """:func:`claims`' rows as a table: the claim, the kit's figure (and its kind), the verdict."""
     return markdown_table(["the articles' claim", "the kit's figure", "verdict"],
                           [[r["claim"], f"*{r['kind']}*: {r['kit']}", r["verdict"]] for r in rows])
+
+
+THEMES = (("scaling", ("scaling efficiency", "larger batch")),
+          ("the network", ("data parallelism over PCIe", "NVLink gives", "2 GPUs give")),
+          ("GPU-hours", ("a 7b model takes", "a 70b model takes")),
+          ("GPUs a 70B model needs", ("a 70B model needs",)),
+          ("paying less: spot instances, fewer bytes", ("spot instances", "communication volume")))
+""":func:`claims`' rows by theme, one short table each (notebook 10 shows a table per cell)."""
+
+
+def claims_by_theme(rows: list[dict]) -> dict[str, list[dict]]:
+    """theme -> its rows of :func:`claims`, in `THEMES`' order; a row no theme names goes under
+    "other" (so none is dropped)."""
+    out = {name: [r for r in rows if r["claim"].startswith(starts)] for name, starts in THEMES}
+    other = [r for r in rows if not any(r in v for v in out.values())]
+    return {**out, **({"other": other} if other else {})}

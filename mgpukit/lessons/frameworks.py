@@ -38,10 +38,13 @@ FRAMEWORKS = [
 ]
 
 
-def frameworks_markdown(link_prefix: str = "") -> str:
-    """The map as a Markdown table (the README carries the same table)."""
+def frameworks_markdown(link_prefix: str = "", *, links: bool = True) -> str:
+    """The map as a Markdown table (the README carries the same table). ``links=False`` names the
+    notebook and the module as plain text (`notebooks/10_beyond.ipynb` shows it in a markdown cell,
+    where a path is read from the repository's root)."""
     lines = ["| system | what it is | here | notebook | module |", "|---|---|---|---|---|"]
     for name, what, here, nb, module in FRAMEWORKS:
-        lines.append(f"| {name} | {what} | {here} | [{nb}]({link_prefix}notebooks/{nb}.ipynb) | "
-                     f"[`{module}`]({link_prefix}{module}) |")
+        where = (f"[{nb}]({link_prefix}notebooks/{nb}.ipynb) | [`{module}`]({link_prefix}{module})" if links
+                 else f"{nb} | `{module}`")
+        lines.append(f"| {name} | {what} | {here} | {where} |")
     return "\n".join(lines)

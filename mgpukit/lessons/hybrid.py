@@ -14,6 +14,7 @@ import warnings
 from mgpukit.costmodel.comm import link_for_ranks
 from mgpukit.costmodel.hardware import HardwareProfile, load_profile
 from mgpukit.costmodel.layout import Layout
+from mgpukit.lessons.tables import markdown_table
 from mgpukit.prepare import prepare
 from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.nodes import NodeLayout, NodeLayoutWarning
@@ -175,3 +176,23 @@ def busy_by_rank(record: dict, step: int = 1) -> dict[int, dict[str, float]]:
     return out
 
 
+
+
+def placements_markdown(rows: list[dict], *, unit: str = "µs", comm: bool = False) -> str:
+    """`node_placements` / `predicted_at_scale` rows as a Markdown table: GPUs per node, the axes
+    that cross nodes, the predicted step (and its multiple of the first row's), the emulated step
+    where one ran ("—" elsewhere); ``comm`` adds the predicted tp, pp and dp communication."""
+    scale = {"µs": 1e6, "ms": 1e3}[unit]
+    base = rows[0]["predicted_s"]
+    header = ["GPU/node", "across nodes", f"predicted {unit}", "× first row", f"emulated {unit}", "predicted / emulated"]
+    header += [f"tp comm {unit}", f"pp comm {unit}", f"dp comm {unit}"] if comm else []
+    body = []
+    for r in rows:
+        emu = r.get("emulated_s")
+        cells = [r["gpus_per_node"], ", ".join(r["across_nodes"]) or "none", f"{r['predicted_s'] * scale:.2f}",
+                 f"{r['predicted_s'] / base:.2f}×", f"{emu * scale:.2f}" if emu else "—",
+                 f"{r['predicted_s'] / emu:.2f}" if emu else "—"]
+        if comm:
+            cells += [f"{r['predicted'][k] * scale:.2f}" for k in ("comm_tp_s", "comm_pp_s", "comm_dp_s")]
+        body.append(cells)
+    return markdown_table(header, body)

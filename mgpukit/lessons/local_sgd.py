@@ -16,6 +16,7 @@ from mgpukit.costmodel.comm import allreduce_time, link_for_ranks
 from mgpukit.costmodel.gpt_step import ddp_step_time
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.experiment import run
+from mgpukit.lessons.tables import markdown_table
 
 
 def _bytes(rec) -> float:
@@ -79,6 +80,16 @@ def local_sgd_emulated(H=(1, 4), *, profile: str = "h100-ib", workers: int = 2, 
         r["link"] = f"inter-node α={link.alpha * 1e6:.0f} µs, β={link.beta / 1e9:.0f} GB/s"
         r["average_s"], r["local_s"] = average, local
     return rows
+
+
+def local_sgd_markdown(rows: list[dict]) -> str:
+    """`local_sgd_emulated`'s rows as a Markdown table: emulated and predicted step time per H
+    (DDP has no emulated column: it is the prediction's baseline)."""
+    def us(s):
+        return "—" if s is None else f"{s * 1e6:.1f} µs"
+    body = [[r["H"], us(r["emulated_s"]), us(r["predicted_s"]),
+             "—" if r["emulated_s"] is None else f"{r['emulated_s'] / r['predicted_s']:.3f}"] for r in rows]
+    return markdown_table(["H", "emulated step", "predicted step", "emulated / predicted"], body)
 
 
 def rank_kernel_seconds(record: dict) -> list[float]:

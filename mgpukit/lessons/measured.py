@@ -19,7 +19,7 @@ from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.kernels import at_sustained_power, attention_seconds, gemm_seconds
 
 H100_REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference" / "h100-2026-11-26.json"
-LABEL = "measured on an H100 80GB HBM3, 2026-11-26"
+LABEL = "measured on an H100 80GB HBM3, 2026-11-26, reference file (not a run made now)"
 _DTYPE = {"bfloat16": "bf16", "float32": "fp32"}
 
 
@@ -40,6 +40,23 @@ def gemm_rows(profile: str = "h100-nvlink", *, reference: dict | None = None) ->
     TFLOP/s beside the profile's prediction for the same shape."""
     ref, prof = reference or load_h100(), load_profile(profile)
     return [_gemm_row(g, _DTYPE[g["dtype"]], prof) for g in ref["gemm"]]
+
+
+def bf16_speedup_rows(gemms: list[dict]) -> list[dict]:
+    """`gemm_rows` paired by shape: bf16 and fp32 TFLOP/s, measured and predicted, and bf16's
+    speed over fp32's, smallest GEMM first (notebook 07: size decides what 16 bits buy)."""
+    by_shape: dict[tuple, dict] = {}
+    for g in gemms:
+        by_shape.setdefault((g["m"], g["n"], g["k"]), {})[g["dtype"]] = g
+    rows = []
+    for (m, n, k), d in sorted(by_shape.items(), key=lambda kv: kv[0][0] * kv[0][1] * kv[0][2]):
+        b, f = d["bf16"], d["fp32"]
+        rows.append({"shape": f"{m}×{k}·{k}×{n}", "flops": 2 * m * n * k,
+                     "bf16": b["measured_tflops"], "bf16_predicted": b["predicted_tflops"],
+                     "fp32": f["measured_tflops"], "fp32_predicted": f["predicted_tflops"],
+                     "ratio": b["measured_tflops"] / f["measured_tflops"],
+                     "ratio_predicted": b["predicted_tflops"] / f["predicted_tflops"]})
+    return rows
 
 
 def llama_tp8_layer(model: str, profile: str = "h100-nvlink", *, reference: dict | None = None) -> dict:

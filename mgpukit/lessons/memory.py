@@ -134,9 +134,11 @@ def smallest_zero_stage_that_fits(model: str, gpus: int, *, profile: str = "h100
     return None
 
 
-def model_state_gb(model: str, *, dtype: str = "bf16") -> float:
-    """Exercise answer: GB of params + grads + Adam state of `model` on one GPU, no sharding."""
-    return sum(model_state_bytes(param_count(get_shape(model)), Layout(dtype=dtype)).values()) / 1e9
+def model_state_gb(model: str, *, dtype: str = "bf16", optimizer_states: int = 2) -> float:
+    """Exercise answer: GB of params + grads + optimizer state of `model` on one GPU, no sharding
+    (`optimizer_states` fp32 tensors per parameter: 2 for Adam, 1 for SGD with momentum)."""
+    return sum(model_state_bytes(param_count(get_shape(model)), Layout(dtype=dtype),
+                                 optimizer_states=optimizer_states).values()) / 1e9
 
 
 def activations_per_layer_gb(model: str, *, checkpointing: str, micro_batch: int = 1) -> float:

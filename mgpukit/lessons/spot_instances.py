@@ -17,6 +17,7 @@ from pathlib import Path
 from mgpukit.costmodel import spot
 import mgpukit.experiment as ex
 from mgpukit.experiment import run
+from mgpukit.lessons.tables import markdown_table
 from mgpukit.runtime.failures import WorkerError
 
 
@@ -103,3 +104,15 @@ def max_rate_holding(grid: list[dict], discount: float, floor: float = 0.6) -> f
     ok = [r["preemptions_per_hour"] for r in best_savings(grid) if r["discount"] == discount and r["savings"] >= floor]
     return max(ok) if ok else None
 
+
+
+def holding_markdown(grid: list[dict], floor: float = 0.6) -> str:
+    """Per discount of the grid: the highest preemption rate that still saves >= `floor` at the
+    best checkpoint interval ("none" when no rate does), and the best savings at all (predicted)."""
+    best = best_savings(grid)
+    rows = []
+    for d in sorted({r["discount"] for r in grid}):
+        rate = max_rate_holding(grid, d, floor)
+        rows.append([f"{d:.0%}", "none" if rate is None else f"{rate:g}/h",
+                     f"{max(r['savings'] for r in best if r['discount'] == d):.1%}"])
+    return markdown_table(["discount", f"highest rate saving ≥ {floor:.0%}", "best savings"], rows)

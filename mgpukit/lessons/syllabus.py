@@ -17,11 +17,11 @@ This module only gathers them (``syllabus.local_sgd_study(...)``, ``syllabus.SPO
 from __future__ import annotations
 
 # Re-exported: notebook 10 calls every study through this module.
-from mgpukit.lessons.claims import claims, claims_markdown  # noqa: F401
+from mgpukit.lessons.claims import claims, claims_by_theme, claims_markdown  # noqa: F401
 from mgpukit.lessons.frameworks import FRAMEWORKS, frameworks_markdown  # noqa: F401
-from mgpukit.lessons.local_sgd import (local_sgd_emulated, local_sgd_study,  # noqa: F401
+from mgpukit.lessons.local_sgd import (local_sgd_emulated, local_sgd_markdown, local_sgd_study,  # noqa: F401
                                        one_gpu_per_node, rank_kernel_seconds)
 from mgpukit.lessons.mixed_cluster import mixed_cluster_study, mixed_markdown  # noqa: F401
 from mgpukit.lessons.profiling import profile_run  # noqa: F401
-from mgpukit.lessons.spot_instances import (SPOT, best_savings, max_rate_holding, preempted_run,  # noqa: F401
-                                            spot_verdicts)
+from mgpukit.lessons.spot_instances import (SPOT, best_savings, holding_markdown, max_rate_holding,  # noqa: F401
+                                            preempted_run, spot_verdicts)
