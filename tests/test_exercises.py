@@ -141,7 +141,7 @@ def test_the_broken_mystery_variant_misses_parity_and_sends_what_its_suspect_sen
 def test_00s_quiz_explanation_does_not_size_01s_bug():
     """Issue 35: 00.debug's explanation said skipping the token embedding leaves out 16 KiB — which was
     exactly 01's broken variant (Q5) and its never-synced size (Q6: 4,096 = 16 KiB / 4 B)."""
-    from mgpukit.exercises import get
+    from mgpukit.exercises import get_exercise as get
     from mgpukit.exercises.debugging import unsynced_numel
     from mgpukit.exercises.suspects import ANSWERS, SUSPECTS, _full
     gap = _full() - SUSPECTS["01"][ANSWERS["01"] - 1].sends()

@@ -42,9 +42,10 @@ def _zero2_13b_gb() -> float:
 
 
 def _zero3_volume_gb(zero: int = 3) -> float:
-    """GB each of 16 ranks sends per step for a 1B-parameter fp32 model (the ratio to DDP, 1.5, was
-    on screen in notebook 02 as another ratio: the question asks for the bytes)."""
-    return predicted_model_states(1e9, dp=16, zero=zero)["comm_bytes"] / 1e9
+    """GB each of 16 ranks sends per step for a 2B-parameter fp32 model (the ratio to DDP, 1.5, was
+    on screen in notebook 02 as another ratio, and a 1B model's 11.25 GB in notebook 01 as a link's
+    GB/s: the question asks for the bytes of a 2B model)."""
+    return predicted_model_states(2e9, dp=16, zero=zero)["comm_bytes"] / 1e9
 
 
 def _offload_gb(model: str = "13b", dp: int = 32) -> float:
@@ -55,7 +56,7 @@ add("06.zero2", _zero2_13b_gb, hint="2Ψ (weights) + (2 + 12)Ψ / N (gradients a
     why="only the 16-bit weights stay whole on every GPU under ZeRO-2.")
 add("06.volume", _zero3_volume_gb,
     hint="two all-gathers and one reduce-scatter of the 4-byte parameters, each (n−1)/n of the buffer per rank",
-    why="3 · (15/16) · 4 GB: ZeRO-3 gathers the parameters again for backward — 3 half-all-reduces where DDP's "
+    why="3 · (15/16) · 8 GB: ZeRO-3 gathers the parameters again for backward — 3 half-all-reduces where DDP's "
         "all-reduce is 2, so 1.5× DDP's bytes on any number of ranks.",
     mistakes=((lambda: _zero3_volume_gb(0), "that is DDP's all-reduce (a reduce-scatter and one all-gather): ZeRO-3 "
                "all-gathers the parameters a second time, for backward."),))

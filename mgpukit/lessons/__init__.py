@@ -52,7 +52,7 @@ from mgpukit.costmodel.comm import bus_factor  # 00
 from mgpukit.costmodel.gpt_step import ddp_step_time, pipeline_step_time  # 01, 03, 04
 from mgpukit.costmodel.hardware import Link, load_profile  # 01-04, 09
 from mgpukit.costmodel.layout import Layout  # 06, 07
-from mgpukit.costmodel.memory import model_state_bytes, offload_traffic_bytes  # 06, 07
+from mgpukit.costmodel.memory import activation_bytes_per_layer, model_state_bytes, offload_traffic_bytes  # 06, 07
 from mgpukit.costmodel.schedules import build_schedule, describe  # 04
 from mgpukit.costmodel.shapes import get_shape, list_shapes, param_count  # 01, 02, 06, 07, 09
 from mgpukit.costmodel.simulate import bubble_formula  # 04
@@ -60,7 +60,7 @@ from mgpukit.costmodel.validation import KNOWN_GAPS, error_bar, format_validatio
 from mgpukit.costmodel.training_cost import format_duration, format_money, six_nd, time_to_train  # 09
 from mgpukit.measure.bounds import check_larger_job, show_flags  # measured figures vs physical bounds
 from mgpukit.measure.idle import predicted_from_costs  # 04
-from mgpukit.measure.spread import format_spread, median_step  # a measured step: median with its spread
+from mgpukit.measure.spread import beyond_spread, format_spread, median_step  # a measured step: median with its spread
 from mgpukit.measure.recorder import Recorder  # 02
 from mgpukit.models import gpt_tiny  # 08
 from mgpukit.runtime.hardware import default_mode, default_workers, env_info  # 00
@@ -72,7 +72,7 @@ from mgpukit.strategies.data_parallel.theory import dp_theory, predicted_speedup
 from mgpukit.strategies.sharding.theory import predicted_model_states  # 06
 from mgpukit.training.building import count_params  # 08
 
-__all__ = ["launch_bound_study", "held_against_real_gpus", "h100_measured_step", "gradient_tensors", "fastest_split", "run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
+__all__ = ["activation_bytes_per_layer", "beyond_spread", "launch_bound_study", "held_against_real_gpus", "h100_measured_step", "gradient_tensors", "fastest_split", "run_compressed", "fp32_reference", "compare_strategies", "scaling_records",
            "lr_scaling_study", "warm_parent", "run_lab", "tensor_parallel", "sharding_study",
            "step_time_ratio", "model_state_table", "offload_trade", "syllabus", "stragglers",
            "METHOD_OF", "breakeven_label", "step_time_curves",
