@@ -12,9 +12,14 @@ WORKERS ?=
 NB_TIMEOUT ?= 120
 # parallel test workers (pytest-xdist): 0 runs the tests in this process alone (the default: on
 # 2 cores two workers measured no faster, 89 vs 90 s, and wall-clock tests share the cores);
-# JOBS=auto gives one worker per core on a bigger machine. The notebooks always run in one
-# session: the cross-notebook leak check reads every earlier notebook's outputs.
+# JOBS=auto gives one worker per core on a bigger machine. Measured again after the cuts of
+# 2026-12-07 (test_launch + test_data_parallel, load ~25 on 2 cores, back to back): -n 0 215 s
+# wall / 36 s CPU, -n 2 221 s / 56 s (each worker imports torch and the kit again). With workers,
+# `--dist loadfile` keeps a file's tests on one worker, so a module-scoped shared run (the
+# sharding records, the saved checkpoint) is made once, not once per worker. The notebooks
+# always run in one session: the cross-notebook leak check reads every earlier notebook's outputs.
 JOBS ?= 0
+DIST := --dist loadfile
 
 .PHONY: install demo test test-fast test-unit test-notebooks test-browser test-gpu lab bench clean
 
@@ -33,7 +38,7 @@ demo: $(STAMP)
 
 ## Every test, fast and slow, then every notebook top to bottom (nbmake); on $(JOBS) workers
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(JOBS) --durations=20 tests
+	$(BIN)/python -m pytest -q -n $(JOBS) $(DIST) --durations=20 tests
 	$(BIN)/python -m pytest -q -n 0 --durations=12 --nbmake --nbmake-timeout=$(NB_TIMEOUT) notebooks/
 
 ## The edit-test loop: the fast unit tests alone (no workers launched; < 2 min on 2 cores)
@@ -41,7 +46,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" --durations=10 tests
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(JOBS) --durations=20 tests
+	$(BIN)/python -m pytest -q -n $(JOBS) $(DIST) --durations=20 tests
 
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q -n 0 --durations=12 --nbmake --nbmake-timeout=$(NB_TIMEOUT) notebooks/

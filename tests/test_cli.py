@@ -73,24 +73,49 @@ BAD_INPUTS = [
 ]
 
 
+# Through the real console entry point (a fresh interpreter: ~3 CPU-seconds each), one case per
+# way a mistake reaches it: a run refused by `prepare`, a flag argparse refuses, a file the
+# planner cannot read, an unknown benchmark, no command at all. The others run `main` in this
+# process, with the same assertions (and `tests/test_bad_input.py` holds the whole table).
+CONSOLE = {"run ddp --workers 3", "run ddp --steps x", "plan --profile {bad_toml}", "bench nope", ""}
+
+
 def _cli(argv, **kw):
     return subprocess.run([sys.executable, "-m", "mgpukit.cli", *argv], capture_output=True,
                           text=True, timeout=300, **kw)
 
 
+def _in_process(argv, capsys, monkeypatch):
+    from mgpukit.runtime import launcher
+
+    monkeypatch.setattr(launcher, "_run", lambda *a, **k: pytest.fail("launched although the input was bad"))
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse refuses from inside the parser
+        code = e.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, out.out, out.err)
+
+
 @pytest.mark.parametrize("argv, cause", BAD_INPUTS, ids=lambda x: " ".join(x) if isinstance(x, list) else "")
-def test_a_bad_input_is_one_line_and_exit_code_2(argv, cause, tmp_path):
-    """Method: run the real console entry point in a subprocess; a mistake in what was asked must
-    come back as exactly one stderr line `mgpukit: error: ...` naming the cause — no traceback,
-    no warnings — and exit code 2."""
+def test_a_bad_input_is_one_line_and_exit_code_2(argv, cause, tmp_path, capsys, monkeypatch):
+    """Method: run the real console entry point in a subprocess (the `CONSOLE` cases; the rest
+    through `main` in this process); a mistake in what was asked must come back as exactly one
+    stderr line `mgpukit: error: ...` naming the cause — no traceback, no warnings — and exit
+    code 2."""
     bad = tmp_path / "bad.toml"
     bad.write_text("name = [\n")  # not TOML: the error must name the file
-    proc = _cli([a.format(bad_toml=bad) for a in argv])
+    args = [a.format(bad_toml=bad) for a in argv]
+    proc = _cli(args) if " ".join(argv) in CONSOLE else _in_process(args, capsys, monkeypatch)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("mgpukit: error: ") and cause in lines[0], lines[0]
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_the_console_cases_are_in_the_table():
+    assert CONSOLE <= {" ".join(argv) for argv, _ in BAD_INPUTS}
 
 
 @pytest.mark.parametrize("where", ["before", "after"])
