@@ -12,10 +12,10 @@ from mgpukit.costmodel.shapes import get_shape, shape_from_dict, shape_to_dict
 from mgpukit.costmodel.training_cost import check_price, token_budget
 
 SIZE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "gated_mlp", "norm", "positions",
-              "tied_embeddings", "bias", "dropout")
+              "tied_embeddings", "bias", "dropout", "experts", "top_k", "expert_ffn", "capacity_factor")
 
-_POSITIVE = ("gpus", "dp", "tp", "pp", "cp", "v", "micro_batch", "global_batch", "micro_batches", "top",
-             "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
+_POSITIVE = ("gpus", "dp", "tp", "pp", "cp", "ep", "v", "micro_batch", "global_batch", "micro_batches", "top",
+             "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "experts", "top_k", "expert_ffn")
 # Beyond any cluster (the largest runs use ~10^5 GPUs) and far below where Python's integers stop
 # fitting the C doubles and sizes the arithmetic needs: refused in one line instead of an
 # OverflowError or a search that never ends.
@@ -48,11 +48,12 @@ def shape_from_args(args):
 
 
 def layout_from_args(args) -> Layout:
-    tp, pp, cp = args.tp or 1, args.pp or 1, getattr(args, "cp", 1)
-    if args.dp is None and args.gpus % (tp * pp * cp):
-        what = "tp × pp × cp" if cp > 1 else "tp × pp"
-        raise ValueError(f"{what} = {tp * pp * cp} does not divide --gpus {args.gpus}; choose degrees whose product does")
-    dp = args.dp if args.dp is not None else args.gpus // (tp * pp * cp)
+    tp, pp, cp, ep = args.tp or 1, args.pp or 1, getattr(args, "cp", 1), getattr(args, "ep", 1)
+    if args.dp is None and args.gpus % (tp * pp * cp * ep):
+        what = "tp × pp" + (" × cp" if cp > 1 else "") + (" × ep" if ep > 1 else "")
+        raise ValueError(f"{what} = {tp * pp * cp * ep} does not divide --gpus {args.gpus}; choose degrees whose "
+                         f"product does")
+    dp = args.dp if args.dp is not None else args.gpus // (tp * pp * cp * ep)
     v = args.v if args.v is not None else (2 if args.schedule == "interleaved" else 1)
     stage_layers = getattr(args, "stage_layers", None)
     if stage_layers is not None:
@@ -61,7 +62,7 @@ def layout_from_args(args) -> Layout:
         except ValueError:
             raise ValueError(f"--stage-layers {stage_layers!r}: give whole numbers separated by commas, "
                              f"one per stage (e.g. 7,9,9,7)") from None
-    kw = dict(dp=dp, tp=tp, pp=pp, cp=cp, zero=args.zero, sp=(tp > 1) if args.sp is None else args.sp,
+    kw = dict(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=args.zero, sp=(tp > 1) if args.sp is None else args.sp,
               schedule=args.schedule, v=v, micro_batch=args.micro_batch, checkpointing=args.ckpt, dtype=args.dtype,
               stage_layers=stage_layers, tp_overlap=getattr(args, "tp_overlap", False),
               flash_attention=getattr(args, "flash", True))
@@ -83,7 +84,7 @@ def check_positive(args) -> None:
 
 # the layout flags --search chooses itself, with the value that means "not given" (--tp and --pp
 # are not among them: with --search they keep only that degree)
-_SEARCHED = {"dp": None, "cp": 1, "v": None, "micro_batches": None, "stage_layers": None}
+_SEARCHED = {"dp": None, "cp": 1, "ep": 1, "v": None, "micro_batches": None, "stage_layers": None}
 
 
 def check_search_args(args) -> None:

@@ -30,8 +30,6 @@ other as gradient accumulation when ``pp == 1``).
 from __future__ import annotations
 
 import math
-
-import math
 from dataclasses import dataclass
 
 from mgpukit.costmodel.actions import SCHEDULES
@@ -139,11 +137,15 @@ class Layout:
 
     @classmethod
     def from_global_batch(cls, *, global_batch: int, dp: int = 1, micro_batch: int = 1, **kw) -> "Layout":
-        """A layout whose ``num_micro_batches`` makes ``dp · micro_batch · m == global_batch``."""
-        per_replica = dp * micro_batch
+        """A layout whose ``num_micro_batches`` makes ``dp · ep · micro_batch · m == global_batch``
+        (the ep ranks read their own sequences)."""
+        ep = kw.get("ep", 1)
+        per_replica = dp * ep * micro_batch
         if global_batch % per_replica:
+            what, of = ("dp × ep × micro_batch", f"{dp} × {ep} × {micro_batch}") if ep > 1 else \
+                ("dp × micro_batch", f"{dp} × {micro_batch}")
             raise LayoutError(
-                f"global batch {global_batch} is not a multiple of dp × micro_batch = {dp} × {micro_batch}; "
+                f"global batch {global_batch} is not a multiple of {what} = {of}; "
                 f"choose a global batch that is (e.g. {max(1, round(global_batch / per_replica)) * per_replica})"
             )
         return cls(dp=dp, micro_batch=micro_batch, num_micro_batches=global_batch // per_replica, **kw)
@@ -175,12 +177,21 @@ class Layout:
 def check_layout(shape, layout: Layout, *, gpus: int | None = None) -> None:
     """Refuse a layout that cannot run ``shape`` on ``gpus`` GPUs, saying what to change."""
     if gpus is not None and layout.world_size != gpus:
-        rest = layout.tp * layout.pp * layout.cp
+        rest = layout.tp * layout.pp * layout.cp * layout.ep
         cp, cpv = (" × cp", f" × {layout.cp}") if layout.cp > 1 else ("", "")
+        if layout.ep > 1:
+            cp, cpv = cp + " × ep", cpv + f" × {layout.ep}"
         hint = (f"use dp = {gpus // rest}" if gpus % rest == 0
                 else f"pick tp × pp{cp} dividing {gpus} (tp × pp{cp} = {rest} does not)")
         raise LayoutError(f"dp{cp} × tp × pp = {layout.dp}{cpv} × {layout.tp} × {layout.pp} = {layout.world_size}, "
                           f"but there are {gpus} GPUs; {hint}")
+    if layout.ep > 1 and shape.n_expert == 1:
+        raise LayoutError(f"ep={layout.ep} splits a model's experts, but {shape.name} has none (one dense MLP per "
+                          f"block); use ep 1, or a mixture of experts (--experts E --top-k K, or a model file "
+                          f"with experts)")
+    if shape.n_expert % layout.ep:
+        raise LayoutError(f"ep={layout.ep} must divide the experts ({shape.n_expert}) so each rank holds whole "
+                          f"experts; choose ep in {divisors(shape.n_expert)}")
     if shape.seq_len % layout.cp:
         raise LayoutError(f"cp={layout.cp} must divide seq_len={shape.seq_len} so each rank holds an equal "
                           f"slice of every sequence; choose cp in {divisors(shape.seq_len)[:8]}")

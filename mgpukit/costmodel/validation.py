@@ -337,6 +337,8 @@ def _features(layout: Layout) -> set[str]:
         out.add("ZeRO-3")
     if layout.cp > 1:
         out.add("context parallelism")
+    if layout.ep > 1:
+        out.add("expert parallelism")
     if layout.tp_overlap:
         out.add("tp overlap")
     return out
@@ -388,3 +390,21 @@ def validation_report(rows=None) -> dict:
     by_generation = {f"{k} on {p}": asdict(error_bar(k, p)) for k in list_frameworks() for p in ("a100-nvlink", "h100-ib")}
     return {"predicted": True, "rows": rows, "error_bars": {k: asdict(v) for k, v in error_bars().items()},
             "error_bars_by_generation": by_generation, "memory_bar": asdict(memory_error_bar())}
+
+
+NO_PUBLISHED = {"moe": "MoE", "cp": "long-context (cp)"}
+
+
+@lru_cache(maxsize=None)
+def without_published(eb: ErrorBar, kinds: tuple[str, ...]) -> ErrorBar:
+    """``eb`` for a plan of a kind no run in the table is (``kinds``: "moe" — a mixture of experts —,
+    "cp" — context parallelism): none of the published runs above trained a MoE or split a sequence,
+    so the dense band is applied and widened by the spread of the mean errors across (framework, GPU
+    generation) groups — the same ``s_b`` a generation with no run of its framework gets — and says so.
+    A published MoE or long-context run with its layout and throughput would replace this."""
+    between = bands.between_sd([statistics.fmean(v) for v in _groups(validation_table()).values()])
+    what = " or ".join(NO_PUBLISHED[k] for k in kinds)
+    return ErrorBar(low=eb.low - between, high=eb.high + between, rows=eb.rows, kind=eb.kind,
+                    generation=eb.generation, runs=eb.runs, observed=eb.observed, of=eb.of, plus=eb.plus,
+                    how=eb.how + f"; no published {what} run yet behind this error bar: the dense band is "
+                                 f"applied and widened by ±{between:.0%}")
