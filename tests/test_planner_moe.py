@@ -39,6 +39,10 @@ def test_a_moe_shape_holds_every_expert_and_a_token_runs_top_k():
     mixtral = get_shape("mixtral-8x7b")
     assert param_count(mixtral) == pytest.approx(46.7e9, abs=0.05e9)
     assert active_param_count(mixtral) == pytest.approx(12.9e9, abs=0.05e9)
+    # Mixtral 8x22B: "141B parameters, 39B active" (Mistral AI, "Cheaper, Better, Faster, Stronger", 2024-04-17)
+    big = get_shape("mixtral-8x22b")
+    assert param_count(big) == pytest.approx(141e9, abs=0.5e9)
+    assert active_param_count(big) == pytest.approx(39e9, abs=0.5e9)
 
 
 def test_the_kits_gpt_moe_has_the_parameters_the_shape_counts():
