@@ -150,3 +150,15 @@ def test_the_search_tries_ep_for_a_moe_only_and_cp_for_long_sequences():
     assert {lay.cp for lay in candidate_layouts(long, 64, H100, global_batch=64)} == {1, 2, 4, 8}
     plans = search(mixtral, 64, H100, global_batch=256, top=10)
     assert plans and all(pl.fits for pl in plans) and any(pl.layout.ep > 1 for pl in plans)
+
+
+@pytest.mark.parametrize("schedule, v", [("1f1b", 1), ("interleaved", 8)])
+def test_megatron_cores_mixtral_mapping_is_predicted_near_its_published_468_tflops(schedule, v):
+    """A consistency check, not a validation row (`validation.without_published`): Megatron-Core's
+    MoE README gives 468 TFLOP/s per GPU for Mixtral 8x7B bf16 (MCore v0.9) and, for MCore v0.8, the
+    mapping TP 1, EP 8, PP 4 on 64 H100, micro-batch 1, global batch 256, dropless (capacity 1.0 here)."""
+    mixtral = get_shape("mixtral-8x7b").with_(capacity_factor=1.0)
+    lay = Layout.from_global_batch(global_batch=256, dp=2, ep=8, pp=4, schedule=schedule, v=v, zero=1)
+    pl = plan(mixtral, 64, H100, lay)
+    tflops = flops_per_step(mixtral, 256)["model"] / pl.step_time_s / 64 / 1e12
+    assert tflops == pytest.approx(468, rel=0.10) and pl.fits
