@@ -110,6 +110,7 @@ def test_the_all_to_alls_are_the_cost_models_bytes_on_the_ep_groups_link():
     (["--model", "7b", "--experts", "0"], "--experts 0: must be at least 1"),
     (["--model", "mixtral-8x7b", "--capacity-factor", "0"], "capacity_factor = 0.0 is out of range"),
     (["--model", "mixtral-8x7b", "--search", "--ep", "2"], "--search chooses the layout itself"),
+    (["--model", "7b", "--expert-ffn", "100"], "expert_ffn=100 is each expert's width, but the model has one dense"),
 ])
 def test_bad_moe_flags_are_refused_in_one_line(args, words, capsys):
     assert plan_cli.main(args) == 2
@@ -120,6 +121,11 @@ def test_bad_moe_flags_are_refused_in_one_line(args, words, capsys):
 def test_check_layout_refuses_ep_that_does_not_divide_the_experts():
     with pytest.raises(LayoutError, match=r"choose ep in \[1, 2, 4, 8\]"):
         check_layout(get_shape("mixtral-8x7b"), Layout(ep=3))
+
+
+def test_a_moe_that_does_not_fit_is_told_to_split_its_experts(capsys):
+    assert plan_cli.main(["--model", "mixtral-8x7b", "--gpus", "8", "--profile", "h100-ib", "--global-batch", "8"]) == 0
+    assert "more --ep (up to 8: the experts split)" in capsys.readouterr().out
 
 
 def test_the_cli_plans_a_moe_from_flags_and_prints_the_ep_terms(capsys):

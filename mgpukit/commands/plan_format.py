@@ -116,8 +116,12 @@ def _advice(pl: Plan) -> str:
         if lay.tp > 1 and not lay.sp:
             steps.append("--sp")
         return "activations dominate: try " + ", ".join(steps)
-    if lay.zero < 3 and lay.dp > 1:
-        return f"model states dominate: try --zero {lay.zero + 1}, or more --tp or --pp"
+    ep = (f"more --ep (up to {pl.model.n_expert}: the experts split), "
+          if pl.model.is_moe and lay.ep < pl.model.n_expert else "")
+    if lay.zero < 3 and lay.dp * lay.ep > 1:
+        return f"model states dominate: try --zero {lay.zero + 1}, or {ep}more --tp or --pp"
+    if ep:
+        return f"model states dominate: try {ep}more --tp or --pp"
     return "model states dominate: try more --tp or --pp (or more GPUs)"
 
 

@@ -84,6 +84,9 @@ class ModelShape:
                              f"each token picks top_k different experts")
         if self.expert_ffn is not None and not (isinstance(self.expert_ffn, int) and self.expert_ffn >= 1):
             raise ValueError(f"expert_ffn={self.expert_ffn!r} must be a whole number >= 1 (or None: = d_ff)")
+        if self.expert_ffn is not None and self.n_expert == 1:
+            raise ValueError(f"expert_ffn={self.expert_ffn} is each expert's width, but the model has one dense MLP "
+                             f"(n_expert=1); give its width as ffn, or give the number of experts")
         if not (self.capacity_factor > 0 and math.isfinite(self.capacity_factor)):
             raise ValueError(f"capacity_factor={self.capacity_factor!r} must be > 0 (Switch's is 1.25)")
 
