@@ -168,3 +168,12 @@ def test_megatron_cores_mixtral_mapping_is_predicted_near_its_published_468_tflo
     pl = plan(mixtral, 64, H100, lay)
     tflops = flops_per_step(mixtral, 256)["model"] / pl.step_time_s / 64 / 1e12
     assert tflops == pytest.approx(468, rel=0.10) and pl.fits
+
+
+def test_a_moe_model_file_round_trips_and_a_dense_ones_has_no_expert_keys():
+    from mgpukit.costmodel.shapes import shape_from_dict, shape_to_dict
+
+    mixtral = get_shape("mixtral-8x7b")
+    assert shape_from_dict(shape_to_dict(mixtral)) == mixtral
+    assert {"experts", "top_k", "expert_ffn", "capacity_factor"} <= set(shape_to_dict(mixtral))
+    assert not {"experts", "top_k", "expert_ffn", "capacity_factor"} & set(shape_to_dict(get_shape("70b")))

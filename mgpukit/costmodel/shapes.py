@@ -321,7 +321,9 @@ def shape_from_dict(d: dict, *, where: str = "model") -> ModelShape:
 def shape_to_dict(shape: ModelShape) -> dict:
     """The inverse of :func:`shape_from_dict`: a model file's keys for ``shape``."""
     back = {f: k for k, f in FILE_KEYS.items()}
-    out = {back[f]: getattr(shape, f) for f in back if getattr(shape, f) is not None}
+    moe = ("n_expert", "top_k", "expert_ffn", "capacity_factor")  # a dense model's file has none of them
+    out = {back[f]: getattr(shape, f) for f in back
+           if getattr(shape, f) is not None and (shape.is_moe or f not in moe)}
     out["positions"] = "learned" if shape.learned_pos else "rotary"
     return out
 
