@@ -95,10 +95,11 @@ def activation_bytes_per_layer(
     # and the dropout masks after the two row-parallel linears.
     replicated = e * 4 * sbh + mask * 2 * sbh
     # Split by tp: q, k, v; the out-projection input; the MLP's inner activations.
-    mlp_inner = shape.mlp_width * (3 if shape.gated_mlp else 2)  # fc1 out (gate, up) + act out
-    rows = b * expert_slots(shape) if shape.is_moe else s * b  # tokens through the MLP (MoE: slots)
+    moe, width = shape.n_expert > 1, shape.expert_ffn or shape.d_ff  # (inline: the search calls this ~10^5 times)
+    mlp_inner = width * (3 if shape.gated_mlp else 2)  # fc1 out (gate, up) + act out
+    rows = b * expert_slots(shape) if moe else s * b  # tokens through the MLP (MoE: slots)
     split = e * (s * b * (h + 2 * shape.kv_dim + h) + rows * mlp_inner)
-    if shape.is_moe:  # the dispatched input and the expert output per slot; fp32 router probabilities
+    if moe:  # the dispatched input and the expert output per slot; fp32 router probabilities
         replicated += e * 2 * rows * h + 4 * s * b * shape.n_expert
     if flash_attention:  # fused kernel: fp32 log-sum-exp per (row, head); dropout mask from the RNG
         core = 4 * s * b * shape.n_head
@@ -108,7 +109,7 @@ def activation_bytes_per_layer(
         core = 0.0
     if fp8:  # TE keeps the linears' inputs as FP8 copies (docstring)
         replicated -= (e - 1) * 2 * sbh  # q/k/v input, MLP input
-        act_out = rows * shape.mlp_width  # the second MLP linear's input
+        act_out = rows * width  # the second MLP linear's input
         split -= (e - 1) * act_out + (-sbh if flash_attention else (e - 1) * sbh)
     return (replicated / (tp if sp else 1)) + (split + core) / tp
 
@@ -126,7 +127,8 @@ def stage_params(shape: ModelShape, layout: Layout, stage: int) -> float:
     ZeRO sharding)."""
     split, replicated = layer_param_split(shape)
     n = layout.layers_of_stage(shape.n_layer, stage) * (split / layout.tp + replicated)
-    n += stage_expert_params(shape, layout, stage)
+    if shape.n_expert > 1:
+        n += stage_expert_params(shape, layout, stage)
     pieces = param_breakdown(shape)
     d = shape.d_model
     if stage == 0:  # token embedding (vocab-parallel) + position table (replicated)
@@ -186,7 +188,7 @@ def stage_memory(shape: ModelShape, layout: Layout, stage: int, *, micro_batch: 
     e_split, e_replicated = layer_expert_split(shape) if shape.is_moe else (0, 0)
     # ZeRO-3: current + prefetched layer
     gather = 2 * (split / layout.tp + replicated + (e_split / layout.tp + e_replicated) / layout.ep) * e
-    experts = stage_expert_params(shape, layout, stage)
+    experts = stage_expert_params(shape, layout, stage) if shape.n_expert > 1 else 0.0
     mem = model_state_bytes(psi - experts, layout, gather_bytes=gather, shards=layout.dp * layout.ep)
     if experts:  # each expert's copies: the dp ranks of its ep rank (module docstring)
         for c, v in model_state_bytes(experts, layout).items():

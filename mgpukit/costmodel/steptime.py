@@ -252,8 +252,11 @@ def _dp_exposed(shape, layout, profile, *, fwd, bwd, layer_fwd, layer_bwd, layer
     (stride ``tp·cp·ep``; DeepSpeed-MoE's expert-data-parallel group)."""
     n, e = (layout.dp if experts else layout.dp * layout.ep), layout.dtype_bytes
     stages = layout.distinct_stages(shape.n_layer)
-    held = max(stage_expert_params(shape, layout, s) if experts
-               else stage_params(shape, layout, s) - stage_expert_params(shape, layout, s) for s in stages)
+    if shape.n_expert == 1:  # dense: every weight is "the rest"
+        held = 0.0 if experts else max(stage_params(shape, layout, s) for s in stages)
+    else:
+        held = max(stage_expert_params(shape, layout, s) if experts
+                   else stage_params(shape, layout, s) - stage_expert_params(shape, layout, s) for s in stages)
     if n == 1 or held == 0:
         return 0.0, 0.0, 0.0
     link = group_link(profile, n, stride=layout.tp * layout.cp * (layout.ep if experts else 1))
@@ -328,7 +331,7 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
         steps = sum(max(0.0, p2p_time(nbytes, cp_link) - core / layout.cp) for nbytes, core in passes)
         cp_s = layers * (layout.cp - 1) * steps
 
-    ep_s = layers * moe_alltoall_seconds(shape, layout, profile) if shape.is_moe else 0.0
+    ep_s = layers * moe_alltoall_seconds(shape, layout, profile) if layout.ep > 1 else 0.0
 
     pp_s = 0.0
     if p > 1:  # neighbouring stages; 1/tp of the activation, all-gathered inside the tp group
@@ -411,7 +414,7 @@ def step_time(
     dp_mb, dp_end, dp_total = _dp_exposed(shape, layout, profile, fwd=slow["fwd"], bwd=slow["bwd"],
                                           layer_fwd=layer_fwd, layer_bwd=layer_bwd, layers=slow["layers"],
                                           bucket_bytes=bucket_bytes)
-    if shape.is_moe:  # the experts' own sync over their copies, after the rest's on the same links
+    if shape.n_expert > 1:  # the experts' own sync over their copies, after the rest's on the same links
         more = _dp_exposed(shape, layout, profile, fwd=slow["fwd"], bwd=slow["bwd"], layer_fwd=layer_fwd,
                            layer_bwd=layer_bwd, layers=slow["layers"], bucket_bytes=bucket_bytes, experts=True)
         dp_mb, dp_end, dp_total = dp_mb + more[0], dp_end + more[1], dp_total + more[2]
@@ -435,12 +438,13 @@ def step_time(
     # (experts sharded over their dp copies, the rest over dp·ep)
     def local(s):
         experts = stage_expert_params(shape, layout, s)
-        if layout.zero == 0:
-            return stage_params(shape, layout, s)
         return (stage_params(shape, layout, s) - experts) / (layout.dp * layout.ep) + experts / layout.dp
 
     psi = max(stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer))
-    optimizer_s = ADAM_BYTES_PER_PARAM * max(map(local, layout.distinct_stages(shape.n_layer))) / profile.memory_bandwidth
+    sharded = psi / (layout.dp if layout.zero >= 1 else 1)
+    if shape.n_expert > 1 and layout.zero >= 1:
+        sharded = max(map(local, layout.distinct_stages(shape.n_layer)))
+    optimizer_s = ADAM_BYTES_PER_PARAM * sharded / profile.memory_bandwidth
     if layout.dtype == "fp8":  # the weights cast to fp8 once per step (Transformer Engine caches them over micro-batches)
         optimizer_s += memory_seconds(3 * psi, profile)
 

@@ -60,10 +60,11 @@ def dp_collective_bytes(psi: float, layout: Layout, *, ranks: int | None = None)
 def comm_bytes_per_step(shape: ModelShape, layout: Layout) -> dict[str, float]:
     """Bytes sent per GPU per step: ``dp``, ``tp``, ``pp``, ``cp``, ``ep`` and ``total`` (fullest
     stage)."""
-    stage = max(layout.distinct_stages(shape.n_layer), key=lambda s: stage_params(shape, layout, s))
+    held = {s: stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer)}
+    stage = max(held, key=held.get)
     experts = stage_expert_params(shape, layout, stage)
     dp = 0.0
-    for psi, n in ((stage_params(shape, layout, stage) - experts, layout.dp * layout.ep), (experts, layout.dp)):
+    for psi, n in ((held[stage] - experts, layout.dp * layout.ep), (experts, layout.dp)):
         for kind, (count, nbytes) in dp_collective_bytes(psi, layout, ranks=n).items():
             dp += count * bus_factor(kind, n) * nbytes
 
