@@ -406,7 +406,7 @@ def without_published(eb: ErrorBar, kinds: tuple[str, ...]) -> ErrorBar:
     Read and not (yet) rows, because the source does not tie a throughput to one stated layout
     under a stated FLOP count:
 
-    * Megatron-Core's MoE README (NVIDIA/Megatron-LM, ``megatron/core/transformer/moe/README.md``):
+    * Megatron-Core's MoE README (GitHub NVIDIA/Megatron-LM, the README of its MoE package):
       "468 TFLOPS for Mixtral 8X7B bf16 training" with MCore v0.9, and, for MCore v0.8, a
       "reference parallel mapping" (64 H100, TP 1, EP 8, PP 4, "VP 8", micro-batch 1, global batch
       256, sequence 4,096, dropless). For that mapping (capacity factor 1.0, no recompute, ZeRO-1)
