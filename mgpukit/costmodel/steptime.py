@@ -355,7 +355,7 @@ def step_time(
 ) -> dict[str, float]:
     """Predicted seconds of one step (module docstring). Returns ``compute_s`` (GEMMs),
     ``memory_s`` (memory-bound kernels), ``comm_s`` (exposed; split as ``comm_tp_s``,
-    ``comm_cp_s``, ``comm_pp_s``, ``comm_dp_s``), ``bubble_s``, ``optimizer_s``, ``total_s``,
+    ``comm_cp_s``, ``comm_ep_s``, ``comm_pp_s``, ``comm_dp_s``), ``bubble_s``, ``optimizer_s``, ``total_s``,
     ``bubble_fraction``, ``mfu``, ``hfu``, ``tokens_per_s`` and ``slowest_stage``; compute,
     memory and comm are the slowest stage's over the ``m`` micro-batches.
 
