@@ -155,10 +155,12 @@ def _run_record(args, mode):
                parity=not args.no_parity, timeout_s=args.timeout, json_path=args.json, trace_path=args.trace,
                torch_profile_dir=args.profile_torch, weights_path=args.save_weights, echo=True,
                collective_timeout_s=args.collective_timeout, debug_collectives=args.debug_collectives,
-               max_restarts=args.max_restarts)
+               max_restarts=args.max_restarts, **({"model": args.model} if args.model else {}))  # named: not swapped
 
 
 def _report_run(args, record):
+    if record.get("model_note"):
+        print(record["model_note"])
     print_summary([record])
     for r in record.get("restarts") or []:
         print(f"restarted after rank {r['rank']} failed: {r['error']}")

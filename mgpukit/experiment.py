@@ -277,6 +277,8 @@ def finish_run(p: Prepared, ranks: list[dict], weights: dict | None, *, parity: 
     )
     record["layout"] = dataclasses.asdict(cfg.layout)
     record["shape"] = p.shape
+    if p.model_note:  # the strategy ran its own default model, not the kit's
+        record["model_note"] = p.model_note
     record["threads"].update(thread_policy())
     if p.mode in ("cpu", "gpu"):  # where auto puts this many ranks on this machine, and why
         record["placement"] = placement(p.workers)[1]

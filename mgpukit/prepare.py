@@ -18,7 +18,7 @@ import dataclasses
 import math
 
 from mgpukit import strategies
-from mgpukit.config import SHAPE_MODELS, RunConfig
+from mgpukit.config import MOE_MODELS, SHAPE_MODELS, RunConfig
 from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout
 from mgpukit.files import check_distinct, check_output
@@ -44,6 +44,7 @@ class Prepared:
     mode: ResolvedMode  # "cpu" | "gpu" | "emulated", resolved here once: `launch` takes it as it is
     profile: str | None
     shape: bool = False  # shape mode: fake tensors at real scale (mgpukit.measure.shape)
+    model_note: str = ""  # why the model is not the kit's default (a strategy's own default model)
 
     @property
     def layout(self) -> Layout:
@@ -72,10 +73,20 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
     cfg = (config or RunConfig()).replace(**overrides) if overrides else (config or RunConfig())
     check_shape(shape, mode, cfg.model, strat, cfg.options)
     cfg = cfg.replace(options=strat.check_options(cfg.options))
-    if cfg.model == RunConfig.model and cfg.model not in strat.models:  # the default model is dense:
-        cfg = cfg.replace(model=strat.models[0])  # a strategy for MoE models runs its own (ep: gpt-moe)
+    # the kit's default model is dense: a strategy for MoE models runs its own (ep: gpt-moe), and says so;
+    # a model asked for by name (model=..., --model, a config naming another) is refused instead
+    asked = "model" in overrides or (config is not None and config.model != RunConfig.model)
+    model_note = ""
+    if cfg.model == RunConfig.model and cfg.model not in strat.models and not asked:
+        cfg = cfg.replace(model=strat.models[0])
+        model_note = (f"model {cfg.model}: {strategy}'s default ({RunConfig.model}, the kit's default, "
+                      f"{'has no experts' if cfg.model in MOE_MODELS else 'does not run here'})")
     check_model_options(cfg)
     if cfg.model not in strat.models:
+        if set(strat.models) <= set(MOE_MODELS):
+            raise ValueError(f"model {cfg.model!r} has no experts: strategy {strategy!r} splits a mixture of "
+                             f"experts ({', '.join(strat.models)}); drop --model ({strategy}'s default is "
+                             f"{strat.models[0]}) or choose one of those.")
         raise ValueError(f"strategy {strategy!r} runs on models {strat.models}, not {cfg.model!r}.")
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers={workers!r}: use a positive number of workers.")
@@ -104,7 +115,7 @@ def prepare(strategy: str, *, workers: int | None = None, mode: str = "auto", pr
     if mode == "emulated" and isinstance(profile, str):
         load_profile(profile)  # an unknown profile fails here, naming the known ones
     return Prepared(strategy=strat, cfg=cfg, dims=dims, mode=mode,
-                    profile=profile if mode == "emulated" else None, shape=bool(shape))
+                    profile=profile if mode == "emulated" else None, shape=bool(shape), model_note=model_note)
 
 
 def check_shape(shape, mode: str, model: str, strat: Strategy, options: dict) -> None:

@@ -60,9 +60,9 @@ def add_layout_arguments(p, *, planner: bool = False) -> None:
     layout.add_argument("--cp", type=count, default=None,
                         help="context-parallel degree: each sequence split, ring attention"
                         + (" (default 1)" if planner else " (run cp)"))
-    if not planner:  # the planner has no experts (yet)
-        layout.add_argument("--ep", type=count, default=None,
-                            help="expert-parallel degree (run ep: the MoE experts split, all-to-all)")
+    layout.add_argument("--ep", type=count, default=None,
+                        help="expert-parallel degree: each MoE block's experts split over ep ranks, all-to-all"
+                        + (" (default 1)" if planner else " (run ep)"))
     layout.add_argument("--schedule", default=None, choices=SCHEDULES if planner else None,
                         help="pipeline schedule with --pp: " + " | ".join(SCHEDULES)
                         + (" (default 1f1b)" if planner else ""))

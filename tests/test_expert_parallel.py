@@ -16,7 +16,7 @@ def test_ep_matches_one_process_holding_every_expert(workers, layout):
     """Numerical parity (loss, gradient norm, every weight — experts gathered — after each
     step) against the single-process MoE GPT on the same global batches, fp32 defaults."""
     rec = run("ep", workers=workers, steps=2, layout=layout)
-    assert rec["config"]["model"] == "gpt-moe"
+    assert rec["config"]["model"] == "gpt-moe" and "ep's default" in rec["model_note"]
     assert rec["parity"]["ok"] and rec["parity"]["weights_checked"], rec["parity"]
     assert rec["layout"]["ep"] * rec["layout"]["dp"] == workers
 
@@ -88,7 +88,7 @@ def test_the_auxiliary_loss_trains_the_router_without_changing_the_loss():
     ("ep", {"workers": 3, "global_batch": 6}, "does not divide n_expert=8"),
     ("ep", {"workers": 4, "layout": {"tp": 2}}, "data parallelism only"),
     ("ep", {"workers": 2, "micro_batches": 2}, "one micro-batch"),
-    ("ep", {"workers": 2, "model": "mlp-tiny"}, "runs on models"),
+    ("ep", {"workers": 2, "model": "mlp-tiny"}, "'mlp-tiny' has no experts"),
     ("cp", {"workers": 2, "model": "gpt-moe"}, "runs on models"),
     ("tp", {"workers": 2, "model": "gpt-moe"}, "runs on models"),
     ("ddp", {"workers": 4, "layout": {"ep": 2}}, "comes with its strategy"),
@@ -97,6 +97,20 @@ def test_bad_expert_parallel_layouts_are_refused_before_launch(strategy, kw, mat
     with pytest.raises(ValueError, match=match):
         p = prepare(strategy, **kw)
         p.strategy.validate and p.strategy.validate(p.cfg, p.dims)
+
+
+def test_ep_runs_its_own_default_model_and_says_so_and_refuses_a_dense_one_by_name(capsys):
+    """Issue 36 item 4: `run ep` used to swap a named gpt-tiny for gpt-moe silently."""
+    p = prepare("ep", workers=2)
+    assert p.cfg.model == "gpt-moe" and "gpt-moe: ep's default" in p.model_note and "no experts" in p.model_note
+    assert prepare("ep", workers=2, model="gpt-moe").model_note == ""  # asked for: nothing to say
+    with pytest.raises(ValueError, match="model 'gpt-tiny' has no experts: strategy 'ep'.*drop --model"):
+        prepare("ep", workers=2, model="gpt-tiny")
+    from mgpukit.cli import main
+
+    assert main(["run", "ep", "--workers", "2", "--model", "gpt-tiny"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "has no experts" in err and "\n" not in err and "Traceback" not in err
 
 
 def test_top_k_beyond_the_experts_is_refused():

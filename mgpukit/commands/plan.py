@@ -6,12 +6,15 @@
     mgpukit plan --layers 70 --hidden 14336 --heads 112 --vocab 250880 --seq 2048 --positions alibi \\
                  --tied-embeddings --gpus 384 --profile a100-opa --global-batch 2048 --search
     mgpukit plan --model-file my.toml --gpus 1024 --dtype fp8 --framework fsdp --search
+    mgpukit plan --model mixtral-8x7b --gpus 64 --profile h100-ib --tp 2 --ep 8 --global-batch 256
+    mgpukit plan --model 7b --experts 8 --top-k 2 --gpus 64 --global-batch 256 --search
     mgpukit plan ... --json plan.json
     mgpukit plan --validation      # the published runs behind the error bars
 
 The model is a shipped file (``--model 70b``: ``data/models/70b.toml``), your own file
 (``--model-file``) or its sizes (``--layers --hidden --heads --vocab --seq`` and the rest);
-sizes given with a ``--model`` change that model. Every figure printed is a prediction of the
+sizes given with a ``--model`` change that model; ``--experts --top-k --expert-ffn`` make its MLPs a
+mixture of experts (FLOPs of the ``top-k`` a token runs, memory of all of them, split by ``--ep``). Every figure printed is a prediction of the
 closed-form model, never a measurement, and carries the planner's error bar: the spread of its
 errors on published runs of the same framework (``mgpukit.costmodel.validation``).
 ``register(subparsers)`` adds the subcommand to the main CLI; ``main(argv)`` runs it alone.
@@ -45,7 +48,7 @@ SEARCH_GLOBAL_BATCH = 512
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None,
                    help=f"a shipped model: {', '.join(list_shapes())} (default 7b), or a model file's path")
-    m = p.add_argument_group("any dense GPT/Llama-style model (alone, or changing --model / --model-file)")
+    m = p.add_argument_group("any GPT/Llama-style model, dense or a mixture of experts (alone, or changing --model / --model-file)")
     m.add_argument("--model-file", default=None, metavar="FILE.toml",
                    help="a model file, keys as data/models/*.toml (layers, hidden, heads, ...)")
     for flag, what in (("layers", "transformer layers"), ("hidden", "hidden size d_model"),
@@ -63,6 +66,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--bias", action=argparse.BooleanOptionalAction, default=None, help="biases on the linears")
     m.add_argument("--dropout", action=argparse.BooleanOptionalAction, default=None,
                    help="dropout layers (their masks are stored)")
+    m.add_argument("--experts", type=int, default=None,
+                   help="mixture of experts: experts per block (default 1: a dense MLP)")
+    m.add_argument("--top-k", type=int, default=None, help="experts each token is routed to (at most --experts)")
+    m.add_argument("--expert-ffn", type=int, default=None, help="each expert's inner width (default --ffn)")
+    m.add_argument("--capacity-factor", type=float, default=None,
+                   help="expert slots per sequence = ceil(f · top-k · seq / experts) (default 1.25, Switch's)")
     p.add_argument("--gpus", type=int, default=8, help="number of GPUs (default 8)")
     p.add_argument("--profile", default="h100-nvlink",
                    help=f"hardware profile: {', '.join(list_profiles())}, or a .toml path (default h100-nvlink)")

@@ -13,10 +13,10 @@ from mgpukit.costmodel.training_cost import check_price, token_budget
 from mgpukit.run_args import layout_from_args
 
 SIZE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "gated_mlp", "norm", "positions",
-              "tied_embeddings", "bias", "dropout")
+              "tied_embeddings", "bias", "dropout", "experts", "top_k", "expert_ffn", "capacity_factor")
 
-_POSITIVE = ("gpus", "dp", "tp", "pp", "cp", "v", "micro_batch", "global_batch", "micro_batches", "top",
-             "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
+_POSITIVE = ("gpus", "dp", "tp", "pp", "cp", "ep", "v", "micro_batch", "global_batch", "micro_batches", "top",
+             "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "experts", "top_k", "expert_ffn")
 # Beyond any cluster (the largest runs use ~10^5 GPUs) and far below where Python's integers stop
 # fitting the C doubles and sizes the arithmetic needs: refused in one line instead of an
 # OverflowError or a search that never ends.
@@ -58,8 +58,7 @@ def planned_layout(args) -> Layout:
         except ValueError:
             raise ValueError(f"--stage-layers {stage_layers!r}: give whole numbers separated by commas, "
                              f"one per stage (e.g. 7,9,9,7)") from None
-    asked = {k: v for k, v in layout_from_args(args).items() if k != "ep"}  # the planner has no experts
-    return Layout.on_gpus(args.gpus, **asked, global_batch=args.global_batch,
+    return Layout.on_gpus(args.gpus, **layout_from_args(args), global_batch=args.global_batch,
                           micro_batches=args.micro_batches,
                           zero=args.zero, micro_batch=args.micro_batch, stage_layers=stage_layers,
                           tp_overlap=args.tp_overlap, flash_attention=args.flash)
@@ -77,7 +76,8 @@ def check_positive(args) -> None:
 
 # the layout flags --search chooses itself, with the values that mean "not given" (--tp and --pp
 # are not among them: with --search they keep only that degree)
-_SEARCHED = {"dp": (None,), "cp": (None, 1), "v": (None,), "micro_batches": (None,), "stage_layers": (None,)}
+_SEARCHED = {"dp": (None,), "cp": (None, 1), "ep": (None, 1), "v": (None,), "micro_batches": (None,),
+             "stage_layers": (None,)}
 
 
 def check_search_args(args) -> None:

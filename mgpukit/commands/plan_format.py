@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from mgpukit.costmodel.memory import CATEGORIES
 from mgpukit.costmodel.planner import Plan, ties_with_best
+from mgpukit.costmodel.shapes import active_param_count
 
 
 def _bytes(x: float) -> str:
@@ -31,9 +32,15 @@ def _sec(x: float) -> str:
 def _header(pl: Plan) -> list[str]:
     s, hw, fw = pl.model, pl.profile, pl.framework
     kv = f" ({s.kv_heads} kv)" if s.kv_heads != s.n_head else ""
+    ffn = f"ffn {s.d_ff}{' gated' if s.gated_mlp else ''}"
+    held = f"{_count(pl.params)} parameters"
+    if s.is_moe:
+        ffn = (f"{s.n_expert} experts of ffn {s.mlp_width}{' gated' if s.gated_mlp else ''}, top-{s.top_k}, "
+               f"capacity factor {s.capacity_factor:g}")
+        held += f" held ({_count(active_param_count(s))} active per token)"
     return [
-        f"model    {s.name}: {_count(pl.params)} parameters, {s.n_layer} layers, d_model {s.d_model}, "
-        f"{s.n_head} heads{kv}, ffn {s.d_ff}{' gated' if s.gated_mlp else ''}, seq {s.seq_len}, vocab {s.vocab}",
+        f"model    {s.name}: {held}, {s.n_layer} layers, d_model {s.d_model}, "
+        f"{s.n_head} heads{kv}, {ffn}, seq {s.seq_len}, vocab {s.vocab}",
         f"cluster  {pl.gpus} GPUs of profile {hw.name} ({hw.gpus_per_node} per node): {hw.description}",
         f"framework {fw.name}: dp sync {fw.dp_sync}, kernels × {fw.kernel_efficiency:g} "
         f"({fw.description})",
@@ -70,12 +77,15 @@ def format_plan(pl: Plan) -> str:
         lines.append(f"  hint: {_advice(pl)}")
     lines += ["", "predicted step time"]
     rows = [("GEMMs", t["compute_s"]), ("memory-bound", t["memory_s"]), ("tp comm", t["comm_tp_s"]),
-            ("cp comm", t["comm_cp_s"]), ("pp comm", t["comm_pp_s"]), ("dp comm", t["comm_dp_s"]),
+            ("cp comm", t["comm_cp_s"]), ("ep comm", t.get("comm_ep_s", 0.0)), ("pp comm", t["comm_pp_s"]),
+            ("dp comm", t["comm_dp_s"]),
             ("bubble", t["bubble_s"]), ("optimizer", t["optimizer_s"]),
             ("interference", t.get("interference_s", 0.0)), ("straggler", t.get("straggler_s", 0.0)),
             ("total", t["total_s"])]
     if pl.layout.cp == 1:
         rows = [r for r in rows if r[0] != "cp comm"]
+    if pl.layout.ep == 1:
+        rows = [r for r in rows if r[0] != "ep comm"]
     if not pl.profile.gpu_spread:  # a whole-run rate (A100 profiles): the slowest GPU's pace is inside it
         rows = [r for r in rows if r[0] != "straggler"]
     g = pl.profile.gemm
@@ -89,8 +99,8 @@ def format_plan(pl: Plan) -> str:
               f"predicted bubble          {t['bubble_fraction']:6.1%}",
               f"predicted throughput      {t['tokens_per_s']:,.0f} tokens/s   "
               f"{_range(r['tokens_per_s'], lambda x: f'{x:,.0f}')}",
-              "predicted sent per GPU    " + ", ".join(f"{k} {_bytes(pl.comm_bytes[k]).strip()}" for k in ("dp", "tp", "pp", "cp")
-                                          if k != "cp" or pl.layout.cp > 1)
+              "predicted sent per GPU    " + ", ".join(f"{k} {_bytes(pl.comm_bytes[k]).strip()}" for k in ("dp", "tp", "pp", "cp", "ep")
+                                          if (k != "cp" or pl.layout.cp > 1) and (k != "ep" or pl.layout.ep > 1))
               + " per step",
               "(analytical cost model: predictions, not measurements)"]
     return "\n".join(lines)
@@ -106,8 +116,12 @@ def _advice(pl: Plan) -> str:
         if lay.tp > 1 and not lay.sp:
             steps.append("--sp")
         return "activations dominate: try " + ", ".join(steps)
-    if lay.zero < 3 and lay.dp > 1:
-        return f"model states dominate: try --zero {lay.zero + 1}, or more --tp or --pp"
+    ep = (f"more --ep (up to {pl.model.n_expert}: the experts split), "
+          if pl.model.is_moe and lay.ep < pl.model.n_expert else "")
+    if lay.zero < 3 and lay.dp * lay.ep > 1:
+        return f"model states dominate: try --zero {lay.zero + 1}, or {ep}more --tp or --pp"
+    if ep:
+        return f"model states dominate: try {ep}more --tp or --pp"
     return "model states dominate: try more --tp or --pp (or more GPUs)"
 
 
@@ -121,7 +135,7 @@ def format_search(plans: list[Plan], *, gpus: int, global_batch: int) -> str:
         return f"no valid layout for {gpus} GPUs and global batch {global_batch}"
     lines = _header(plans[0]) + [
         f"search   global batch {global_batch}; ranked by predicted step time", "",
-        f"{'#':>3} {'dp':>4} {'tp':>3} {'pp':>3} {'zero':>4} {'schedule':<14} {'mb×m':>9} {'ckpt':<9} "
+        f"{'#':>3} {'dp':>4} {'tp':>3} {'cp':>2} {'ep':>3} {'pp':>3} {'zero':>4} {'schedule':<14} {'mb×m':>9} {'ckpt':<9} "
         f"{'pred. mem/GPU':>13} {'pred. step':>11} {'step range':>19} {'pred. MFU':>9} {'MFU range':>13} "
         f"{'bubble':>6}  fits  tie  stages",
     ]
@@ -133,7 +147,7 @@ def format_search(plans: list[Plan], *, gpus: int, global_batch: int) -> str:
         if len(stages) > 24:
             stages = stages[:21] + "..."
         lines.append(
-            f"{i:>3} {lay.dp:>4} {lay.tp:>3} {lay.pp:>3} {lay.zero:>4} {sched:<14} "
+            f"{i:>3} {lay.dp:>4} {lay.tp:>3} {lay.cp:>2} {lay.ep:>3} {lay.pp:>3} {lay.zero:>4} {sched:<14} "
             f"{f'{lay.micro_batch}×{lay.num_micro_batches}':>9} {lay.checkpointing:<9} "
             f"{_bytes(pl.memory['total']):>13} {_sec(pl.step_time_s).strip():>11} "
             f"{_range(r['step_time_s'], _sec):>19} {pl.mfu:>9.1%} {_range(r['mfu'], lambda x: f'{x:.1%}'):>13} "

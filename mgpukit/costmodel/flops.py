@@ -5,7 +5,10 @@ element-wise ops are a few percent and are left to the efficiency factor. Per la
 token (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
 Using Megatron-LM", §5.1, generalised to GQA and gated MLPs):
 
-* forward linears: ``2 · layer_matmul_params`` (= ``24·h²`` for the standard GPT layer);
+* forward linears: ``2 · layer_active_matmul_params`` (= ``24·h²`` for the standard GPT layer;
+  in a mixture of experts, attention, the router and the ``top_k`` experts a token is routed to:
+  the ``E − k`` others hold weights but do no work for it — Fedus et al. 2021, Switch §2: "the
+  same FLOPs per token" as a dense model of one expert's size);
 * attention scores ``Q·Kᵀ`` and ``A·V``: ``2 · 2 · s · h`` (causal masking is *not* halved,
   as in Megatron);
 * logits, once per token: ``2 · h · V``.
@@ -23,14 +26,14 @@ and approaches ``6 · N · tokens`` (Kaplan et al. 2020) when ``s ≪ 6h``.
 
 from __future__ import annotations
 
-from mgpukit.costmodel.shapes import ModelShape, layer_matmul_params
+from mgpukit.costmodel.shapes import ModelShape, layer_active_matmul_params
 
 CHECKPOINTING = ("none", "selective", "full")
 
 
 def layer_forward_flops(shape: ModelShape, tokens: int) -> dict[str, float]:
     """Forward FLOPs of one layer for ``tokens`` tokens: ``linear`` and ``attention`` (core)."""
-    linear = 2.0 * layer_matmul_params(shape) * tokens
+    linear = 2.0 * layer_active_matmul_params(shape) * tokens
     attention = 4.0 * shape.seq_len * shape.d_model * tokens  # QKᵀ and AV over all heads
     return {"linear": linear, "attention": attention}
 

@@ -30,8 +30,6 @@ other as gradient accumulation when ``pp == 1``).
 from __future__ import annotations
 
 import math
-
-import math
 from dataclasses import dataclass
 
 from mgpukit.costmodel.actions import SCHEDULES
@@ -139,18 +137,23 @@ class Layout:
 
     @classmethod
     def from_global_batch(cls, *, global_batch: int, dp: int = 1, micro_batch: int = 1, **kw) -> "Layout":
-        """A layout whose ``num_micro_batches`` makes ``dp · micro_batch · m == global_batch``."""
-        per_replica = dp * micro_batch
+        """A layout whose ``num_micro_batches`` makes ``dp · ep · micro_batch · m == global_batch``
+        (the ep ranks read their own sequences)."""
+        ep = kw.get("ep", 1)
+        per_replica = dp * ep * micro_batch
         if global_batch % per_replica:
+            what, of = ("dp × ep × micro_batch", f"{dp} × {ep} × {micro_batch}") if ep > 1 else \
+                ("dp × micro_batch", f"{dp} × {micro_batch}")
             raise LayoutError(
-                f"global batch {global_batch} is not a multiple of dp × micro_batch = {dp} × {micro_batch}; "
+                f"global batch {global_batch} is not a multiple of {what} = {of}; "
                 f"choose a global batch that is (e.g. {max(1, round(global_batch / per_replica)) * per_replica})"
             )
         return cls(dp=dp, micro_batch=micro_batch, num_micro_batches=global_batch // per_replica, **kw)
 
     @classmethod
     def on_gpus(cls, gpus: int, *, dp: int | None = None, tp: int | None = None, pp: int | None = None,
-                cp: int | None = None, sp: bool | None = None, schedule: str | None = None,
+                cp: int | None = None, ep: int | None = None, sp: bool | None = None,
+                schedule: str | None = None,
                 v: int | None = None, checkpointing: str | None = None, dtype: str | None = None,
                 global_batch: int | None = None, micro_batches: int | None = None,
                 **fields) -> "Layout":
@@ -161,14 +164,14 @@ class Layout:
         checkpointing, bf16); the micro-batches come from the global batch, else 4·pp
         (1 without a pipeline). ``fields``: any other field (``zero``, ``micro_batch`` …).
         ``mgpukit run``'s layouts are resolved against a strategy (`mgpukit.prepare.resolve_layout`)."""
-        tp, pp, cp = tp or 1, pp or 1, cp or 1
-        if dp is None and gpus % (tp * pp * cp):
-            what = "tp × pp × cp" if cp > 1 else "tp × pp"
-            raise LayoutError(f"{what} = {tp * pp * cp} does not divide --gpus {gpus}; "
+        tp, pp, cp, ep = tp or 1, pp or 1, cp or 1, ep or 1
+        if dp is None and gpus % (tp * pp * cp * ep):
+            what = "tp × pp" + (" × cp" if cp > 1 else "") + (" × ep" if ep > 1 else "")
+            raise LayoutError(f"{what} = {tp * pp * cp * ep} does not divide --gpus {gpus}; "
                               f"choose degrees whose product does")
         policies = {k: x for k, x in (("schedule", schedule), ("checkpointing", checkpointing),
                                       ("dtype", dtype)) if x is not None}  # else the field's default
-        kw = dict(dp=gpus // (tp * pp * cp) if dp is None else dp, tp=tp, pp=pp, cp=cp,
+        kw = dict(dp=gpus // (tp * pp * cp * ep) if dp is None else dp, tp=tp, pp=pp, cp=cp, ep=ep,
                   sp=(tp > 1) if sp is None else sp,
                   v=(2 if schedule == "interleaved" else 1) if v is None else v, **policies, **fields)
         if global_batch is not None:
@@ -203,12 +206,21 @@ class Layout:
 def check_layout(shape, layout: Layout, *, gpus: int | None = None) -> None:
     """Refuse a layout that cannot run ``shape`` on ``gpus`` GPUs, saying what to change."""
     if gpus is not None and layout.world_size != gpus:
-        rest = layout.tp * layout.pp * layout.cp
+        rest = layout.tp * layout.pp * layout.cp * layout.ep
         cp, cpv = (" × cp", f" × {layout.cp}") if layout.cp > 1 else ("", "")
+        if layout.ep > 1:
+            cp, cpv = cp + " × ep", cpv + f" × {layout.ep}"
         hint = (f"use dp = {gpus // rest}" if gpus % rest == 0
                 else f"pick tp × pp{cp} dividing {gpus} (tp × pp{cp} = {rest} does not)")
         raise LayoutError(f"dp{cp} × tp × pp = {layout.dp}{cpv} × {layout.tp} × {layout.pp} = {layout.world_size}, "
                           f"but there are {gpus} GPUs; {hint}")
+    if layout.ep > 1 and shape.n_expert == 1:
+        raise LayoutError(f"ep={layout.ep} splits a model's experts, but {shape.name} has none (one dense MLP per "
+                          f"block); use ep 1, or a mixture of experts (--experts E --top-k K, or a model file "
+                          f"with experts)")
+    if shape.n_expert % layout.ep:
+        raise LayoutError(f"ep={layout.ep} must divide the experts ({shape.n_expert}) so each rank holds whole "
+                          f"experts; choose ep in {divisors(shape.n_expert)}")
     if shape.seq_len % layout.cp:
         raise LayoutError(f"cp={layout.cp} must divide seq_len={shape.seq_len} so each rank holds an equal "
                           f"slice of every sequence; choose cp in {divisors(shape.seq_len)[:8]}")

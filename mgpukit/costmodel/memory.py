@@ -21,6 +21,12 @@ Here Ψ is what one GPU holds *before* ZeRO: its pipeline stage's layers (plus t
 on the first stage and the output layer on the last), split by tensor parallelism except for
 norms and row-parallel biases.
 
+**Experts** (a mixture-of-experts block; Lepikhin et al. 2020, GShard; DeepSpeed-MoE, Rajbhandari
+et al. 2022, §4): each of the ``ep`` expert-parallel ranks holds ``E/ep`` of every block's experts,
+so the experts' ``Ψ_e`` weights count ``Ψ_e/ep`` per GPU; everything else is replicated over the
+``dp·ep`` ranks of the data. ZeRO shards each over the ranks that hold copies of it: the experts
+over ``N_d = dp`` (the expert-data-parallel group), the rest over ``dp·ep``.
+
 **Activations** (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 Transformer Models", §4). Per layer, micro-batch ``b``, sequence ``s``, hidden ``h``, ``a``
 heads, 16-bit activations with dropout:
@@ -30,6 +36,11 @@ heads, 16-bit activations with dropout:
     + sequence parallel     s·b·h·(34 + 5·a·s/h)/t
     + selective recompute   s·b·h·34/t          (the s² attention core is recomputed)
     full recompute          2·s·b·h (/t with SP)  (only each layer's input is kept)
+
+In a MoE block the MLP's inner activations are those of the dispatched slots, ``E·C`` per
+sequence (``C = ⌈f·k·s/E⌉``, `cp_ep.expert_capacity`; about ``f·k`` per token), each keeping the
+expert's inner activations; the dispatched input and the expert output (``2·h`` per slot) and
+the router's fp32 probabilities (``4·E`` per token) are kept beside them.
 
 The ``5·a·s/h`` term is the **materialized** attention core: the softmax output (2 bytes),
 the attention-dropout mask (1) and its output (2), each ``a·s²·b``. A **fused** kernel —
@@ -54,9 +65,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mgpukit.costmodel.experts import expert_slots
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.pipeline import microbatches_in_flight
-from mgpukit.costmodel.shapes import ModelShape, layer_param_split, param_breakdown
+from mgpukit.costmodel.shapes import ModelShape, layer_expert_split, layer_param_split, param_breakdown
 
 CATEGORIES = ("params", "grads", "optimizer", "activations")
 
@@ -85,8 +97,12 @@ def activation_bytes_per_layer(
     # and the dropout masks after the two row-parallel linears.
     replicated = e * 4 * sbh + mask * 2 * sbh
     # Split by tp: q, k, v; the out-projection input; the MLP's inner activations.
-    mlp_inner = shape.d_ff * (3 if shape.gated_mlp else 2)  # fc1 out (gate, up) + act out
-    split = e * s * b * (h + 2 * shape.kv_dim + h + mlp_inner)
+    moe, width = shape.n_expert > 1, shape.expert_ffn or shape.d_ff  # (inline: the search calls this ~10^5 times)
+    mlp_inner = width * (3 if shape.gated_mlp else 2)  # fc1 out (gate, up) + act out
+    rows = b * expert_slots(shape) if moe else s * b  # tokens through the MLP (MoE: slots)
+    split = e * (s * b * (h + 2 * shape.kv_dim + h) + rows * mlp_inner)
+    if moe:  # the dispatched input and the expert output per slot; fp32 router probabilities
+        replicated += e * 2 * rows * h + 4 * s * b * shape.n_expert
     if flash_attention:  # fused kernel: fp32 log-sum-exp per (row, head); dropout mask from the RNG
         core = 4 * s * b * shape.n_head
     else:  # the s² attention core: softmax output (+ dropout output and its mask)
@@ -95,15 +111,26 @@ def activation_bytes_per_layer(
         core = 0.0
     if fp8:  # TE keeps the linears' inputs as FP8 copies (docstring)
         replicated -= (e - 1) * 2 * sbh  # q/k/v input, MLP input
-        act_out = s * b * shape.d_ff  # the second MLP linear's input
+        act_out = rows * width  # the second MLP linear's input
         split -= (e - 1) * act_out + (-sbh if flash_attention else (e - 1) * sbh)
     return (replicated / (tp if sp else 1)) + (split + core) / tp
 
 
+def stage_expert_params(shape: ModelShape, layout: Layout, stage: int) -> float:
+    """The experts' share of :func:`stage_params`: ``E/ep`` experts per block, tp-split (0 when dense)."""
+    if not shape.is_moe:
+        return 0.0
+    split, replicated = layer_expert_split(shape)
+    return layout.layers_of_stage(shape.n_layer, stage) * (split / layout.tp + replicated) / layout.ep
+
+
 def stage_params(shape: ModelShape, layout: Layout, stage: int) -> float:
-    """Parameters held by one GPU of pipeline ``stage`` (tp-split, before ZeRO sharding)."""
+    """Parameters held by one GPU of pipeline ``stage`` (tp-split, ``1/ep`` of the experts, before
+    ZeRO sharding)."""
     split, replicated = layer_param_split(shape)
     n = layout.layers_of_stage(shape.n_layer, stage) * (split / layout.tp + replicated)
+    if shape.n_expert > 1:
+        n += stage_expert_params(shape, layout, stage)
     pieces = param_breakdown(shape)
     d = shape.d_model
     if stage == 0:  # token embedding (vocab-parallel) + position table (replicated)
@@ -119,12 +146,14 @@ def stage_params(shape: ModelShape, layout: Layout, stage: int) -> float:
 
 
 def model_state_bytes(psi: float, layout: Layout, *, gather_bytes: float = 0.0,
-                      optimizer_states: int = 2) -> dict[str, float]:
+                      optimizer_states: int = 2, shards: int | None = None) -> dict[str, float]:
     """ZeRO table (module docstring) for ``psi`` local parameters; ``gather_bytes``: ZeRO-3's
     temporarily gathered full layers, counted under params. ``optimizer_states``: fp32 tensors
     the optimizer keeps per parameter — 2 for Adam (m, v: the paper's K = 8 in fp32, 12 with
-    the master copy), 1 for SGD with momentum, 0 for plain SGD."""
-    n = layout.dp * layout.cp  # ZeRO shards over dp × cp: cp ranks hold the same weights (steptime._dp_exposed)
+    the master copy), 1 for SGD with momentum, 0 for plain SGD. ``shards``: the ranks ZeRO
+    shards over (default ``dp × cp``: the cp ranks of a replica hold the same weights,
+    `steptime._dp_exposed`)."""
+    n = layout.dp * layout.cp if shards is None else shards
     if layout.dtype in ("bf16", "fp16", "fp8"):
         p, g, k = 2, 2, 4 + 4 * optimizer_states  # 16-bit weights and grads, fp32 master + states
     else:
@@ -159,8 +188,14 @@ def stage_memory(shape: ModelShape, layout: Layout, stage: int, *, micro_batch: 
     e = layout.dtype_bytes
     psi = stage_params(shape, layout, stage)
     split, replicated = layer_param_split(shape)
-    gather = 2 * (split / layout.tp + replicated) * e  # ZeRO-3: current + prefetched layer
-    mem = model_state_bytes(psi, layout, gather_bytes=gather)
+    e_split, e_replicated = layer_expert_split(shape) if shape.is_moe else (0, 0)
+    # ZeRO-3: current + prefetched layer
+    gather = 2 * (split / layout.tp + replicated + (e_split / layout.tp + e_replicated) / layout.ep) * e
+    experts = stage_expert_params(shape, layout, stage) if shape.n_expert > 1 else 0.0
+    mem = model_state_bytes(psi - experts, layout, gather_bytes=gather, shards=layout.dp * layout.cp * layout.ep)
+    if experts:  # each expert's copies: the dp × cp ranks of its ep rank (module docstring)
+        for c, v in model_state_bytes(experts, layout).items():
+            mem[c] += v
 
     kw = dict(micro_batch=b, tp=layout.tp, sp=layout.sp, dtype_bytes=e, flash_attention=layout.flash_attention,
               fp8=layout.dtype == "fp8")

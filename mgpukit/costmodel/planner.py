@@ -8,7 +8,9 @@ parallelism for the rest; then it keeps the layouts that fit in memory and sorts
 predicted step time.
 
 What it tries: every tp within a node that divides the heads; context parallelism ``cp`` of 1,
-2, 4, 8 where each rank keeps at least :data:`MIN_CP_TOKENS` of a sequence; every pp up to the
+2, 4, 8 where each rank keeps at least :data:`MIN_CP_TOKENS` of a sequence; for a mixture of
+experts, every expert-parallel degree ``ep`` dividing the experts (up to :data:`MAX_EP`), the
+ep group inside the data-parallel ranks; every pp up to the
 layer count that divides the rest, its stages **balanced by cost**
 (:mod:`~mgpukit.costmodel.balance`: the embedding and the head counted, so 70 layers go on 12
 stages as 5 + 6 × 10 + 5); the framework's schedules (interleaved with up to one layer per
@@ -45,7 +47,7 @@ from mgpukit.costmodel.layout import Layout, LayoutError, check_layout, divisors
 from mgpukit.costmodel.memory import memory_per_rank
 from mgpukit.costmodel.shapes import ModelShape, get_shape, param_count
 from mgpukit.costmodel.steptime import OVERLAP_SLOWDOWN, step_time
-from mgpukit.costmodel.validation import ErrorBar, error_bar, memory_error_bar, unchecked
+from mgpukit.costmodel.validation import ErrorBar, error_bar, memory_error_bar, unchecked, without_published
 from mgpukit.costmodel.volume import comm_bytes_per_step
 
 
@@ -164,8 +166,16 @@ def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile",
         time=step_time(shape, layout, hw, framework=fw, interference=OVERLAP_SLOWDOWN,
                        gpu_spread=hw.gpu_spread if stragglers else 0.0, sustained=True),
         comm_bytes=comm_bytes_per_step(shape, layout),
-        framework=fw, error_bar=error_bar(fw, hw.name), memory_bar=memory_error_bar(),
+        framework=fw, error_bar=_error_bar(shape, layout, fw, hw), memory_bar=memory_error_bar(),
     )
+
+
+def _error_bar(shape: ModelShape, layout: Layout, fw: Framework, hw: HardwareProfile) -> ErrorBar:
+    """The framework's error bar; for a mixture of experts or a split sequence, which no published
+    run in the table used, the dense band widened (`validation.without_published`)."""
+    eb = error_bar(fw, hw.name)
+    kinds = tuple(k for k, on in (("moe", shape.is_moe), ("cp", layout.cp > 1)) if on)
+    return without_published(eb, kinds) if kinds else eb
 
 
 def check_dtype(profile: HardwareProfile, dtype: str) -> None:
@@ -193,12 +203,15 @@ MAX_CP = 8  # context-parallel degrees the search tries at most
 # ran CP only at 128K context (16 ranks of 8,192 tokens), none at 8K (Dubey et al. 2024, §3.3.2). A search
 # bound, not physics: `plan --cp` prices any degree; the search leaves the rest out to stay under 2 s.
 MIN_CP_TOKENS = 2048
+# expert-parallel degrees the search tries at most (each must divide the experts): DeepSeek-V3 trained with
+# ep 64 (arXiv:2412.19437 §3.2), Mixtral-sized models with ep ≤ 8; `plan --ep` prices any divisor
+MAX_EP = 64
 
 
 def candidate_layouts(shape: ModelShape, gpus: int, profile: HardwareProfile, *, global_batch: int,
                       micro_batches=None, max_v: int | None = None, dtype: str = "bf16",
                       framework: "str | Framework | None" = None, flash_attention: bool = True,
-                      tp: int | None = None, pp: int | None = None, cp: int | None = None):
+                      tp: int | None = None, pp: int | None = None, cp: int | None = None, ep: int | None = None):
     """Every layout the search considers (module docstring); ``tp`` / ``pp`` / ``cp`` keep only that
     degree. ``micro_batches``: the sizes tried (default: every divisor of a replica's batch up to
     :data:`MAX_MICRO_BATCH`, 3, 5 or 6 included where they divide); ``max_v``: most interleaved
@@ -210,12 +223,12 @@ def candidate_layouts(shape: ModelShape, gpus: int, profile: HardwareProfile, *,
     # tp overlap only hides collectives (steptime: exposed = max(0, comm - GEMMs)), at the same memory:
     # where the framework offers it, the layout without it is never faster, so only the overlapped one is tried
     overlap = fw.tp_overlap
-    balanced: dict = {}  # (tp, pp, mb, ckpt, v) -> stage layers: the split ignores ZeRO, dp and cp
+    balanced: dict = {}  # (tp, ep, pp, mb, ckpt, v) -> stage layers: the split ignores ZeRO, dp and cp
 
-    def stages(tp, pp, mb, ckpt, schedule, v, m):
-        key = (tp, pp, mb, ckpt, v)
+    def stages(tp, pp, mb, ckpt, schedule, v, m, ep=1):
+        key = (tp, ep, pp, mb, ckpt, v)
         if key not in balanced:
-            probe = Layout(tp=tp, pp=pp, sp=tp > 1, schedule=schedule, v=v, micro_batch=mb, num_micro_batches=m,
+            probe = Layout(tp=tp, pp=pp, ep=ep, sp=tp > 1, schedule=schedule, v=v, micro_batch=mb, num_micro_batches=m,
                            checkpointing=ckpt, dtype=dtype, flash_attention=flash_attention)
             split = balance_stages(shape, probe, profile, framework=fw)
             even = split is not None and len(set(split)) == 1
@@ -223,47 +236,58 @@ def candidate_layouts(shape: ModelShape, gpus: int, profile: HardwareProfile, *,
             balanced[key, "ok"] = split is not None
         return balanced[key], balanced[key, "ok"]
 
-    only_tp, only_pp, only_cp = tp, pp, cp
+    only_tp, only_pp, only_cp, only_ep = tp, pp, cp, ep
+    for tp, cp, ep in _degrees(shape, gpus, profile):
+        if only_tp not in (None, tp) or only_cp not in (None, cp) or only_ep not in (None, ep):
+            continue
+        for pp in divisors(gpus // (tp * cp * ep)):
+            if pp > shape.n_layer:
+                break
+            if only_pp not in (None, pp):
+                continue
+            dp = gpus // (tp * cp * ep * pp)
+            if global_batch % (dp * ep):
+                continue
+            per_replica = global_batch // (dp * ep)
+            for mb in (micro_batches or [d for d in divisors(per_replica) if d <= MAX_MICRO_BATCH]):
+                if per_replica % mb:
+                    continue
+                m = per_replica // mb
+                if pp == 1:
+                    schedules = [("1f1b", 1)]
+                else:
+                    schedules = [(s, 1) for s in ("1f1b", "gpipe", "zb-h1") if s in fw.schedules]
+                    if "interleaved" in fw.schedules and m % pp == 0:
+                        top_v = (shape.n_layer + 2) // pp if max_v is None else max_v
+                        schedules += [("interleaved", v) for v in range(2, top_v + 1) if v * pp <= shape.n_layer + 2]
+                for ckpt in ckpts:
+                    for schedule, v in schedules:
+                        split, ok = stages(tp, pp, mb, ckpt, schedule, v, m, ep) if pp > 1 else (None, True)
+                        if not ok:
+                            continue
+                        for zero in range(4):
+                            if dp * ep == 1 and zero:  # ZeRO shards over dp (experts) and dp·ep (the rest)
+                                continue
+                            yield Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sp=tp > 1, schedule=schedule, v=v,
+                                         micro_batch=mb, num_micro_batches=m, checkpointing=ckpt, dtype=dtype,
+                                         flash_attention=flash_attention, stage_layers=split,
+                                         tp_overlap=overlap and tp > 1)
+
+
+def _degrees(shape: ModelShape, gpus: int, profile: HardwareProfile):
+    """(tp, cp, ep) the search tries: tp within a node dividing the heads; cp of 2 … :data:`MAX_CP`
+    where each rank keeps :data:`MIN_CP_TOKENS` of a sequence; ep dividing the experts (a MoE only),
+    at most :data:`MAX_EP`."""
     for tp in divisors(gpus):
-        if tp > profile.gpus_per_node or shape.n_head % tp or shape.kv_heads % tp or only_tp not in (None, tp):
+        if tp > profile.gpus_per_node or shape.n_head % tp or shape.kv_heads % tp:
             continue
         for cp in divisors(gpus // tp):
             if cp > 1 and (cp > MAX_CP or shape.seq_len % cp or shape.seq_len // cp < MIN_CP_TOKENS):
                 continue
-            if only_cp not in (None, cp):
-                continue
-            for pp in divisors(gpus // (tp * cp)):
-                if pp > shape.n_layer:
-                    break
-                if only_pp not in (None, pp):
+            for ep in divisors(gpus // (tp * cp)):
+                if ep > 1 and (ep > MAX_EP or shape.n_expert % ep):
                     continue
-                dp = gpus // (tp * cp * pp)
-                if global_batch % dp:
-                    continue
-                per_replica = global_batch // dp
-                for mb in (micro_batches or [d for d in divisors(per_replica) if d <= MAX_MICRO_BATCH]):
-                    if per_replica % mb:
-                        continue
-                    m = per_replica // mb
-                    if pp == 1:
-                        schedules = [("1f1b", 1)]
-                    else:
-                        schedules = [(s, 1) for s in ("1f1b", "gpipe", "zb-h1") if s in fw.schedules]
-                        if "interleaved" in fw.schedules and m % pp == 0:
-                            top_v = (shape.n_layer + 2) // pp if max_v is None else max_v
-                            schedules += [("interleaved", v) for v in range(2, top_v + 1) if v * pp <= shape.n_layer + 2]
-                    for ckpt in ckpts:
-                        for schedule, v in schedules:
-                            split, ok = stages(tp, pp, mb, ckpt, schedule, v, m) if pp > 1 else (None, True)
-                            if not ok:
-                                continue
-                            for zero in range(4):
-                                if dp == 1 and zero:
-                                    continue
-                                yield Layout(dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, sp=tp > 1, schedule=schedule, v=v,
-                                             micro_batch=mb, num_micro_batches=m, checkpointing=ckpt, dtype=dtype,
-                                             flash_attention=flash_attention, stage_layers=split,
-                                             tp_overlap=overlap and tp > 1)
+                yield tp, cp, ep
 
 
 def search(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile", *, global_batch: int,

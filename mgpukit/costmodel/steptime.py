@@ -31,6 +31,11 @@ The model, per GPU of each pipeline stage, for one micro-batch of ``b`` sequence
 5. **Context parallel** (ring attention, Liu et al. 2023): ``cp − 1`` steps per layer, each
    passing a K and V chunk to the next rank (forward) or K, V, dK, dV (backward) while the
    attention core of the chunk it holds runs; exposed per step = ``max(0, p2p − core / cp)``.
+   **Expert parallel** (a MoE block; GShard, Lepikhin et al. 2020): the experts' GEMMs run on
+   their dispatched slots (``E/ep`` experts × ``ep·b·C`` slots, one grouped GEMM), the router
+   on the tokens; two all-to-alls forward and two backward per layer on the ep group's link,
+   exposed (:func:`~mgpukit.costmodel.experts.moe_alltoall_seconds`; the bytes are `cp_ep`'s).
+   The experts' gradients sync over their ``dp`` copies, the rest over ``dp·ep`` (item 8).
 6. **Pipeline** sends: one activation forward and one gradient back per micro-batch and chunk,
    not overlapped — except where the framework overlaps the interleaved schedule's sends with
    the next chunk's compute (``Framework.overlap_p2p``: Megatron-Core's ``overlap_p2p_comm``):
@@ -73,6 +78,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mgpukit.costmodel.comm import allgather_time, allreduce_time, group_link, p2p_time, reduce_scatter_time
+from mgpukit.costmodel.experts import moe_alltoall_seconds, moe_expert_rows
 from mgpukit.costmodel.fleet import slowest_fraction
 from mgpukit.costmodel.flops import flops_per_step
 from mgpukit.costmodel.frameworks import get_framework
@@ -81,8 +87,8 @@ from mgpukit.costmodel.host import host_seconds
 from mgpukit.costmodel.kernels import (at_sustained_power, attention_seconds, gemm_seconds, has_gemm_table,
                                       memory_seconds)
 from mgpukit.costmodel.layout import Layout
-from mgpukit.costmodel.memory import stage_params
-from mgpukit.costmodel.shapes import ModelShape, layer_param_split
+from mgpukit.costmodel.memory import stage_expert_params, stage_params
+from mgpukit.costmodel.shapes import ModelShape, layer_expert_split, layer_param_split
 from mgpukit.costmodel.volume import tp_allreduces_per_layer
 
 # Compute slows by this fraction while a collective overlaps it: measured average 18.9 % (max 40 %) over
@@ -119,7 +125,7 @@ def _sustained(profile: HardwareProfile) -> HardwareProfile:
 
 def _layer_kernels(shape: ModelShape, layout: Layout, profile: HardwareProfile, autocast: bool = False) -> dict[str, float]:
     """:func:`_layer_kernels_of`, remembered: it reads only the fields in the key."""
-    key = ("layer", id(profile), shape, layout.tp, layout.cp, layout.sp, layout.micro_batch, layout.dtype,
+    key = ("layer", id(profile), shape, layout.tp, layout.cp, layout.ep, layout.sp, layout.micro_batch, layout.dtype,
            layout.flash_attention, autocast)
     return dict(_memo(key, profile, lambda: _layer_kernels_of(shape, layout, profile, autocast)))
 
@@ -129,21 +135,28 @@ def _layer_kernels_of(shape: ModelShape, layout: Layout, profile: HardwareProfil
     """Seconds of one layer, one micro-batch, one GPU: ``gemm_fwd, gemm_bwd, mem_fwd, mem_bwd``;
     ``attn_*`` are the attention core's share of them (its GEMMs, its memory kernels)."""
     t, dt, e = layout.tp, layout.dtype, layout.dtype_bytes
-    s, d, f = shape.seq_len, shape.d_model, shape.d_ff
+    s, d, f = shape.seq_len, shape.d_model, shape.mlp_width
     n = layout.micro_batch * s // layout.cp  # tokens on this GPU
     gate = 2 if shape.gated_mlp else 1
     # (in, out) of each GEMM: q, k, v fused or apart (three narrow GEMMs fill fewer SMs: at tp 8
     # GPT-2 350M's q is 128 wide, 2.2x the time of a third of a fused one), o, fc1, fc2
     qkv = ([(d, (d + 2 * shape.kv_dim) // t)] if shape.fused_qkv
            else [(d, d // t), (d, shape.kv_dim // t), (d, shape.kv_dim // t)])
-    linears = qkv + [(d // t, d), (d, gate * f // t), (f // t, d)]
-    g_fwd = sum(gemm_seconds(n, out, inp, profile, dtype=dt) for inp, out in linears)
-    g_bwd = sum(gemm_seconds(n, inp, out, profile, dtype=dt) + gemm_seconds(inp, out, n, profile, dtype=dt)
-                for inp, out in linears)
+    mlp = [(d, gate * f // t), (f // t, d)]
+    # (rows, in, out, batch): a dense MLP runs the n tokens; MoE experts run their dispatched slots:
+    # E/ep experts per rank, each with C slots per sequence from each of the ep ranks (one grouped GEMM)
+    rows, held = n, 1
+    if shape.is_moe:
+        rows, held = moe_expert_rows(shape, layout)
+    gemms = ([(n, inp, out, 1) for inp, out in qkv + [(d // t, d)]] + [(rows, inp, out, held) for inp, out in mlp]
+             + ([(n, d, shape.n_expert, 1)] if shape.is_moe else []))  # the router
+    g_fwd = sum(gemm_seconds(m, out, inp, profile, dtype=dt, batch=bt) for m, inp, out, bt in gemms)
+    g_bwd = sum(gemm_seconds(m, inp, out, profile, dtype=dt, batch=bt) + gemm_seconds(inp, out, m, profile, dtype=dt, batch=bt)
+                for m, inp, out, bt in gemms)
     # fp8 GEMMs (Transformer Engine's recipe): each linear's input is cast to fp8 in forward and
     # its output gradient in backward (read 2 bytes, write 1); attention and the head stay bf16
-    cast_fwd = 3 * n * sum(inp for inp, _ in linears) if dt == "fp8" else 0.0
-    cast_bwd = 3 * n * sum(out for _, out in linears) if dt == "fp8" else 0.0
+    cast_fwd = 3 * sum(m * bt * inp for m, inp, _, bt in gemms) if dt == "fp8" else 0.0
+    cast_bwd = 3 * sum(m * bt * out for m, _, out, bt in gemms) if dt == "fp8" else 0.0
     dt = "bf16" if dt == "fp8" else dt  # the attention core's dtype
 
     # attention core: (b · heads/tp) problems of q = s/cp queries against all s keys
@@ -172,9 +185,13 @@ def _layer_kernels_of(shape: ModelShape, layout: Layout, profile: HardwareProfil
         a_mem_bwd = memory_seconds(scores * (3 * e + drop * (2 * e + 1)), profile)
 
     act = n * d / (t if layout.sp else 1)  # elements of one replicated (or SP-split) activation
-    ffn = n * f / t
+    ffn = rows * held * f / t
     mem_fwd = e * 4 * act + e * (gate + 1) * ffn + 2 * (3 * e * act + drop * act)  # 2 norms, act fn, 2 drop-add
     mem_bwd = e * 6 * act + e * (gate + 2) * ffn + 2 * (2 * e * act + drop * act) + 2 * 3 * e * act  # + grad adds
+    if shape.is_moe:  # dispatch (scatter into the slots) and combine (gather, gate, sum), each read + write
+        # a slot's d values; fp32 router softmax and top-k over n·E; the same again in backward
+        moe = 2 * 2 * e * rows * held * d + 3 * 4 * n * shape.n_expert
+        mem_fwd, mem_bwd = mem_fwd + moe, mem_bwd + moe
     if autocast and e == 2:
         mem_fwd, mem_bwd = _autocast_bytes(shape, act, ffn, gate, drop)
     return {
@@ -230,19 +247,29 @@ def _ends(shape: ModelShape, layout: Layout, profile: HardwareProfile, *, embed:
 
 
 def _dp_exposed(shape, layout, profile, *, fwd, bwd, layer_fwd, layer_bwd, layers,
-                bucket_bytes) -> tuple[float, float, float]:
-    """(exposed per micro-batch, exposed once at the end, total un-overlapped) DP comm seconds."""
-    # the cp ranks of a replica hold the same weights (each saw other tokens), so the gradients are
-    # reduced, and ZeRO shards, over dp × cp ranks: Megatron-Core's DDP and distributed optimizer use
-    # the "intra_dp_cp_group" (megatron/core/optimizer/__init__.py), torchtitan's FSDP the dp_shard_cp
-    # mesh; rank order tp, cp, dp: one group of dp·cp ranks at stride tp
-    n, e = layout.dp * layout.cp, layout.dtype_bytes
-    if n == 1:
+                bucket_bytes, experts: bool = False) -> tuple[float, float, float]:
+    """(exposed per micro-batch, exposed once at the end, total un-overlapped) DP comm seconds.
+
+    The cp ranks of a replica hold the same weights (each saw other tokens), so the gradients are
+    reduced, and ZeRO shards, over dp × cp ranks: Megatron-Core's DDP and distributed optimizer use
+    the "intra_dp_cp_group" (megatron/core/optimizer/__init__.py), torchtitan's FSDP the dp_shard_cp
+    mesh. Every weight but the experts syncs over the ``dp·cp·ep`` ranks of the data (rank order tp,
+    cp, ep, dp, pp: stride ``tp``); ``experts=True``: a rank's experts over their ``dp·cp`` copies
+    (DeepSpeed-MoE's expert-data-parallel group; its link is taken at stride ``tp·ep``, exact when
+    cp or ep is 1 — otherwise the group is two strided runs)."""
+    n, e = layout.dp * layout.cp * (1 if experts else layout.ep), layout.dtype_bytes
+    stages = layout.distinct_stages(shape.n_layer)
+    if shape.n_expert == 1:  # dense: every weight is "the rest"
+        held = 0.0 if experts else max(stage_params(shape, layout, s) for s in stages)
+    else:
+        held = max(stage_expert_params(shape, layout, s) if experts
+                   else stage_params(shape, layout, s) - stage_expert_params(shape, layout, s) for s in stages)
+    if n == 1 or held == 0:
         return 0.0, 0.0, 0.0
-    link = group_link(profile, n, stride=layout.tp)
-    nbytes = max(stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer)) * e
-    split, replicated = layer_param_split(shape)
-    layer_bytes = min(nbytes, (split / layout.tp + replicated) * e)
+    link = group_link(profile, n, stride=layout.tp * (layout.ep if experts else 1))
+    nbytes = held * e
+    split, replicated = layer_expert_split(shape) if experts else layer_param_split(shape)
+    layer_bytes = min(nbytes, (split / layout.tp + replicated) / (layout.ep if experts else 1) * e)
     bucket = min(bucket_bytes, nbytes)
     rs, ag = reduce_scatter_time(nbytes, n, link), allgather_time(nbytes, n, link)
     if layout.zero == 0:
@@ -311,12 +338,14 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
         steps = sum(max(0.0, p2p_time(nbytes, cp_link) - core / layout.cp) for nbytes, core in passes)
         cp_s = layers * (layout.cp - 1) * steps
 
+    ep_s = layers * moe_alltoall_seconds(shape, layout, profile) if layout.ep > 1 else 0.0
     fwd = layers * (k["gemm_fwd"] + k["mem_fwd"]) + ends["gemm_fwd"] + ends["mem_fwd"]
     bwd = (layers * (k["gemm_bwd"] + k["mem_bwd"] + recompute_gemm + recompute_mem)
            + ends["gemm_bwd"] + ends["mem_bwd"])
+
     pp_s = 0.0
     if p > 1:  # neighbouring stages; 1/tp of the activation, all-gathered inside the tp group
-        pp_link = group_link(profile, 2, stride=t * layout.cp * layout.dp)
+        pp_link = group_link(profile, 2, stride=t * layout.cp * layout.ep * layout.dp)
         if layout.sp or scatter_gather:
             hop = p2p_time(activation / t, pp_link) + (0.0 if layout.sp else allgather_time(activation, t, tp_link))
         else:  # the framework sends the whole activation from every tp rank (frameworks.Framework)
@@ -325,8 +354,8 @@ def _stage(shape, layout, profile, stage: int, kernels: dict, *, scatter_gather:
         if overlap_p2p and layout.schedule == "interleaved":  # each hop beside a chunk's compute
             v = layout.v
             pp_s = v * (max(0.0, hop - fwd / v) + max(0.0, hop - bwd / v))
-    return {"gemm": gemm, "mem": mem, "tp": tp_s, "tp_hidden": tp_raw - tp_s, "cp": cp_s, "pp": pp_s, "layers": layers,
-            "fwd": fwd, "bwd": bwd}
+    return {"gemm": gemm, "mem": mem, "tp": tp_s, "tp_hidden": tp_raw - tp_s, "cp": cp_s, "ep": ep_s, "pp": pp_s,
+            "layers": layers, "fwd": fwd, "bwd": bwd}
 
 
 def step_time(
@@ -336,7 +365,7 @@ def step_time(
 ) -> dict[str, float]:
     """Predicted seconds of one step (module docstring). Returns ``compute_s`` (GEMMs),
     ``memory_s`` (memory-bound kernels), ``comm_s`` (exposed; split as ``comm_tp_s``,
-    ``comm_cp_s``, ``comm_pp_s``, ``comm_dp_s``), ``bubble_s``, ``optimizer_s``, ``total_s``,
+    ``comm_cp_s``, ``comm_ep_s``, ``comm_pp_s``, ``comm_dp_s``), ``bubble_s``, ``optimizer_s``, ``total_s``,
     ``bubble_fraction``, ``mfu``, ``hfu``, ``tokens_per_s`` and ``slowest_stage``; compute,
     memory and comm are the slowest stage's over the ``m`` micro-batches.
 
@@ -395,6 +424,10 @@ def step_time(
     dp_mb, dp_end, dp_total = _dp_exposed(shape, layout, profile, fwd=slow["fwd"], bwd=slow["bwd"],
                                           layer_fwd=layer_fwd, layer_bwd=layer_bwd, layers=slow["layers"],
                                           bucket_bytes=bucket_bytes)
+    if shape.n_expert > 1:  # the experts' own sync over their copies, after the rest's on the same links
+        more = _dp_exposed(shape, layout, profile, fwd=slow["fwd"], bwd=slow["bwd"], layer_fwd=layer_fwd,
+                           layer_bwd=layer_bwd, layers=slow["layers"], bucket_bytes=bucket_bytes, experts=True)
+        dp_mb, dp_end, dp_total = dp_mb + more[0], dp_end + more[1], dp_total + more[2]
     if not overlap_dp:
         dp_mb, dp_end = 0.0, dp_total
     hidden_dp = max(0.0, dp_total - (m * dp_mb + dp_end))
@@ -412,8 +445,16 @@ def step_time(
     pipeline += straggler_s
 
     # optimizer step over the local (possibly ZeRO-sharded) parameters
+    # (experts sharded over their dp·cp copies, the rest over dp·cp·ep)
+    def local(s):
+        experts = stage_expert_params(shape, layout, s)
+        return (stage_params(shape, layout, s) - experts) / (layout.dp * layout.cp * layout.ep) + experts / (layout.dp * layout.cp)
+
     psi = max(stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer))
-    optimizer_s = ADAM_BYTES_PER_PARAM * psi / (layout.dp * layout.cp if layout.zero >= 1 else 1) / profile.memory_bandwidth
+    sharded = psi / (layout.dp * layout.cp if layout.zero >= 1 else 1)
+    if shape.n_expert > 1 and layout.zero >= 1:
+        sharded = max(map(local, layout.distinct_stages(shape.n_layer)))
+    optimizer_s = ADAM_BYTES_PER_PARAM * sharded / profile.memory_bandwidth
     if layout.dtype == "fp8":  # the weights cast to fp8 once per step (Transformer Engine caches them over micro-batches)
         optimizer_s += memory_seconds(3 * psi, profile)
 
@@ -428,8 +469,8 @@ def step_time(
     total = pipeline + dp_end + optimizer_s + interference_s
     flops = flops_per_step(shape, layout.global_batch, checkpointing=layout.checkpointing)
     gpus = layout.world_size
-    comm = {"comm_tp_s": m * slow["tp"], "comm_cp_s": m * slow["cp"], "comm_pp_s": m * slow["pp"],
-            "comm_dp_s": m * dp_mb + dp_end}
+    comm = {"comm_tp_s": m * slow["tp"], "comm_cp_s": m * slow["cp"], "comm_ep_s": m * slow["ep"],
+            "comm_pp_s": m * slow["pp"], "comm_dp_s": m * dp_mb + dp_end}
     return {
         "compute_s": m * slow["gemm"],
         "memory_s": m * slow["mem"],
@@ -471,4 +512,4 @@ def stage_cost_terms(shape: ModelShape, layout: Layout, profile: HardwareProfile
 
 
 def _busy(stage: dict) -> float:
-    return stage["gemm"] + stage["mem"] + stage["tp"] + stage["cp"] + stage["pp"]
+    return stage["gemm"] + stage["mem"] + stage["tp"] + stage["cp"] + stage["ep"] + stage["pp"]

@@ -20,13 +20,18 @@ that per all-reduce (see :mod:`mgpukit.costmodel.comm`). Per step, for Ψ local 
 * **context parallel** (ring attention, Liu et al. 2023): each layer passes this rank's K and V
   chunk ``cp - 1`` times forward, and K, V and their gradients backward (again forward when
   recomputing).
+* **expert parallel** (GShard, Lepikhin et al. 2020): per MoE layer two all-to-alls forward and
+  two backward (two more forward under full recomputation) of the padded dispatch buffer,
+  :func:`mgpukit.costmodel.cp_ep.ep_bytes` (the formula's one home). The experts' gradients are
+  synced over their ``dp`` copies, every other weight's over the ``dp·ep`` ranks of the data.
 """
 
 from __future__ import annotations
 
 from mgpukit.costmodel.comm import bus_factor
+from mgpukit.costmodel.cp_ep import ep_bytes
 from mgpukit.costmodel.layout import Layout
-from mgpukit.costmodel.memory import stage_params
+from mgpukit.costmodel.memory import stage_expert_params, stage_params
 from mgpukit.costmodel.shapes import ModelShape
 
 
@@ -35,12 +40,13 @@ def tp_allreduces_per_layer(checkpointing: str) -> int:
     return 6 if checkpointing == "full" else 4
 
 
-def dp_collective_bytes(psi: float, layout: Layout) -> dict[str, float]:
+def dp_collective_bytes(psi: float, layout: Layout, *, ranks: int | None = None) -> dict[str, float]:
     """Buffer sizes (bytes, the full unsharded buffer) of the data-parallel collectives per step,
-    as counts × size: ``all_reduce``, ``reduce_scatter``, ``all_gather`` → (count, nbytes)."""
+    as counts × size: ``all_reduce``, ``reduce_scatter``, ``all_gather`` → (count, nbytes).
+    ``ranks``: the group's size (default ``dp × cp``)."""
     nbytes = psi * layout.dtype_bytes
     m = layout.num_micro_batches
-    if layout.dp * layout.cp == 1:  # cp ranks reduce their gradients too (steptime._dp_exposed)
+    if (layout.dp * layout.cp if ranks is None else ranks) == 1:  # cp ranks reduce their gradients too
         return {}
     if layout.zero == 0:
         return {"all_reduce": (1, nbytes)}
@@ -52,12 +58,17 @@ def dp_collective_bytes(psi: float, layout: Layout) -> dict[str, float]:
 
 
 def comm_bytes_per_step(shape: ModelShape, layout: Layout) -> dict[str, float]:
-    """Bytes sent per GPU per step: ``dp``, ``tp``, ``pp``, ``cp`` and ``total`` (fullest stage)."""
-    psi = max(stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer))
-    n = layout.dp * layout.cp
+    """Bytes sent per GPU per step: ``dp``, ``tp``, ``pp``, ``cp``, ``ep`` and ``total`` (fullest
+    stage). The gradients are reduced over dp × cp ranks (`steptime._dp_exposed`), × ep for the
+    weights that are not experts."""
+    held = {s: stage_params(shape, layout, s) for s in layout.distinct_stages(shape.n_layer)}
+    stage = max(held, key=held.get)
+    experts = stage_expert_params(shape, layout, stage)
     dp = 0.0
-    for kind, (count, nbytes) in dp_collective_bytes(psi, layout).items():
-        dp += count * bus_factor(kind, n) * nbytes
+    dp_cp = layout.dp * layout.cp
+    for psi, n in ((held[stage] - experts, dp_cp * layout.ep), (experts, dp_cp)):
+        for kind, (count, nbytes) in dp_collective_bytes(psi, layout, ranks=n).items():
+            dp += count * bus_factor(kind, n) * nbytes
 
     t, m = layout.tp, layout.num_micro_batches
     activation = shape.seq_len // layout.cp * layout.micro_batch * shape.d_model * layout.dtype_bytes
@@ -73,4 +84,11 @@ def comm_bytes_per_step(shape: ModelShape, layout: Layout) -> dict[str, float]:
         kv = 2 * shape.seq_len // layout.cp * layout.micro_batch * shape.kv_dim // t * layout.dtype_bytes
         passes = 1 + 2 + (1 if layout.checkpointing in ("full", "selective") else 0)  # fwd, bwd (K,V,dK,dV), recompute
         cp = m * layers * (layout.cp - 1) * passes * kv
-    return {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "total": dp + tp + pp + cp}
+
+    ep = 0.0
+    if layout.ep > 1:
+        a2a = ep_bytes(rows=layout.micro_batch, seq_len=shape.seq_len // layout.cp, d_model=shape.d_model,
+                       n_expert=shape.n_expert, top_k=shape.top_k, capacity_factor=shape.capacity_factor,
+                       n_moe_layers=layers, ep=layout.ep, micro_batches=m, elem=layout.dtype_bytes)
+        ep = a2a["total"] + (a2a["fwd"] if layout.checkpointing == "full" else 0.0)
+    return {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "total": dp + tp + pp + cp + ep}
