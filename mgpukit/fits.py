@@ -157,7 +157,9 @@ def _applicable(change, cfg, layout, workers, mode, parity) -> bool:
 
 def fixes(cfg, layout, workers: int, mode: str, strategy: str, usable: float, *, parity: bool) -> list[str]:
     """The fewest changes that make the run fit (up to three ways), each checked with `need`;
-    shape mode last, which always fits."""
+    shape mode last, which always fits. Changes are combined (one, then pairs, …) and only the
+    fitting ones returned, as the flags a refusal names. Not `lessons.planning.single_changes`,
+    which tables every single change to a planner's cluster-scale layout, fitting or not."""
     def size(state):
         c, lay, w, par = state
         return (rank_bytes(c, lay)["total"] if mode == "gpu" and lay.zero == 3 and lay.dp > layout.dp

@@ -21,6 +21,8 @@ from mgpukit.measure.shape import fake_mode
 from mgpukit.measure.op_cost import is_free, op_context, op_cost
 from mgpukit.models import GPT, gpt_tiny, lm_loss
 from mgpukit.models.gpt import Block
+from mgpukit.runtime.context import worker_context
+from mgpukit.runtime.dims import ParallelDims
 from mgpukit.strategies.tensor_parallel.apply import split_block
 from mgpukit.strategies.tensor_parallel.comm import TPGroup
 
@@ -47,11 +49,17 @@ class _Ops(TorchDispatchMode):
         return out
 
 
+def _tp_ctx(tp: int, rank: int = 0):
+    """Rank `rank`'s context in a tp-only mesh of `tp` ranks, without process groups."""
+    return worker_context(rank=rank, world_size=tp, mode="cpu", device=torch.device("cpu"), t0=0.0,
+                          threads=1, dims=ParallelDims(tp=tp), mesh=False)
+
+
 def _count(n_layer: int, tp: int) -> tuple[collections.Counter, int]:
     model = GPT(gpt_tiny(n_layer=n_layer))
     rec = _Recorder()
     if tp > 1:
-        group = TPGroup(rec=rec, group=None, size=tp, rank=0)
+        group = TPGroup(rec=rec, ctx=_tp_ctx(tp))
         for block in model.blocks:
             split_block(block, group)
     x = torch.randint(0, model.cfg.vocab_size, (2, model.cfg.seq_len + 1))
@@ -95,7 +103,7 @@ def test_the_planners_gemms_of_a_kit_tp_layer_are_the_emulators():
             return out
 
     with fake_mode():
-        block = split_block(Block(cfg), TPGroup(rec=_Recorder(), group=None, size=tp, rank=0))
+        block = split_block(Block(cfg), TPGroup(rec=_Recorder(), ctx=_tp_ctx(tp)))
         x = torch.zeros(batch, cfg.seq_len, cfg.d_model, requires_grad=True)
         with _Gemms():
             block(x).sum().backward()
@@ -126,7 +134,7 @@ def test_a_kit_tp_layer_is_the_planners_layer_plus_the_kits_unfused_ops():
             return out
 
     with fake_mode():
-        block = split_block(Block(cfg), TPGroup(rec=_Recorder(), group=None, size=tp, rank=0))
+        block = split_block(Block(cfg), TPGroup(rec=_Recorder(), ctx=_tp_ctx(tp)))
         x = torch.zeros(batch, cfg.seq_len, cfg.d_model, requires_grad=True)
         grad = torch.zeros(batch, cfg.seq_len, cfg.d_model)
         with _Kernels():

@@ -354,9 +354,7 @@ COMMAND_PROTOCOL = {"main", "register", "run"}
 
 # Public names still defined twice, each in another engineer's area (issue 34): who owes the fix.
 # A name may leave this list; none may join it.
-OWED = {
-    "fixes": "fits.fixes vs lessons.planning.fixes: two 'which change would fit' engines",
-}
+OWED: dict[str, str] = {}
 
 
 def public_definitions() -> dict[str, list[str]]:

@@ -100,7 +100,7 @@ def test_the_seeds_gpu_count_rule_fits_but_takes_years():
 def test_a_layout_that_does_not_fit_gets_a_computed_fix():
     e = planning.explain("70b", 64, "h100-ib", tp=8, zero=0, checkpointing="selective", global_batch=512)
     assert not e["plan"].fits and e["sentence"].startswith("Does not fit")
-    fixes = [f for f in planning.fixes(e["plan"]) if f["fits"]]
+    fixes = [f for f in planning.single_changes(e["plan"]) if f["fits"]]
     assert fixes and all(f["plan"].memory["total"] <= f["plan"].memory_limit for f in fixes)
     assert f"It would fit with {min(fixes, key=lambda f: f['plan'].step_time_s)['change']}" in e["sentence"]
     fitting = planning.explain("70b", 64, "h100-ib", tp=8, zero=1, checkpointing="selective", global_batch=512)
@@ -248,9 +248,9 @@ def test_fixes_keep_the_plans_framework_and_offer_selective_only_without_flash()
     flash = plan("70b", 64, "h100-ib", planning.make_layout(gpus=64, tp=8, global_batch=512),
                  framework="deepspeed-pipe")
     assert not flash.fits
-    tried = planning.fixes(flash)
+    tried = planning.single_changes(flash)
     assert tried and {f["plan"].framework.name for f in tried} == {"deepspeed-pipe"}
     changes = [f["change"] for f in tried]
     assert "checkpointing full" in changes and "checkpointing selective" not in changes  # = none under flash
     unfused = plan("70b", 64, "h100-ib", dataclasses.replace(flash.layout, flash_attention=False))
-    assert "checkpointing selective" in [f["change"] for f in planning.fixes(unfused)]
+    assert "checkpointing selective" in [f["change"] for f in planning.single_changes(unfused)]

@@ -1,5 +1,7 @@
 """Tensor and sequence parallelism: parity with one process, the collectives each block issues,
 the bytes against the cost model's table, activation memory with sequence parallelism."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -10,6 +12,8 @@ from mgpukit.experiment import run
 from mgpukit.prepare import prepare
 from mgpukit.lessons.tensor_parallel import layernorm_saved_bytes
 from mgpukit.models import GPT, gpt_tiny
+from mgpukit.runtime.context import worker_context
+from mgpukit.runtime.dims import ParallelDims
 from mgpukit.strategies.tensor_parallel.apply import split_block
 from mgpukit.strategies.tensor_parallel.comm import TPGroup
 
@@ -46,13 +50,29 @@ class _Counting:
         out.copy_(inp)
 
 
+def _tp_ctx(tp: int, rank: int = 0):
+    """Rank `rank`'s context in a tp-only mesh of `tp` ranks, without process groups."""
+    return worker_context(rank=rank, world_size=tp, mode="cpu", device=torch.device("cpu"), t0=0.0,
+                          threads=1, dims=ParallelDims(tp=tp), mesh=False)
+
+
+def test_the_tp_group_asks_the_mesh_for_its_degree_and_rank():
+    """The tp degree lives in the layout and the mesh only: a `TPGroup` keeps the recorder and
+    the context, and reads t and its index from the context's mesh on every rank."""
+    assert [f.name for f in dataclasses.fields(TPGroup)] == ["rec", "ctx"]
+    for rank in range(4):
+        ctx = _tp_ctx(4, rank)
+        tp = TPGroup(rec=None, ctx=ctx)
+        assert (tp.size, tp.rank, tp.group) == (ctx.size("tp"), ctx.coords["tp"], ctx.group("tp")) == (4, rank, None)
+
+
 @pytest.mark.parametrize("sp, forward, backward", [
     (False, ["all_reduce"] * 2, ["all_reduce"] * 2),  # g after attention and MLP; f before them
     (True, ["all_gather", "reduce_scatter"] * 2, ["reduce_scatter", "all_gather"] * 2),
 ])
 def test_each_block_issues_the_designed_collectives(sp, forward, backward):
     rec = _Counting()
-    tp = TPGroup(rec=rec, group=None, size=1, rank=0)
+    tp = TPGroup(rec=rec, ctx=_tp_ctx(1))
     block = split_block(GPT(gpt_tiny()).blocks[0], tp, sp=sp)
     x = torch.randn(2, 8, 64, requires_grad=True)
     y = block(x)

@@ -2,7 +2,7 @@
 
 - `explain(model, gpus, profile, **layout)`  one plan, and a sentence: does it fit, and if not,
                                    which single change would make it fit (each one planned)
-- `fixes(plan)`                    the candidate changes and whether each fits
+- `single_changes(plan)`           the candidate changes, one at a time, and whether each fits
 - `speedup_curve(...)`             the layout's tp × pp (and options) on 1 … 1,024 GPUs, dp filling
                                    the rest, against one GPU with enough memory
 - `ranked(...)`                    `search`'s ranked layouts with time to train and cost
@@ -58,8 +58,12 @@ def _change(layout: Layout, n_gpus: int, **kw):
         return None
 
 
-def fixes(pl) -> list[dict]:
-    """Single changes to a plan's layout, each planned: ``{"change", "plan", "fits"}``. Tried:
+def single_changes(pl) -> list[dict]:
+    """Single changes to a plan's layout, each planned, fitting or not: ``{"change", "plan",
+    "fits", "memory"}`` — a what-if table for a cluster-scale layout. Not `mgpukit.fits.fixes`,
+    which answers another question: the fewest *combined* flags (`--global-batch`,
+    `--checkpointing`, `--optimizer`, …) that make one of the kit's own runs fit this machine,
+    only the fitting ones, as words for a refusal. Tried here:
     the next ZeRO stage, more checkpointing, a smaller micro-batch, twice the tp (within a node)
     or pp, twice the GPUs (more dp), bf16 instead of fp32. Each is planned in the plan's own
     framework. Selective checkpointing is offered only without fused attention: it recomputes the
@@ -104,7 +108,7 @@ def fit_sentence(pl) -> str:
                 f"({mem['total'] / limit:.0%}); predicted MFU {pl.mfu:.1%} ({lo:.1%} … {hi:.1%}: the planner's "
                 f"{pl.error_bar.describe()}).")
     worst = max(("params", "grads", "optimizer", "activations"), key=lambda c: mem[c])
-    ok = [f for f in fixes(pl) if f["fits"]]
+    ok = [f for f in single_changes(pl) if f["fits"]]
     ok.sort(key=lambda f: f["plan"].step_time_s)
     fix = (f"It would fit with {ok[0]['change']} ({ok[0]['memory'] / gb:.1f} GB, step "
            f"{ok[0]['plan'].step_time_s:.2f} s)" + (f"; also with {', '.join(f['change'] for f in ok[1:3])}"

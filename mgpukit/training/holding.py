@@ -8,7 +8,7 @@ of which full tensor that is. The applier that cut the model knows; it declares 
     replicated   whole tensors (ddp, pipelines: this rank's stages), or DTensors (fsdp2,
                  tp-native), whose shards DCP knows itself
     tp-split     our Megatron layers (`strategies.tensor_parallel`): a split parameter is the
-                 tp_rank-th of tp_size equal slices along its split dimension
+                 tp.rank-th of tp.size equal slices along its split dimension
     sharded      ZeRO's flat shards (`strategies.sharding`): a range of a unit's flattened
                  parameters, cut into boxes (`boxes`); `after_load` all-gathers them back
 
@@ -46,8 +46,7 @@ class Holding:
     kind: str = REPLICATED
     model: nn.Module | None = None  # whose parameter names are the full model's (default: Parts.module)
     split_dim: Callable[[torch.Tensor], int | None] | None = None  # tp-split: a parameter's cut, or None
-    tp_rank: int = 0
-    tp_size: int = 1
+    tp: object = None  # tp-split: the tp group (`rank`, `size`: asked of its mesh, not copied)
     units: Sequence = ()  # sharded: the flat units (`params`, `shard`, `rank`, `shard_numel`)
     after_load: Callable[[], None] | None = None  # sharded: the full parameters from the shards
 
@@ -76,9 +75,9 @@ class Holding:
     def _tp_piece(self, p, name: str, dim: int) -> Piece:
         """Rank i of t holds the i-th of t equal slices along `dim`."""
         size = list(p.shape)
-        size[dim] *= self.tp_size
+        size[dim] *= self.tp.size
         offsets = [0] * p.dim()
-        offsets[dim] = self.tp_rank * p.shape[dim]
+        offsets[dim] = self.tp.rank * p.shape[dim]
         return Piece(name, tuple(size), tuple(offsets), lambda x: x)
 
 

@@ -88,7 +88,7 @@ def _entering_columns(tp: TPGroup, sp: bool):
 
 def apply_tp(model: nn.Module, ctx, rec, *, sp: bool = False) -> TensorParallel:
     """Split `model` (a `GPT`) in place over `ctx.group("tp")` (module docstring)."""
-    tp = TPGroup(rec=rec, group=ctx.group("tp"), size=ctx.size("tp"), rank=ctx.coords["tp"])
+    tp = TPGroup(rec=rec, ctx=ctx)
     check_divides(model.cfg, tp.size, sp=sp)
     model.embed = _Embedding(model.embed, tp, sp)
     for block in model.blocks:
@@ -101,7 +101,7 @@ def apply_tp(model: nn.Module, ctx, rec, *, sp: bool = False) -> TensorParallel:
         state_dict=lambda m: gather_full_state(m, tp), grad_sq=lambda params: tp_grad_sq(params, tp.size),
         holds_loss=tp.rank == 0,
         wrap_sync=(lambda sync: SequenceParallelGradSync(sync, tp, model)) if sp else (lambda sync: sync),
-        holding=Holding(kind=TP_SPLIT, split_dim=split_dim, tp_rank=tp.rank, tp_size=tp.size))
+        holding=Holding(kind=TP_SPLIT, split_dim=split_dim, tp=tp))
 
 
 def split_block(block: nn.Module, tp: TPGroup, *, sp: bool = False) -> nn.Module:

@@ -33,12 +33,28 @@ import torch.distributed as dist
 
 @dataclasses.dataclass(frozen=True)
 class TPGroup:
-    """Where tensor-parallel collectives go: the recorder and this rank's tp group."""
+    """Where tensor-parallel collectives go: the recorder and the worker's context, whose mesh
+    (built from the run's layout) holds this rank's tp group. The degree and this rank's index
+    are asked of the context each time, not copied here: the tp degree lives in the layout and
+    the mesh, nowhere else in a worker."""
 
     rec: object
-    group: object
-    size: int
-    rank: int
+    ctx: object  # the `runtime.context.WorkerContext`
+
+    @property
+    def group(self):
+        """This rank's tp process group (None in a single process: no collective is called)."""
+        return self.ctx.group("tp")
+
+    @property
+    def size(self) -> int:
+        """The tp degree, t."""
+        return self.ctx.size("tp")
+
+    @property
+    def rank(self) -> int:
+        """This rank's index in its tp group, 0 … t - 1."""
+        return self.ctx.coords["tp"]
 
     def all_reduce(self, t: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
         self.rec.all_reduce(t, op=op, group=self.group)
