@@ -1,6 +1,6 @@
 """Context-parallel ranks hold the same weights: their gradients are reduced, and ZeRO shards,
 over ``dp · cp`` ranks (Megatron-Core's distributed optimizer and DDP use the ``intra_dp_cp_group``,
-``megatron/core/optimizer/__init__.py``; torchtitan's FSDP the ``dp_shard_cp`` mesh).
+module ``megatron.core.optimizer``; torchtitan's FSDP the ``dp_shard_cp`` mesh).
 
 The planner sharded over ``dp`` alone: a 340B layout at tp 8 × pp 8 × cp 2 on 128 GPUs (dp 1)
 was charged the whole fp32 optimizer state and "did not fit", and a dp-1 cp-2 layout reduced no

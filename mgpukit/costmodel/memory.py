@@ -6,7 +6,7 @@ parameters on a GPU costs 2 bytes (bf16 weights) + 2 (bf16 gradients) + K = 12 (
 copy, momentum, variance): ``(2 + 2 + K)·Ψ = 16Ψ``. Plain fp32 training is 4 + 4 + 8. ZeRO
 shards over the ``N_d`` data-parallel ranks — ``dp · cp`` of them: the ranks of a context-parallel
 group hold the same weights, so Megatron-Core's distributed optimizer (its ``intra_dp_cp_group``,
-``megatron/core/optimizer/__init__.py``) and torchtitan's FSDP (the ``dp_shard_cp`` mesh) shard over both:
+module ``megatron.core.optimizer``) and torchtitan's FSDP (the ``dp_shard_cp`` mesh) shard over both:
 
 =====  ======================================
 stage  bytes per GPU (mixed precision)

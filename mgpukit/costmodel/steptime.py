@@ -252,7 +252,7 @@ def _dp_exposed(shape, layout, profile, *, fwd, bwd, layer_fwd, layer_bwd, layer
 
     The cp ranks of a replica hold the same weights (each saw other tokens), so the gradients are
     reduced, and ZeRO shards, over dp × cp ranks: Megatron-Core's DDP and distributed optimizer use
-    the "intra_dp_cp_group" (megatron/core/optimizer/__init__.py), torchtitan's FSDP the dp_shard_cp
+    the "intra_dp_cp_group" (module megatron.core.optimizer), torchtitan's FSDP the dp_shard_cp
     mesh. Every weight but the experts syncs over the ``dp·cp·ep`` ranks of the data (rank order tp,
     cp, ep, dp, pp: stride ``tp``); ``experts=True``: a rank's experts over their ``dp·cp`` copies
     (DeepSpeed-MoE's expert-data-parallel group; its link is taken at stride ``tp·ep``, exact when
