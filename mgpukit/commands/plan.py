@@ -28,6 +28,7 @@ import sys
 from mgpukit.files import OutputError, write_text
 
 from mgpukit.costmodel.actions import SCHEDULES
+from mgpukit.costmodel.attention_kernels import with_attention_kernel
 from mgpukit.costmodel.frameworks import DP_SYNC, get_framework, list_frameworks
 from mgpukit.costmodel.hardware import list_profiles, load_profile
 from mgpukit.costmodel.layout import DTYPE_BYTES
@@ -76,6 +77,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-flash", dest="flash", action="store_false",
                    help="unfused attention: s×s scores through HBM and kept for backward (Megatron-LM 2021); "
                         "default flash attention (one log-sum-exp per row kept)")
+    p.add_argument("--attention-kernel", default="", choices=("fa2", "fa3"),
+                   help="the fused attention kernel's generation: fa2 (FlashAttention-2, 2023 runs; on H100 its rate "
+                        "from the FA3 paper's Fig. 5-6) or fa3 (FlashAttention-3 / cuDNN, Hopper only); default: the "
+                        "profile's own (costmodel/attention_kernels.py)")
     p.add_argument("--zero", type=int, default=0, choices=range(4), help="ZeRO stage 0-3 (default 0)")
     p.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
                    help="sequence parallelism (default: on when tp > 1)")
@@ -132,7 +137,9 @@ def run(args) -> int:
         if getattr(args, "dp_sync", None):
             framework = framework.with_(dp_sync=args.dp_sync)
         tokens, price = budget(args), getattr(args, "price_per_gpu_hour", None)
-        if args.search:
+        kernel = getattr(args, "attention_kernel", "")
+        if args.search:  # the search's layouts charge the profile's table: give it the kernel's
+            profile = with_attention_kernel(profile, kernel)
             check_search_args(args)
             gb = args.global_batch or SEARCH_GLOBAL_BATCH
             plans = search(shape, args.gpus, profile, global_batch=gb, top=args.top, include_unfit=True,

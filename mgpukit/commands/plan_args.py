@@ -64,7 +64,7 @@ def layout_from_args(args) -> Layout:
     kw = dict(dp=dp, tp=tp, pp=pp, cp=cp, zero=args.zero, sp=(tp > 1) if args.sp is None else args.sp,
               schedule=args.schedule, v=v, micro_batch=args.micro_batch, checkpointing=args.ckpt, dtype=args.dtype,
               stage_layers=stage_layers, tp_overlap=getattr(args, "tp_overlap", False),
-              flash_attention=getattr(args, "flash", True))
+              flash_attention=getattr(args, "flash", True), attention_kernel=getattr(args, "attention_kernel", ""))
     if args.global_batch is not None:
         return Layout.from_global_batch(global_batch=args.global_batch, **kw)
     m = args.micro_batches if args.micro_batches is not None else (4 * pp if pp > 1 else 1)
