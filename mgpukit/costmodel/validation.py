@@ -55,6 +55,13 @@ Rows (each cites paper, table, row; what the source does not publish is assumed,
   (the same ceiling is assumed for all), and anything of Meta's own kernels (their attention and
   GEMM libraries are not torch 2.11's).
 
+**Attention kernel.** Each row is charged the attention of its time (`attention_of`, the table's
+``attention`` column, and each error bar's ``attention``): the A100 rows Megatron's unfused softmax of
+2021-22; Llama 3 the H100 profiles' own fused kernel (FA3 / cuDNN class, 2024-26). A run with
+FlashAttention-2 on an H100 (2023) sets ``Layout.attention_kernel = "fa2"``
+(:mod:`~mgpukit.costmodel.attention_kernels`: FA2's rate from the FA3 paper's Fig. 5-6); no such
+run is in this table, so a plan with it lists "flash attention (fa2)" as unchecked.
+
 **Scale.** What the planner models of scale: ring/tree collectives' latency and bandwidth per
 link (``comm``), the dp sync and the bubble that do not shrink as dp grows (which is why the
 per-GPU throughput of MT-NLG falls from 2,240 to 3,360 GPUs, as published). What it does not:
