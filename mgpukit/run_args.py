@@ -88,6 +88,10 @@ def add_layout_arguments(p, *, planner: bool = False) -> None:
     layout.add_argument("--no-flash", dest="flash", action="store_false",
                         help="unfused attention: s×s scores through HBM and kept for backward (Megatron-LM "
                              "2021); default flash attention (one log-sum-exp per row kept)")
+    layout.add_argument("--attention-kernel", default="", choices=("fa2", "fa3"),
+                        help="the fused attention kernel's generation: fa2 (FlashAttention-2, 2023 runs; on H100 "
+                             "its rate from the FA3 paper's Fig. 5-6) or fa3 (FlashAttention-3 / cuDNN, Hopper "
+                             "only); default: the profile's own (costmodel/attention_kernels.py)")
 
 
 def layout_from_args(args) -> dict:

@@ -30,6 +30,7 @@ import sys
 
 from mgpukit.files import OutputError, write_text
 
+from mgpukit.costmodel.attention_kernels import with_attention_kernel
 from mgpukit.costmodel.frameworks import DP_SYNC, get_framework, list_frameworks
 from mgpukit.costmodel.hardware import list_profiles, load_profile
 from mgpukit.costmodel.layout import Layout
@@ -121,7 +122,9 @@ def run(args) -> int:
         if getattr(args, "dp_sync", None):
             framework = framework.with_(dp_sync=args.dp_sync)
         tokens, price = budget(args), getattr(args, "price_per_gpu_hour", None)
-        if args.search:
+        kernel = getattr(args, "attention_kernel", "")
+        if args.search:  # the search's layouts charge the profile's table: give it the kernel's
+            profile = with_attention_kernel(profile, kernel)
             check_search_args(args)
             gb = args.global_batch or SEARCH_GLOBAL_BATCH
             plans = search(shape, args.gpus, profile, global_batch=gb, top=args.top, include_unfit=True,

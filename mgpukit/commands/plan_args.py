@@ -61,7 +61,8 @@ def planned_layout(args) -> Layout:
     return Layout.on_gpus(args.gpus, **layout_from_args(args), global_batch=args.global_batch,
                           micro_batches=args.micro_batches,
                           zero=args.zero, micro_batch=args.micro_batch, stage_layers=stage_layers,
-                          tp_overlap=args.tp_overlap, flash_attention=args.flash)
+                          tp_overlap=args.tp_overlap, flash_attention=args.flash,
+                          attention_kernel=args.attention_kernel)
 
 
 def check_positive(args) -> None:

@@ -73,8 +73,13 @@ class Layout:
     # Fused attention (FlashAttention, Dao et al. 2022; PyTorch's SDPA): no s×s scores in HBM, so
     # activations keep one log-sum-exp per row instead (costmodel.memory). False: Megatron-2021 softmax
     flash_attention: bool = True
+    # Which fused kernel (costmodel.attention_kernels): "" the profile's own, "fa2" (2023), "fa3" (Hopper)
+    attention_kernel: str = ""
 
     def __post_init__(self) -> None:
+        if self.attention_kernel not in ("", "fa2", "fa3"):
+            raise LayoutError(f"attention_kernel={self.attention_kernel!r}; choose fa2 or fa3, or '' for the "
+                              f"profile's own")
         for f in ("dp", "tp", "pp", "cp", "ep", "v", "micro_batch", "num_micro_batches"):
             value = getattr(self, f)
             if not isinstance(value, int) or value < 1:
@@ -199,6 +204,8 @@ class Layout:
         parts.append(f"ckpt {self.checkpointing}")
         if not self.flash_attention:
             parts.append("unfused attention")
+        elif self.attention_kernel:
+            parts.append(f"attention {self.attention_kernel}")
         parts.append(self.dtype)
         return ", ".join(parts)
 

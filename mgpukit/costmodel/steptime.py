@@ -11,7 +11,8 @@ The model, per GPU of each pipeline stage, for one micro-batch of ``b`` sequence
    token count). The attention core: with ``flash_attention`` one fused kernel per direction
    (Dao et al. 2022; backward recomputes the scores: 2.5× the forward FLOPs), charged as the
    emulator charges SDPA (`kernels.attention_seconds`: the profile's ``[attention]`` table,
-   the causal tiles skipped); without it the batched
+   the causal tiles skipped, at the rate of the run's kernel generation, ``Layout.attention_kernel``:
+   :mod:`~mgpukit.costmodel.attention_kernels`); without it the batched
    ``Q·Kᵀ`` and ``A·V`` GEMMs of Megatron-LM 2021 (two each in backward) with the ``s×s``
    scores in HBM. Once per model: the vocabulary-parallel ``lm_head``.
 2. **Memory-bound kernels** charged by bytes / HBM bandwidth: the two norms, the MLP's
@@ -77,6 +78,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mgpukit.costmodel.attention_kernels import with_attention_kernel
 from mgpukit.costmodel.comm import allgather_time, allreduce_time, group_link, p2p_time, reduce_scatter_time
 from mgpukit.costmodel.experts import moe_alltoall_seconds, moe_expert_rows
 from mgpukit.costmodel.fleet import slowest_fraction
@@ -121,6 +123,12 @@ def _memo(key: tuple, profile, compute):
 
 def _sustained(profile: HardwareProfile) -> HardwareProfile:
     return _memo(("sustained", id(profile)), profile, lambda: at_sustained_power(profile))
+
+
+def _kernel_of(profile: HardwareProfile, kernel: str) -> HardwareProfile:
+    """``profile`` at the attention rate of the run's kernel generation (`with_attention_kernel`), remembered."""
+    return profile if not kernel else _memo(("attention", id(profile), kernel), profile,
+                                            lambda: with_attention_kernel(profile, kernel))
 
 
 def _layer_kernels(shape: ModelShape, layout: Layout, profile: HardwareProfile, autocast: bool = False) -> dict[str, float]:
@@ -400,7 +408,7 @@ def step_time(
     fw = get_framework(framework)
     autocast = fw.autocast if autocast is None else autocast
     overlap_dp = fw.overlap_dp if overlap_dp is None else overlap_dp
-    profile = fw.on(profile)
+    profile = _kernel_of(fw.on(profile), layout.attention_kernel)
     if sustained:
         profile = _sustained(profile)
     peak = profile.flops("bf16" if layout.dtype == "fp8" else layout.dtype)
@@ -499,7 +507,7 @@ def stage_cost_terms(shape: ModelShape, layout: Layout, profile: HardwareProfile
     accumulation) and the last stage's the final norm, the lm_head, the loss and their
     collectives. What :func:`mgpukit.costmodel.balance.balance_stages` balances."""
     fw = get_framework(framework)
-    profile = fw.on(profile)
+    profile = _kernel_of(fw.on(profile), layout.attention_kernel)
     kernels = _layer_kernels(shape, layout, profile, fw.autocast)
 
     def busy(stage: int, layers: int) -> float:

@@ -55,6 +55,13 @@ Rows (each cites paper, table, row; what the source does not publish is assumed,
   (the same ceiling is assumed for all), and anything of Meta's own kernels (their attention and
   GEMM libraries are not torch 2.11's).
 
+**Attention kernel.** Each row is charged the attention of its time (`attention_of`, the table's
+``attention`` column, and each error bar's ``attention``): the A100 rows Megatron's unfused softmax of
+2021-22; Llama 3 the H100 profiles' own fused kernel (FA3 / cuDNN class, 2024-26). A run with
+FlashAttention-2 on an H100 (2023) sets ``Layout.attention_kernel = "fa2"``
+(:mod:`~mgpukit.costmodel.attention_kernels`: FA2's rate from the FA3 paper's Fig. 5-6); no such
+run is in this table, so a plan with it lists "flash attention (fa2)" as unchecked.
+
 **Scale.** What the planner models of scale: ring/tree collectives' latency and bandwidth per
 link (``comm``), the dp sync and the bubble that do not shrink as dp grows (which is why the
 per-GPU throughput of MT-NLG falls from 2,240 to 3,360 GPUs, as published). What it does not:
@@ -88,6 +95,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from mgpukit.costmodel import bands, published
+from mgpukit.costmodel.attention_kernels import kernel_label
 from mgpukit.costmodel.flops import megatron_flops
 from mgpukit.costmodel.frameworks import Framework, get_framework, list_frameworks
 from mgpukit.costmodel.hardware import load_profile
@@ -185,6 +193,12 @@ def runs() -> list[Run]:
     return _megatron_rows() + [_bloom()] + _mtnlg() + _llama3()
 
 
+def attention_of(run: Run) -> str:
+    """The attention kernel generation ``run`` is charged (`attention_kernels.kernel_label`): unfused,
+    fa2 or fa3 — its layout's ``attention_kernel``, else its profile's own table."""
+    return kernel_label(run.profile, run.layout.attention_kernel, flash=run.layout.flash_attention)
+
+
 def predict(run: Run, *, stragglers: bool = True) -> dict:
     """The planner's prediction of ``run``'s published figure, and its error on throughput;
     ``stragglers=False`` leaves out the slowest-of-N term (``straggler_s``, as ``plan``)."""
@@ -226,6 +240,7 @@ class ErrorBar:
     runs: tuple[str, ...] = ()
     observed: tuple[float, float] = (0.0, 0.0)
     how: str = ""  # how the band was widened beyond the observed errors
+    attention: tuple[str, ...] = ()  # the attention kernel generations its runs were charged (attention_of)
     of: str = "published runs"
     plus: str = "optimistic"  # what a positive error means
 
@@ -246,8 +261,9 @@ class ErrorBar:
 
     def describe(self) -> str:
         on = f" on {self.generation}" if self.generation else ""
+        kernels = f"; attention {'/'.join(self.attention)}" if self.attention else ""
         return (f"errors {self.low:+.0%} … {self.high:+.0%}{on} (+: {self.plus}) from {self.rows} {self.of} "
-                f"({self.kind}; observed {self.observed[0]:+.0%} … {self.observed[1]:+.0%}{self.how})")
+                f"({self.kind}; observed {self.observed[0]:+.0%} … {self.observed[1]:+.0%}{self.how}{kernels})")
 
 
 def _rows_of(framework: "str | Framework | None") -> tuple[list[dict], str]:
@@ -308,7 +324,8 @@ def _error_bar(framework: Framework, gen: str) -> ErrorBar:
     low, high = bands.prediction_band(errors, within_sd=s_w, df=df, between=between)
     how = f", n = {len(used)}, t = {bands.t975(df):.2f} × pooled sd {s_w:.1%}" + how
     return ErrorBar(low=low, high=high, rows=len(used), kind=kind, generation=gen,
-                    runs=tuple(r["run"].name for r in used), observed=(min(errors), max(errors)), how=how)
+                    runs=tuple(r["run"].name for r in used), observed=(min(errors), max(errors)), how=how,
+                    attention=tuple(sorted({attention_of(r["run"]) for r in used})))
 
 
 @lru_cache(maxsize=1)
@@ -329,7 +346,8 @@ def memory_error_bar() -> ErrorBar:
 def _features(layout: Layout) -> set[str]:
     """What of a layout changes which terms the time model uses (and so where it can be wrong)."""
     out = {{"fp8": "fp8 GEMMs", "fp32": "fp32"}.get(layout.dtype, "16-bit GEMMs"),
-           "flash attention" if layout.flash_attention else "unfused attention",
+           (f"flash attention ({layout.attention_kernel})" if layout.attention_kernel else "flash attention")
+           if layout.flash_attention else "unfused attention",
            {"none": "no recompute", "selective": "selective recompute", "full": "full recompute"}[layout.checkpointing]}
     if layout.pp > 1:
         out.add(f"the {layout.schedule} schedule")
@@ -356,12 +374,13 @@ def unchecked(layout: Layout, framework: "str | Framework | None" = None) -> tup
 def format_validation(rows=None) -> str:
     """The table: run, framework, measure, published, predicted, error."""
     rows = validation_table() if rows is None else rows
-    lines = [f"{'run':<34} {'framework':<17} {'measure':<16} {'published':>10} {'predicted':>10} {'error':>7}"]
+    lines = [f"{'run':<34} {'framework':<17} {'attention':<9} {'measure':<16} {'published':>10} {'predicted':>10} "
+             f"{'error':>7}"]
     for r in rows:
         run = r["run"]
         fmt = (lambda x: f"{x:.1%}") if run.measure == "mfu" else (lambda x: f"{x:.1f}")
-        lines.append(f"{run.name:<34} {run.framework:<17} {run.measure:<16} {fmt(r['published']):>10} "
-                     f"{fmt(r['predicted']):>10} {r['error']:>+7.1%}")
+        lines.append(f"{run.name:<34} {run.framework:<17} {attention_of(run):<9} {run.measure:<16} "
+                     f"{fmt(r['published']):>10} {fmt(r['predicted']):>10} {r['error']:>+7.1%}")
     return "\n".join(lines)
 
 
@@ -384,7 +403,8 @@ def validation_report(rows=None) -> dict:
     """The table (``rows``: :func:`validation_table`'s by default) and the error bars as JSON-ready
     data (``mgpukit plan --validation --json``)."""
     rows = [{"run": r["run"].name, "framework": r["run"].framework, "profile": r["run"].profile,
-             "measure": r["run"].measure, "published": r["published"], "predicted": r["predicted"],
+             "attention": attention_of(r["run"]), "measure": r["run"].measure, "published": r["published"],
+             "predicted": r["predicted"],
              "error": r["error"], "source": r["run"].source, "assumed": r["run"].assumed}
             for r in (validation_table() if rows is None else rows)]
     by_generation = {f"{k} on {p}": asdict(error_bar(k, p)) for k in list_frameworks() for p in ("a100-nvlink", "h100-ib")}
