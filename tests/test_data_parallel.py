@@ -170,3 +170,18 @@ def test_a_weak_series_takes_the_strong_run_of_its_own_configuration_and_refuses
     assert weak[0]["config"]["global_batch"] == 8
     with pytest.raises(ValueError, match="another run"):
         studies.scaling_records((1, 2), scaling="weak", batch=4, reuse={2: strong[1]}, **kw)
+
+
+def test_the_lr_study_shares_one_launch_and_keeps_each_runs_losses():
+    """Notebook 01's lr study runs its three k-worker variants in one launch (`run_each`); each
+    keeps the losses a launch of its own gives, and its legend label."""
+    from mgpukit.lessons import data_parallel as studies
+
+    kw = dict(mode="cpu", model="mlp-tiny", steps=3, lr=0.05, parity=False)
+    runs = studies.lr_scaling_study(workers=2, per_worker_batch=8, lr=0.05, steps=3, warmup_steps=2)
+    alone = run("dp-bucketed", workers=2, global_batch=16, options={"lr_scaling": "linear", "base_batch": 8}, **kw)
+    assert [r["strategy"] for r in runs] == ["lr 0.05", "lr 0.05 (not scaled)", "lr 0.1 (linear rule)",
+                                             "lr 0.1 (linear rule, 2 warmup steps)"]
+    assert [r["world_size"] for r in runs] == [1, 2, 2, 2]
+    assert runs[2]["losses"] == alone["losses"]
+    assert runs[1]["losses"] != runs[2]["losses"] != runs[3]["losses"]

@@ -325,8 +325,8 @@ def the_bucket_count_hardly_shows(nb: dict) -> str | None:
 
 @claim("01_data_parallel")
 def ddps_copies_are_the_extra_backward(nb: dict) -> str | None:
-    """Appendix: DDP's two copies per gradient tensor are the extra backward time (2 %); the 2/4/8-GPU steps
-    agree within 2 %; DDP's wait is under 1 % of the step; 8 GPUs give fewer tokens/s than 1."""
+    """Appendix: DDP's two copies per gradient tensor are the extra backward time (2 %); the steps on 2 to 8
+    GPUs agree within 2 %; DDP's wait is under 1 % of the step; 8 GPUs give fewer tokens/s than 1."""
     lines = tagged_text(nb, "ddp-copies").splitlines()
     extra, copies = (_secs(re.split(r"\s{2,}", line.strip())[1]) for line in lines[1:3])
     spread, wait = (number(re.split(r"\s{2,}", line.strip())[1]) for line in lines[3:5])

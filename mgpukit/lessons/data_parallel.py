@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import warnings
 
-from mgpukit.experiment import run
+from mgpukit.experiment import run, run_each
 from mgpukit.measure.bounds import flag_scaling
+from mgpukit.prepare import prepare
 from mgpukit.runtime.launcher import OversubscribedWarning
 from mgpukit.strategies import get
 from mgpukit.studies.warm import warm_parent
@@ -88,24 +89,25 @@ def lr_scaling_study(*, workers: int = 4, per_worker_batch: int = 8, lr: float =
     growth), and at `lr × k` reached by `warmup_steps` of linear warmup. Each record's
     `strategy` is replaced by a legend label such as "lr 0.2 (linear rule)" (plots append
     "×workers"); the strategy's own name stays in `record["run"]`.
-    `workers` may exceed the cores: only the losses matter here, not the timings.
+    `workers` may exceed the cores: only the losses matter here, not the timings. The three
+    `workers`-worker runs share one launch (`experiment.run_each`): the same losses as three.
     """
     warm_parent()
     base = per_worker_batch * base_workers
     k = workers // base_workers
-    variants = [
-        (base_workers, {}, f"lr {lr:g}"),
-        (workers, {}, f"lr {lr:g} (not scaled)"),
-        (workers, {"lr_scaling": "linear"}, f"lr {lr * k:g} (linear rule)"),
-        (workers, {"lr_scaling": "linear", "warmup_steps": warmup_steps},
+    scaled = [
+        ({}, f"lr {lr:g} (not scaled)"),
+        ({"lr_scaling": "linear"}, f"lr {lr * k:g} (linear rule)"),
+        ({"lr_scaling": "linear", "warmup_steps": warmup_steps},
          f"lr {lr * k:g} (linear rule, {warmup_steps} warmup steps)"),
     ]
-    records = []
-    for n, opts, label in variants:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", OversubscribedWarning)
-            rec = run(strategy, workers=n, mode="cpu", model=model, steps=steps, lr=lr,
-                      global_batch=per_worker_batch * n, parity=False,
-                      options={**opts, "base_batch": base})
-        records.append({**rec, "strategy": label, "run": rec["strategy"]})
-    return records
+    kw = dict(mode="cpu", model=model, steps=steps, lr=lr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OversubscribedWarning)
+        first = run(strategy, workers=base_workers, global_batch=base, parity=False,
+                    options={"base_batch": base}, **kw)
+        # the three runs at `workers` share one launch (a launch costs seconds on a small machine)
+        rest = run_each([prepare(strategy, workers=workers, global_batch=per_worker_batch * workers,
+                                 options={**opts, "base_batch": base}, **kw) for opts, _ in scaled])
+    labels = [f"lr {lr:g}"] + [label for _, label in scaled]
+    return [{**rec, "strategy": label, "run": rec["strategy"]} for rec, label in zip([first, *rest], labels)]
