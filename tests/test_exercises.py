@@ -151,3 +151,15 @@ def test_00s_quiz_explanation_does_not_size_01s_bug():
     said = " ".join([quiz.hint, quiz.why, *(text for _, text in quiz.mistakes)])
     for shown in (f"{gap / 1024:g} KiB", f"{gap:,}", f"{numel:,}", str(numel)):
         assert shown not in said, shown
+
+
+def test_01_debug_feedback_does_not_give_q6_the_missing_tensors_size():
+    """Issue 35: answering 01's debugging quiz (Q5) used to print the skipped tensor's shape and
+    bytes (256 × 64, 64 KiB fewer), which is Q6's answer (its 16,384 values) in another unit."""
+    from mgpukit.exercises import expected_value, get_exercise
+    numel = int(expected_value("01.never-synced"))
+    quiz = get_exercise("01.debug")
+    said = " ".join([quiz.hint, quiz.why, *(text for _, text in quiz.mistakes)])
+    for form in ("256 × 64", "64 × 256", f"{numel}", f"{numel:,}", f"{numel * 4 // 1024} KiB",
+                 f"{numel * 4:,}"):
+        assert form not in said, f"01.debug's feedback states {form!r}, which answers Q6"

@@ -133,7 +133,7 @@ add("01.predict-buckets", lambda: _buckets_at(0.2), rel=0.0, abs_tol=0.0,
 
 _quiz("01",
     hint='what does each suspect send per step (2(n−1)/n · 4Ψ with the skipped values left out; top-k: notebook 03)? Find the rows; a compressor misses parity by design — which row sends a little less than every gradient, and what does the gap say was left out?',
-    why="suspect 1: variant A never all-reduces one parameter tensor (the first block's MLP up-projection, 256 × 64): each rank updates it from its own half-batch, so gradient norms and weights drift from step 0 while the bytes barely change (one tensor of 69 is missing: 64 KiB fewer). The LayerNorms (suspect 2) would be 4.5 KiB; the sum without 1/n (suspect 3) sends every byte — the exact row does. Variant B is top-k with error feedback (suspect 4's bytes): farther from the reference than A in losses and gradient norms, by design, not a bug.")
+    why="suspect 1: variant A never all-reduces one parameter tensor: each rank updates it from its own half-batch, so gradient norms and weights drift from step 0 while the bytes barely change (one tensor of 69 is missing; Q6 asks how large it is). The LayerNorms (suspect 2) would be 4.5 KiB; the sum without 1/n (suspect 3) sends every byte — the exact row does. Variant B is top-k with error feedback (suspect 4's bytes): farther from the reference than A in losses and gradient norms, by design, not a bug.")
 add("01.never-synced", lambda: unsynced_numel("01"), rel=0.0,
     hint="the bytes it did not send, at n = 2 (the ring factor 2(n−1)/n is 1), over 4 bytes per fp32 value",
     why="one 256 × 64 matrix, the first block's MLP up-projection: variant A's sync skips it, and "
