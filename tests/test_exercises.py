@@ -163,3 +163,14 @@ def test_01_debug_feedback_does_not_give_q6_the_missing_tensors_size():
     for form in ("256 × 64", "64 × 256", f"{numel}", f"{numel:,}", f"{numel * 4 // 1024} KiB",
                  f"{numel * 4:,}"):
         assert form not in said, f"01.debug's feedback states {form!r}, which answers Q6"
+
+
+def test_03_q4_refuses_the_bytes_only_ratio(capsys):
+    """Issue 35: with rel = 0.1 the bytes-only tie 0.25 (which 03's explorer showed at its
+    default) passed a question whose point is the α term; the α-aware ratio must pass."""
+    from mgpukit.exercises import check, expected_value
+    from mgpukit.exercises.answers_00_04 import _psi
+    assert check("03.predict-topk-tie", 0.25) is False
+    by_hand = 0.25 + 15e-6 * 1.1e9 / (8 * _psi())           # 8k + α·β = 2Ψ·2(n−1)/n + 2α, n = 2
+    assert check("03.predict-topk-tie", by_hand) is True
+    assert expected_value("03.predict-topk-tie") == pytest.approx(by_hand, rel=1e-3)
