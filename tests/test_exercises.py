@@ -174,3 +174,13 @@ def test_03_q4_refuses_the_bytes_only_ratio(capsys):
     by_hand = 0.25 + 15e-6 * 1.1e9 / (8 * _psi())           # 8k + α·β = 2Ψ·2(n−1)/n + 2α, n = 2
     assert check("03.predict-topk-tie", by_hand) is True
     assert expected_value("03.predict-topk-tie") == pytest.approx(by_hand, rel=1e-3)
+
+
+def test_feedback_gives_the_difference_when_the_ratio_rounds_to_one(capsys):
+    """Issue 35: 11 Q2's answer 312 (313 expected) was told 'too low, by 1×'."""
+    from mgpukit.exercises import check
+    check("11.capacity", 312)
+    out = capsys.readouterr().out
+    assert "too low, by 1." in out and "1×" not in out, out
+    check("03.predict-topk-tie", 0.125)
+    assert "too low, by 2.08×" in capsys.readouterr().out
