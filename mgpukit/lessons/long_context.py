@@ -56,7 +56,9 @@ def three_ways(strategy: str, *, workers: int = 2, steps: int = 2, layout: dict 
             {"figure": f"all bytes / rank / step ({axis} + the gradients' all-reduce)", "measured": measured["comm"]["0"]["bytes_sent"] / steps,
              "emulated": emulated["comm"]["0"]["bytes_sent"] / steps,
              "predicted": measured["theory"]["comm_bytes"]},
-            {"figure": "step time (s)", "measured": sorted(measured["step_time_s"])[len(measured["step_time_s"]) // 2],
+            # no measured step time: a few steps of CPU workers sharing two cores have no spread to
+            # judge it by (the course's noise rule, `measure.spread`); the virtual clock's has none
+            {"figure": "step time (s)", "measured": None,
              "emulated": sorted(emulated["step_time_s"])[len(emulated["step_time_s"]) // 2], "predicted": None}]
     return {"measured": measured, "emulated": emulated, "rows": rows}
 
