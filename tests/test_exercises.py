@@ -151,3 +151,36 @@ def test_00s_quiz_explanation_does_not_size_01s_bug():
     said = " ".join([quiz.hint, quiz.why, *(text for _, text in quiz.mistakes)])
     for shown in (f"{gap / 1024:g} KiB", f"{gap:,}", f"{numel:,}", str(numel)):
         assert shown not in said, shown
+
+
+def test_01_debug_feedback_does_not_give_q6_the_missing_tensors_size():
+    """Issue 35: answering 01's debugging quiz (Q5) used to print the skipped tensor's shape and
+    bytes (256 × 64, 64 KiB fewer), which is Q6's answer (its 16,384 values) in another unit."""
+    from mgpukit.exercises import expected_value, get_exercise
+    numel = int(expected_value("01.never-synced"))
+    quiz = get_exercise("01.debug")
+    said = " ".join([quiz.hint, quiz.why, *(text for _, text in quiz.mistakes)])
+    for form in ("256 × 64", "64 × 256", f"{numel}", f"{numel:,}", f"{numel * 4 // 1024} KiB",
+                 f"{numel * 4:,}"):
+        assert form not in said, f"01.debug's feedback states {form!r}, which answers Q6"
+
+
+def test_03_q4_refuses_the_bytes_only_ratio(capsys):
+    """Issue 35: with rel = 0.1 the bytes-only tie 0.25 (which 03's explorer showed at its
+    default) passed a question whose point is the α term; the α-aware ratio must pass."""
+    from mgpukit.exercises import check, expected_value
+    from mgpukit.exercises.answers_00_04 import _psi
+    assert check("03.predict-topk-tie", 0.25) is False
+    by_hand = 0.25 + 15e-6 * 1.1e9 / (8 * _psi())           # 8k + α·β = 2Ψ·2(n−1)/n + 2α, n = 2
+    assert check("03.predict-topk-tie", by_hand) is True
+    assert expected_value("03.predict-topk-tie") == pytest.approx(by_hand, rel=1e-3)
+
+
+def test_feedback_gives_the_difference_when_the_ratio_rounds_to_one(capsys):
+    """Issue 35: 11 Q2's answer 312 (313 expected) was told 'too low, by 1×'."""
+    from mgpukit.exercises import check
+    check("11.capacity", 312)
+    out = capsys.readouterr().out
+    assert "too low, by 1." in out and "1×" not in out, out
+    check("03.predict-topk-tie", 0.125)
+    assert "too low, by 2.08×" in capsys.readouterr().out

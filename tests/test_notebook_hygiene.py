@@ -59,3 +59,19 @@ def test_the_guard_fails_a_notebook_that_writes_into_the_mgpukit_cache(tmp_path)
     out = run.stdout + run.stderr
     assert run.returncode == 1, out
     assert "1 failed, 1 passed" in out and "left files behind" in out and "mine.toml" in out, out
+
+
+# Issue 35: 01's compute-bound rule was written by a non-raw Python string, so `\text`, `\ast`,
+# `\frac` and `\beta` became TAB, BEL, form feed and backspace, and the LaTeX rendered as garbage.
+# A cell's source may hold newlines and nothing else below U+0020: a TAB is refused too (no
+# notebook uses one; in markdown it is as likely a swallowed `\t` as indentation), as is DEL.
+_CONTROL = {chr(c) for c in range(0x20) if c != 0x0A} | {"\x7f"}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_notebook_sources_hold_no_control_characters(path):
+    for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+        src = "".join(cell["source"])
+        found = sorted({repr(ch) for ch in src if ch in _CONTROL})
+        assert not found, (f"{path.name} cell {i} ({cell['cell_type']}) holds control characters {found} "
+                           f"(a non-raw string ate a backslash?): {src[:80]!r}")

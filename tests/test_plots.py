@@ -441,3 +441,14 @@ def test_the_cp_picture_gives_every_rank_the_pairs_ring_attention_computes():
         assert [len(t.x) for t in fig.data] == blocks_per_rank(cp)
         assert all(int(k[1:]) <= int(q[1:]) for t in fig.data for q, k in zip(t.y, t.x))
     assert chunk_owner(2) == [0, 1, 1, 0]
+
+
+def test_three_ways_table_writes_byte_counts_in_full_not_in_e_notation():
+    """Issue 35: 11's tables showed 2.097e+06 bytes; a count reads 2,097,152."""
+    from mgpukit.lessons.long_context import three_ways_markdown
+    table = three_ways_markdown([{"figure": "bytes", "measured": 2097152.0, "emulated": 2097152,
+                                  "predicted": None},
+                                 {"figure": "step time (s)", "measured": 0.01234, "emulated": 0.5,
+                                  "predicted": None}])
+    assert "| 2,097,152 | 2,097,152 | — |" in table and "e+" not in table, table
+    assert "| 0.01234 | 0.5 |" in table, table

@@ -57,6 +57,9 @@ def _how_far(answer, expected) -> str:
     if (isinstance(answer, (int, float)) and isinstance(expected, (int, float))
             and not isinstance(answer, bool) and expected and answer):
         ratio = float(answer) / float(expected)
+        if f"{max(ratio, 1 / ratio):.3g}" == "1":   # "by 1×" says nothing: give the difference
+            gap = float(answer) - float(expected)
+            return f" That is too {'high' if gap > 0 else 'low'}, by {abs(gap):.3g}."
         if ratio > 1:
             return f" That is too high, by {ratio:.3g}×."
         return f" That is too low, by {1 / ratio:.3g}×."

@@ -110,7 +110,8 @@ def source_label(record: Record) -> str:
         # shape mode (fake tensors at real scale) says so, with the model: its numbers are of a
         # model this machine never held
         shape = f", shape mode {record.get('config', {}).get('model', '?')}" if record.get("shape") else ""
-        return f"emulated (virtual clock, profile {record.get('profile') or 'unknown'}{shape})"
+        prof = record.get("profile") or "unknown"   # the lab's unit time is no hardware's profile
+        return f"emulated (virtual clock, {prof if prof.startswith('unit time') else 'profile ' + prof}{shape})"
     return PREDICTED
 
 

@@ -65,7 +65,7 @@ def unit_time_profile(name: str = "h100-nvlink", *, stage_flops: float):
     base = free_p2p_profile(name)
     rate = stage_flops / 1e-6 / base.compute_efficiency  # peak FLOP/s with one stage forward = 1 µs
     flops = dataclasses.replace(base.peak_flops, **{k: rate for k in ("fp32", "tf32", "bf16", "fp16")})
-    return dataclasses.replace(base, name=f"{name} in unit time (F = 1 µs), p2p free", peak_flops=flops,
+    return dataclasses.replace(base, name="unit time (F = 1), no profile, p2p free", peak_flops=flops,
                                memory_bandwidth=1e30)
 
 
