@@ -149,7 +149,7 @@ def test_autocast_moves_fp32_bytes_the_pure_bf16_model_did_not_charge():
     """The kit's plain loop (fp32 weights under torch.autocast) on a real H100: GPT-2 124M b16 bf16
     SGD ran 52.2 ms (data/reference/h100-2026-11-26.json). Charged as a model kept in 16 bits the
     planner's step is 26 % short; with autocast's fp32 residual stream, fp32 norms and per-linear
-    casts (steptime._autocast_bytes) it is within 10 %. Nothing fitted: bytes by op."""
+    casts (layer_kernels._autocast_bytes) it is within 10 %. Nothing fitted: bytes by op."""
 
 
     ref = json.loads((Path(bands.REFERENCE_DIR) / "h100-2026-11-26.json").read_text())
