@@ -21,7 +21,8 @@ from mgpukit.costmodel.memory import activation_bytes_per_layer, memory_per_rank
 from mgpukit.costmodel.shapes import ModelShape, get_shape
 from mgpukit.costmodel.steptime import OVERLAP_SLOWDOWN, step_time
 from mgpukit.costmodel.planner import plan, search, ties_with_best
-from mgpukit.costmodel.validation import error_bar, memory_error_bar, validation_table
+from mgpukit.costmodel.error_bars import error_bar, memory_error_bar
+from mgpukit.costmodel.validation import validation_table
 
 
 def _errors(framework, generation=None):
