@@ -25,9 +25,7 @@ each file whole or not at all.
   `..` and hard links) would overwrite each other; refused before the work.
 - `write_all(outputs)`: several outputs of one run, each tried even when an earlier one
   failed — a full disk for the trace must not cost the record that had room.
-- `to_json`: strict JSON (`allow_nan=False`). Python's `json` writes NaN and ±inf as bare
-  `NaN` / `Infinity` tokens that other JSON readers refuse; a non-finite float is written as
-  the string "NaN", "Infinity" or "-Infinity" instead, and `from_json` turns those back.
+- What goes into a JSON file is written strict (`to_json`, `from_json`): `mgpukit.strict_json`.
 
 No torch here: the cost model writes through it too.
 """
@@ -36,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import math
 import os
 import shutil
 import stat
@@ -45,8 +42,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mgpukit.signals import ignore_file_size_limit
-
-NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def check_output(path: str | os.PathLike, *, what: str = "output file", overwrite: bool = True,
@@ -358,44 +353,3 @@ def free_bytes(folder: str | os.PathLike) -> int | None:
         return shutil.disk_usage(folder).free
     except OSError:
         return None
-
-
-def _finite(value):
-    """`value` with every non-finite float replaced by its NON_FINITE name."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
-def _default(value):
-    if hasattr(value, "tolist"):  # tensors, numpy arrays
-        return _finite(value.tolist())
-    if hasattr(value, "item"):
-        return _finite(value.item())
-    if dataclass_fields := getattr(value, "__dataclass_fields__", None):
-        return _finite({k: getattr(value, k) for k in dataclass_fields})
-    return str(value)
-
-
-def to_json(value, **kwargs) -> str:
-    """Strict JSON of `value`: non-finite floats become "NaN" / "Infinity" / "-Infinity"."""
-    return json.dumps(_finite(value), allow_nan=False, default=_default, **kwargs)
-
-
-def _restore(value):
-    if isinstance(value, str) and value in NON_FINITE:
-        return NON_FINITE[value]
-    if isinstance(value, dict):
-        return {k: _restore(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_restore(v) for v in value]
-    return value
-
-
-def from_json(text: str):
-    """Read what `to_json` wrote, with the non-finite floats back as floats."""
-    return _restore(json.loads(text))

@@ -16,7 +16,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from mgpukit.files import to_json, write_text
+from mgpukit.files import write_text
+from mgpukit.strict_json import to_json
 
 from .plots import plot_comm_bytes, plot_loss_parity, plot_memory, plot_timeline, table_summary
 from .plots.style import MEMORY_CATEGORIES, format_bytes, format_time, record_name, source_label

@@ -21,7 +21,8 @@ from mgpukit.costmodel.memory import activation_bytes_per_layer, memory_per_rank
 from mgpukit.costmodel.shapes import ModelShape, get_shape
 from mgpukit.costmodel.steptime import OVERLAP_SLOWDOWN, step_time
 from mgpukit.costmodel.planner import plan, search, ties_with_best
-from mgpukit.costmodel.validation import error_bar, memory_error_bar, validation_table
+from mgpukit.costmodel.error_bars import error_bar, memory_error_bar
+from mgpukit.costmodel.validation import validation_table
 
 
 def _errors(framework, generation=None):
@@ -149,7 +150,7 @@ def test_autocast_moves_fp32_bytes_the_pure_bf16_model_did_not_charge():
     """The kit's plain loop (fp32 weights under torch.autocast) on a real H100: GPT-2 124M b16 bf16
     SGD ran 52.2 ms (data/reference/h100-2026-11-26.json). Charged as a model kept in 16 bits the
     planner's step is 26 % short; with autocast's fp32 residual stream, fp32 norms and per-linear
-    casts (steptime._autocast_bytes) it is within 10 %. Nothing fitted: bytes by op."""
+    casts (layer_kernels._autocast_bytes) it is within 10 %. Nothing fitted: bytes by op."""
 
 
     ref = json.loads((Path(bands.REFERENCE_DIR) / "h100-2026-11-26.json").read_text())

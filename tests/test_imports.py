@@ -151,8 +151,8 @@ def _third_party(package: str) -> dict[str, set[str]]:
     return out
 
 
-# Leaf utilities below every layer: standard library only (atomic files, signals), no torch.
-LEAVES = ("mgpukit.files", "mgpukit.signals")
+# Leaf utilities below every layer: standard library only (atomic files, signals, strict JSON), no torch.
+LEAVES = ("mgpukit.files", "mgpukit.signals", "mgpukit.strict_json")
 
 
 def test_the_leaf_utilities_import_nothing_of_mgpukit_but_each_other():

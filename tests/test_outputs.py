@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 from mgpukit.cli import main
-from mgpukit.files import check_output, from_json, to_json, write_text
+from mgpukit.files import check_output, write_text
+from mgpukit.strict_json import from_json, to_json
 from mgpukit.runtime import launcher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -169,7 +169,7 @@ _KNOWN_GAP = pytest.mark.xfail(strict=True, reason="MoE permutation kernels and 
 
 @pytest.mark.parametrize("schedule, v", [("1f1b", 1), pytest.param("interleaved", 8, marks=_KNOWN_GAP)])
 def test_megatron_cores_mixtral_mapping_is_predicted_near_its_published_468_tflops(schedule, v):
-    """A consistency check, not a validation row (`validation.without_published`): Megatron-Core's
+    """A consistency check, not a validation row (`error_bars.without_published`): Megatron-Core's
     MoE README gives 468 TFLOP/s per GPU for Mixtral 8x7B bf16 (MCore v0.9) and, for MCore v0.8, the
     mapping TP 1, EP 8, PP 4 on 64 H100, micro-batch 1, global batch 256, dropless (capacity 1.0 here)."""
     mixtral = get_shape("mixtral-8x7b").with_(capacity_factor=1.0)

@@ -17,8 +17,8 @@ from mgpukit.costmodel.planner import candidate_layouts
 from mgpukit.costmodel.shapes import list_shapes, load_model_file, models_dir, shape_to_dict
 from mgpukit.costmodel.steptime import step_time
 from mgpukit.costmodel.training_cost import time_to_train
-from mgpukit.costmodel.validation import (LLAMA3_STAGE_LAYERS, error_bar, llama3_layout, unchecked,
-                                          validation_table)
+from mgpukit.costmodel.error_bars import error_bar, unchecked
+from mgpukit.costmodel.validation import LLAMA3_STAGE_LAYERS, llama3_layout, validation_table
 
 A100, H100 = load_profile("a100-nvlink"), load_profile("h100-ib")
 BLOOM = ["--layers", "70", "--hidden", "14336", "--heads", "112", "--vocab", "250880", "--seq", "2048",

@@ -39,7 +39,8 @@ from mgpukit.commands.plan_args import (budget, check_positive, check_search_arg
 from mgpukit.commands.plan_format import format_plan, format_search
 from mgpukit.costmodel.planner import plan, search
 from mgpukit.costmodel.shapes import NORMS, POSITIONS, list_shapes
-from mgpukit.costmodel.validation import format_error_bars, format_validation, predict, runs, validation_report
+from mgpukit.costmodel.error_bars import format_error_bars, validation_report
+from mgpukit.costmodel.validation import format_validation, predict, runs
 from mgpukit.costmodel.training_cost import format_training, format_training_table, time_to_train
 from mgpukit.run_args import add_layout_arguments
 

@@ -39,7 +39,8 @@ from mgpukit.costmodel.planner import Plan, plan, search
 from mgpukit.costmodel.profile import GemmModel, HardwareProfile, Link, PeakFlops
 from mgpukit.costmodel.shapes import ModelShape, get_shape, list_shapes, load_model_file, param_count
 from mgpukit.costmodel.steptime import step_time
-from mgpukit.costmodel.validation import ErrorBar, error_bar, validation_table
+from mgpukit.costmodel.error_bars import ErrorBar, error_bar
+from mgpukit.costmodel.validation import validation_table
 from mgpukit.costmodel.volume import comm_bytes_per_step
 
 __all__ = [

@@ -22,7 +22,7 @@ the time for ``n = 2``. So the band is the **prediction interval for one new obs
 
 The band is then widened to hold every observed error (it never excludes a run it rests on).
 It is a statement about errors of the kind the table holds, no more: configurations none of
-the runs used are named beside it (``validation.unchecked``).
+the runs used are named beside it (``error_bars.unchecked``).
 
 The **memory band** is the same interval over the planner's closed-form peak
 (:func:`~mgpukit.costmodel.memory.allocator_peak`) against the CUDA allocator's peaks of the

@@ -47,7 +47,7 @@ from mgpukit.costmodel.layout import Layout, LayoutError, check_layout, divisors
 from mgpukit.costmodel.memory import memory_per_rank
 from mgpukit.costmodel.shapes import ModelShape, get_shape, param_count
 from mgpukit.costmodel.steptime import OVERLAP_SLOWDOWN, step_time
-from mgpukit.costmodel.validation import ErrorBar, error_bar, memory_error_bar, unchecked, without_published
+from mgpukit.costmodel.error_bars import ErrorBar, error_bar, memory_error_bar, unchecked, without_published
 from mgpukit.costmodel.volume import comm_bytes_per_step
 
 
@@ -172,7 +172,7 @@ def plan(model: "str | ModelShape", gpus: int, profile: "str | HardwareProfile",
 
 def _error_bar(shape: ModelShape, layout: Layout, fw: Framework, hw: HardwareProfile) -> ErrorBar:
     """The framework's error bar; for a mixture of experts or a split sequence, which no published
-    run in the table used, the dense band widened (`validation.without_published`)."""
+    run in the table used, the dense band widened (`error_bars.without_published`)."""
     eb = error_bar(fw, hw.name)
     kinds = tuple(k for k, on in (("moe", shape.is_moe), ("cp", layout.cp > 1)) if on)
     return without_published(eb, kinds) if kinds else eb

@@ -56,7 +56,8 @@ from mgpukit.costmodel.memory import activation_bytes_per_layer, model_state_byt
 from mgpukit.costmodel.schedules import build_schedule, describe  # 04
 from mgpukit.costmodel.shapes import get_shape, list_shapes, param_count  # 01, 02, 06, 07, 09
 from mgpukit.costmodel.simulate import bubble_formula  # 04
-from mgpukit.costmodel.validation import KNOWN_GAPS, error_bar, format_validation  # 09
+from mgpukit.costmodel.error_bars import error_bar  # 09
+from mgpukit.costmodel.validation import KNOWN_GAPS, format_validation  # 09
 from mgpukit.costmodel.training_cost import format_duration, format_money, six_nd, time_to_train  # 09
 from mgpukit.measure.bounds import check_larger_job, show_flags  # measured figures vs physical bounds
 from mgpukit.measure.idle import predicted_from_costs  # 04

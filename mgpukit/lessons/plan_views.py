@@ -2,7 +2,7 @@
 
 Every figure here is *predicted* (the closed-form cost model), drawn with the planner's error
 band: a prediction interval from its errors on published runs whose layouts are known, for the
-framework and GPU generation at hand (`mgpukit.costmodel.validation.error_bar`). Two rules of the
+framework and GPU generation at hand (`mgpukit.costmodel.error_bars.error_bar`). Two rules of the
 planner turn a ranking into something a learner can act on, shown here, computed there:
 
 - **Ties** (`costmodel.planner.ties_with_best`): layout *i* ties with the best when its predicted

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mgpukit.files import from_json, to_json, write_text
+from mgpukit.files import write_text
+from mgpukit.strict_json import from_json, to_json
 from mgpukit.measure.idle import idle_split
 from mgpukit.measure.spread import summarize
 

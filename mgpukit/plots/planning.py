@@ -50,7 +50,7 @@ def plot_cluster_sizes(sizes: list[dict], band: str) -> go.Figure:
 
 def plot_planner_errors(rows: list[dict], bar, profiles: list[str]) -> go.Figure:
     """The planner's optimism on each published run (`lessons.plan_views.error_rows`), its error
-    bar ``bar`` (`costmodel.validation.error_bar`) shaded; ``profiles``: the GPUs the bar rests on."""
+    bar ``bar`` (`costmodel.error_bars.error_bar`) shaded; ``profiles``: the GPUs the bar rests on."""
     fig = go.Figure()
     fig.add_hrect(y0=bar.low, y1=bar.high, fillcolor="lightgrey", opacity=0.4, line_width=0)
     for i, fw in enumerate(dict.fromkeys(r["framework"] for r in rows)):

@@ -36,17 +36,13 @@ start method), with the four traps of that launcher closed:
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import datetime
-import gc
 import logging
 import os
 import shutil
 import signal
 import socket
 import tempfile
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -63,6 +59,7 @@ from mgpukit.runtime.dims import ParallelDims
 from mgpukit.runtime.lifeline import LAUNCH_TAG, Reaper, kill_groups, kill_tagged, launch_tag, own_group
 from mgpukit.runtime.watch import wait
 from mgpukit.runtime.nodes import NodeLayout, for_profile
+from mgpukit.runtime.fork_safety import _callers_signal_handlers, _freezing_inherited_objects, _release_openmp_threads
 from mgpukit.runtime.failures import (LaunchError, LaunchTimeout, WorkerError, tail_logs,
                                       worker_error)
 
@@ -285,53 +282,6 @@ def _run(fn, args, kwargs, spec: WorkerSpec, *, echo: bool) -> list[Any]:
             listener.close()
 
 
-_FORKING_WORKERS = threading.Event()
-
-
-def _freeze_in_child() -> None:
-    if _FORKING_WORKERS.is_set():
-        gc.freeze()  # module docstring, 5.
-
-
-os.register_at_fork(after_in_child=_freeze_in_child)
-
-
-@contextlib.contextmanager
-def _freezing_inherited_objects():
-    """While the workers are forked, each one freezes what it inherited (module docstring, 5.)."""
-    _FORKING_WORKERS.set()
-    try:
-        yield
-    finally:
-        _FORKING_WORKERS.clear()
-
-
-_ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")  # what elastic's start() takes over
-
-
-@contextlib.contextmanager
-def _callers_signal_handlers():
-    """Give the caller its own signal handlers back once the workers are started.
-
-    torch-elastic's `start_processes` installs handlers that turn SIGINT/SIGTERM into its
-    `SignalException` — an ordinary `Exception` — and leaves them installed: after one launch,
-    Ctrl-C in a notebook or a tour was swallowed by any `except Exception`. Restored here, a
-    Ctrl-C during (or after) a launch raises `KeyboardInterrupt` as usual, and the launch's
-    `finally` ends every worker.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield  # elastic installs nothing outside the main thread either
-        return
-    sigs = [getattr(signal, name) for name in _ELASTIC_SIGNALS if hasattr(signal, name)]
-    saved = {sig: signal.getsignal(sig) for sig in sigs}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            if handler is not None:  # None: installed from C, cannot be put back from Python
-                signal.signal(sig, handler)
-
-
 def _listen(host: str) -> socket.socket:
     """A listening TCP socket on `host`, port 0, for the store to serve on (`master_listen_fd`).
 
@@ -364,28 +314,6 @@ def _echo(log_dir: str, n: int) -> None:
             with open(path, errors="replace") as f:
                 for line in f.read().splitlines():
                     print(f"[rank {r}] {line}")
-
-
-def _release_openmp_threads() -> None:
-    """Let a forked worker use OpenMP although the parent already did.
-
-    GNU OpenMP is not fork-safe: a child forked after the parent ran a parallel region (any
-    multi-threaded torch op in the notebook) hangs in its own first parallel region, forever.
-    OpenMP 5.0's `omp_pause_resource_all(omp_pause_hard)` releases the parent's thread pool
-    before the fork; the parent's next parallel op simply starts a new one.
-    """
-    try:
-        with open("/proc/self/maps") as f:
-            libs = sorted({line.split()[-1] for line in f if "libgomp" in line or "libiomp" in line})
-    except OSError:
-        return
-    for path in libs:
-        try:
-            pause = ctypes.CDLL(path).omp_pause_resource_all
-        except (OSError, AttributeError):
-            continue
-        pause.argtypes = [ctypes.c_int]
-        pause(2)  # omp_pause_hard
 
 
 def _process_tree(pids: list[int]) -> list[psutil.Process]:

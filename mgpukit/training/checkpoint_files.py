@@ -47,7 +47,8 @@ import stat
 from pathlib import Path
 
 from mgpukit.files import (OutputError, describe_os_error, file_size_limit, free_bytes, free_bytes_text,
-                           to_json, write_text)
+                           write_text)
+from mgpukit.strict_json import to_json
 
 LATEST = "latest"
 MANIFEST = "manifest.json"
