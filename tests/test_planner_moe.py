@@ -133,18 +133,18 @@ def test_the_cli_plans_a_moe_from_flags_and_prints_the_ep_terms(capsys):
                           "--global-batch", "16", "--zero", "1"]) == 0
     out = capsys.readouterr().out
     assert "8 experts of ffn 11008 gated, top-2" in out and "active per token" in out
-    assert "ep comm" in out and "no published MoE run yet behind this error bar" in out
+    assert "ep comm" in out and "no published MoE run: the dense band, widened" in out
 
 
 def test_the_error_bar_of_a_moe_or_a_split_sequence_is_the_dense_band_widened():
     lay = Layout.from_global_batch(global_batch=64, dp=8, ep=8)
     moe, dense = plan("mixtral-8x7b", 64, H100, lay), plan("7b", 64, H100, Layout.from_global_batch(global_batch=64, dp=64))
     assert moe.error_bar.low < dense.error_bar.low and moe.error_bar.high > dense.error_bar.high
-    assert "no published MoE run yet" in moe.error_bar.describe()
+    assert "no published MoE run: the dense band" in moe.error_bar.describe()
     assert "no published" not in dense.error_bar.describe()
     assert "expert parallelism" in moe.unchecked
     long = plan("llama3-8b", 64, H100, Layout.from_global_batch(global_batch=64, dp=32, cp=2))
-    assert "no published long-context (cp) run yet" in long.error_bar.describe()
+    assert "no published long-context (cp) run: the dense band" in long.error_bar.describe()
 
 
 @pytest.mark.slow  # two searches of ~23,000 layouts (3-5 s of CPU on the shared machine)
