@@ -58,3 +58,17 @@ def test_the_mesh_claim_reads_every_axis():
     good = "".join(f"{a}: [[0, 1]]  the kit's groups: True\n" for a in ("tp", "dp", "pp"))
     assert c.the_mesh_by_hand_is_the_kits(_nb("mesh-by-hand", good)) is None
     assert c.the_mesh_by_hand_is_the_kits(_nb("mesh-by-hand", good.replace("True", "False", 1)))
+
+
+GEMM = """H100: measured on an H100 (reference file)
+    GEMM (m×k)·(k×n)  bf16 TFLOP/s H100  predicted  fp32 H100  predicted  bf16/fp32 H100  predicted
+         512·512·512                 60        180       43.0       56.0           1.4×       3.2×
+      4096·4096·4096                600        650       50.0       60.0          12.0×      10.8×
+"""
+
+
+def test_the_smallest_gemm_miss_claim_holds_and_breaks():
+    assert c.the_kernel_model_misses_the_smallest_gemms_gain(_nb("gemm", GEMM)) is None
+    assert c.size_decides_what_bf16_buys(_nb("gemm", GEMM)) is None
+    close = GEMM.replace("1.4×       3.2×", "1.4×       2.6×")
+    assert "smallest GEMM" in c.the_kernel_model_misses_the_smallest_gemms_gain(_nb("gemm", close))

@@ -87,6 +87,10 @@ def test_the_seeds_gpu_hour_rules_hold_only_for_fine_tuning_budgets():
         # the planner's own GPU-hours agree with 6·N·D at its MFU to within attention's share
         assert chin["planner_gpu_hours"] == pytest.approx(chin["gpu_hours"], rel=0.25)
         assert "holds only for" in r["verdict"]
+        # the same GPU-hours at a published MFU (Llama 3 405B's 41 %) buy proportionally fewer tokens
+        for t, p in zip(r["implied_tokens"], r["implied_tokens_published_mfu"]):
+            assert p == pytest.approx(t * planning.PUBLISHED_MFU / r["mfu"])
+        assert r["mfu"] > planning.PUBLISHED_MFU and f"{planning.PUBLISHED_MFU:.0%}" in r["verdict"]
 
 
 def test_the_seeds_gpu_count_rule_fits_but_takes_years():

@@ -28,8 +28,10 @@ add("05.tp-shard-shapes", lambda: _tp("tp-shard-shapes"), rel=0.0,
     hint="q_proj is column-split: its rows are output features; fc2 is row-split: its columns are inputs",
     why="each rank keeps d_model/t of q_proj's rows (whole heads) and d_ff/t of fc2's columns.")
 add("05.tp-all-reduces", lambda: _tp("tp-all-reduces"), rel=0.0,
-    hint="4 per block (f and g, forward and backward), 1 embedding, 1 output layer, and the loss",
-    why="4·4 + 2 activation all-reduces, plus the loss's max and its two sums sent together.")
+    hint="f and g, forward and backward, per block — times 4 blocks",
+    why="4 per block (f's backward and g's forward, in attention and in the MLP) × 4 blocks = 16; "
+        "section 4 adds 2 + 2 more (the embedding and output layer, the loss's max and its two sums sent "
+        "together) to make the 20 per step it measures.")
 add("05.tp-sp-same-bytes", lambda: _tp("tp-sp-same-bytes"), rel=0.01,
     hint="a ring all-reduce is a reduce-scatter followed by an all-gather",
     why="SP moves the same bytes; what it saves is activation memory in the LayerNorm regions.")

@@ -160,6 +160,14 @@ def size_decides_what_bf16_buys(nb: dict) -> str | None:
     return None if len(gains) >= 2 and min(gains[1:]) > 2 * gains[0] else f"bf16 / fp32 gains {gains}"
 
 
+@claim("07_memory_and_precision")
+def the_kernel_model_misses_the_smallest_gemms_gain(nb: dict) -> str | None:
+    """Section 4: for the smallest GEMM the kernel model predicts over twice the bf16 gain the H100 measured."""
+    r = _rows(nb, "gemm", "GEMM (m×k)·(k×n)")[0]
+    measured, predicted = (float(x.rstrip("×")) for x in r[5:7])
+    return None if predicted > 2 * measured else f"smallest GEMM: measured ×{measured}, predicted ×{predicted}"
+
+
 # ---- 08 · hybrid 3D
 def _times(text: str) -> list[float]:
     """Every '×1.23' multiple printed in `text`, in order."""

@@ -16,7 +16,7 @@ from mgpukit.costmodel.hardware import load_profile
 from mgpukit.costmodel.layout import Layout
 from mgpukit.costmodel.shapes import get_shape
 from mgpukit.costmodel.steptime import OVERLAP_SLOWDOWN, step_time
-from mgpukit.lessons.planning import GPU_HOUR_CLAIMS, rule_gpu_count, rule_gpu_hours
+from mgpukit.lessons.planning import GPU_HOUR_CLAIMS, PUBLISHED_MFU, PUBLISHED_MFU_RUN, rule_gpu_count, rule_gpu_hours
 from mgpukit.lessons.spot_instances import SPOT, max_rate_holding, spot_verdicts
 from mgpukit.studies.tp_links import PCIE, link_profile
 from mgpukit.strategies.data_parallel.theory import predicted_speedup, predicted_tokens_per_s
@@ -114,7 +114,9 @@ def claims(local_rows: list[dict] | None = None) -> list[dict]:
         add(f"a {model} model takes {lo_h:,}-{hi_h:,} GPU-hours",
             f"6·N·D at the planner's MFU ({r['mfu']:.1%}, best layout on {r['gpus']} × {r['profile']}): {chin:,.0f} "
             f"GPU-h for 20 tokens/parameter (the planner step by step: {budget['planner_gpu_hours']:,.0f}, "
-            f"{lo_p:,.0f} … {hi_p:,.0f}); {hi_h:,} GPU-h buy {r['implied_tokens'][1] / 1e9:.0f}B tokens", "predicted",
+            f"{lo_p:,.0f} … {hi_p:,.0f}); {hi_h:,} GPU-h buy {r['implied_tokens'][1] / 1e9:.0f}B tokens "
+            f"({r['implied_tokens_published_mfu'][1] / 1e9:.0f}B at a published {PUBLISHED_MFU:.0%} MFU: "
+            f"{PUBLISHED_MFU_RUN})", "predicted",
             "holds" if r["holds_for_pretraining"] else f"holds only for <= {r['implied_tokens'][1] / 1e9:.0f}B tokens "
             f"(fine-tuning scale), not compute-optimal pre-training")
     # 8. 70B needs 16-64 GPUs (16-32 80 GB A100s with model parallelism)
@@ -139,7 +141,7 @@ def claims(local_rows: list[dict] | None = None) -> list[dict]:
         f"125M, micro-batch 8, NVLink: {s2:.2f}× and {s4:.2f}×; micro-batch 1 over PCIe: {s2_small:.2f}× and "
         f"{s4_small:.2f}× (with 09's overlap interference)", "predicted",
         "holds" if near else
-        f"not a rule: a measured figure of one network on one machine, not a law; for this model the kit "
+        f"a measured figure of one network on one machine, not a rule; for this model the kit "
         f"predicts {'more' if s2 > 1.7 else 'less'} — {s2:.2f}× where backward hides the all-reduce, "
         f"{s2_small:.2f}× where less of it hides")
     return rows

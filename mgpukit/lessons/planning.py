@@ -33,6 +33,9 @@ from mgpukit.runtime.launcher import OversubscribedWarning
 
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 CHINCHILLA_TOKENS_PER_PARAM = 20  # Hoffmann et al. 2022, "Training Compute-Optimal Large Language Models"
+# A published H100 MFU, beside the planner's ceiling: Llama 3 405B on 16,384 H100s, 41 % BF16 MFU
+# (Dubey et al. 2024, "The Llama 3 Herd of Models", Table 4).
+PUBLISHED_MFU, PUBLISHED_MFU_RUN = 0.41, "Llama 3 405B on 16,384 H100s, Dubey et al. 2024, Table 4"
 
 
 def make_layout(*, gpus: int, global_batch: int = 512, **asked) -> Layout:
@@ -212,6 +215,8 @@ def rule_gpu_hours(model: str, low: float, high: float, *, profile: str = "h100-
     best = search(shape, gpus, hw, global_batch=global_batch, top=1)[0]
     peak, mfu = hw.flops("bf16"), best.mfu
     implied = [tokens_for_gpu_hours(h, n, peak_flops=peak, mfu=mfu) for h in (low, high)]
+    # the planner's MFU is a ceiling; at a published run's MFU the same GPU-hours buy fewer tokens
+    published = [tokens_for_gpu_hours(h, n, peak_flops=peak, mfu=PUBLISHED_MFU) for h in (low, high)]
     budgets = {"Chinchilla-optimal (20 tokens/parameter)": CHINCHILLA_TOKENS_PER_PARAM * n,
                "Llama 2's 2T tokens": 2e12}
     costs = {}
@@ -221,13 +226,13 @@ def rule_gpu_hours(model: str, low: float, high: float, *, profile: str = "h100-
                        "planner_gpu_hours": planned["gpu_hours"],
                        "planner_gpu_hours_range": planned["ranges"]["gpu_hours"]}
     chin = costs["Chinchilla-optimal (20 tokens/parameter)"]
-    verdict = (f"holds only for {implied[0] / 1e9:.3g}-{implied[1] / 1e9:.3g} B tokens "
-               f"({implied[0] / n:.2g}-{implied[1] / n:.2g} tokens per parameter): a fine-tuning budget. "
-               f"Pre-training to Chinchilla-optimal takes {chin['gpu_hours']:,.0f} GPU-hours, "
-               f"{chin['gpu_hours'] / high:.1f}× the claim's upper end")
+    verdict = (f"holds only for {implied[0] / 1e9:.3g}-{implied[1] / 1e9:.3g} B tokens at the planner's {mfu:.0%} MFU "
+               f"({published[0] / 1e9:.3g}-{published[1] / 1e9:.3g} B at a published {PUBLISHED_MFU:.0%}): "
+               f"{implied[0] / n:.2g}-{implied[1] / n:.2g} per parameter, a fine-tuning budget; Chinchilla-optimal "
+               f"needs {chin['gpu_hours'] / high:.1f}× its upper end")
     return {"claim": f"a {model} model takes {low:,}-{high:,} GPU-hours", "source": SEED, "model": model,
             "params": n, "profile": profile, "mfu": mfu, "layout": best.layout.describe(), "plan": best, "gpus": gpus,
-            "implied_tokens": implied, "budgets": costs, "verdict": verdict,
+            "implied_tokens": implied, "implied_tokens_published_mfu": published, "budgets": costs, "verdict": verdict,
             "holds_for_pretraining": chin["gpu_hours"] <= high}
 
 
@@ -243,7 +248,7 @@ def rule_gpu_count(model: str = "70b", *, low: int = 16, high: int = 32, profile
     wall = {n: time_to_train(fit[n], tokens) for n in (low, high) if fit.get(n) is not None}
     verdict = (f"on {profile}: " + (f"fits from {fewest} GPUs ({fit[fewest].layout.describe()})" if fewest else
                                     f"fits on none of {counts}")) + "; " + "; ".join(
-        f"{tokens:.2g} tokens on {n} GPUs take {format_duration(w['seconds'])}" for n, w in wall.items())
+        f"{tokens / 1e12:g}T tokens on {n} GPUs take {format_duration(w['seconds'])}" for n, w in wall.items())
     return {"claim": f"a {model} model trains on {low}-{high} 80 GB A100s", "source": SEED, "fewest_gpus": fewest,
             "plans": fit, "wall": wall, "verdict": verdict,
             "memory_claim_holds": fewest is not None and fewest <= high}
