@@ -8,6 +8,7 @@ parent is a child Python killed with SIGTERM, SIGKILL or SIGHUP (started togethe
 start-ups overlap); every process must be gone within 5 s."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -182,8 +183,12 @@ def test_sigterm_ends_a_tour_that_keeps_its_finished_runs(tmp_path):
     err = "".join(err)
     assert proc.returncode == 128 + signal.SIGTERM, err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("mgpukit: terminated by SIGTERM") and "1 finished run(s)" in last, err
+    # how many runs finished before the signal is the machine's business (on a quiet box the emulated
+    # run after "single" can end within the second above): the message counts what the record keeps
+    finished = re.search(r"The tour's (\d+) finished run\(s\)", last)
+    assert last.startswith("mgpukit: terminated by SIGTERM") and finished, err
     records = json.loads((tmp_path / "records.json").read_text())
-    assert [r["strategy"] for r in records] == ["single"]
+    assert len(records) == int(finished.group(1)) and 1 <= len(records) < 5, err
+    assert records[0]["strategy"] == "single"
     assert "INTERRUPTED (SIGTERM)" in (tmp_path / "index.html").read_text()
     assert _gone(kids) == []
